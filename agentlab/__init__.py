@@ -1,0 +1,1 @@
+"""AgentLab: run tool-using LLM agents as server-side turns and measure them."""

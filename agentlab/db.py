@@ -1,0 +1,66 @@
+"""Run blocking Django ORM calls from asyncio code on a bounded thread pool.
+
+Django's own async ORM methods funnel every query through one thread
+(``sync_to_async(thread_sensitive=True)``), which would serialise all the turns
+an evaluation runs at once. ``DatabaseThreads`` gives each worker thread its own
+connection instead, and closes those connections when it shuts down — a
+lingering connection would otherwise keep a PostgreSQL test database from
+being dropped and hold file handles on SQLite.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ParamSpec, TypeVar
+
+from asgiref.sync import sync_to_async
+from django.db import connections
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class DatabaseThreads:
+    """A pool of ``max_workers`` threads for ORM calls made from coroutines.
+
+    ``await pool.run(fn, *args, **kwargs)`` runs ``fn`` on a pool thread and
+    returns its result (exceptions propagate). ``close()`` waits for running
+    calls and closes every connection the pool opened. Usable as a context
+    manager.
+    """
+
+    def __init__(self, max_workers: int = 8) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="agentlab-db")
+        self._lock = threading.Lock()
+        self._connections: list[Any] = []
+        self._local = threading.local()
+
+    async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
+        return await sync_to_async(self._call, thread_sensitive=False, executor=self._executor)(fn, *args, **kwargs)
+
+    def _call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
+        if not getattr(self._local, "seen", False):
+            self._local.seen = True
+            with self._lock:
+                self._connections.extend(connections[alias] for alias in connections)
+        return fn(*args, **kwargs)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+        with self._lock:
+            for conn in self._connections:
+                # The connection belongs to a pool thread that is gone now.
+                conn.inc_thread_sharing()
+                try:
+                    conn.close()
+                finally:
+                    conn.dec_thread_sharing()
+            self._connections.clear()
+
+    def __enter__(self) -> DatabaseThreads:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

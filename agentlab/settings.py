@@ -1,0 +1,155 @@
+"""Django settings, read from the environment with django-environ (DESIGN.md §11).
+
+Every setting has an embedded default (DESIGN.md §2), so a fresh machine with
+nothing configured runs on a SQLite file, the in-memory channel layer, the
+inline job executor and the local GGUF model. A ``.env`` file in the project
+root is read if present.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+SECRET_KEY = env.str("SECRET_KEY", default="agentlab-insecure-development-key-change-me")
+DEBUG = env.bool("DEBUG", default=False)
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "channels",
+    "turns",
+    "evaluation",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "agentlab.urls"
+WSGI_APPLICATION = None
+ASGI_APPLICATION = "agentlab.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database -----------------------------------------------------------------
+# Unset DATABASE_URL means a SQLite file tuned for concurrent writers: WAL lets
+# readers run beside the one writer, IMMEDIATE transactions take the write lock
+# at BEGIN (so two writers queue on the busy timeout instead of one failing with
+# "database is locked" when it upgrades a read lock), and the timeout is long
+# enough for a burst of event appends from many turns.
+SQLITE_PATH = env.path("AGENTLAB_SQLITE_PATH", default=BASE_DIR / "var" / "agentlab.sqlite3")
+if env.str("DATABASE_URL", default=""):
+    DATABASES = {"default": env.db("DATABASE_URL")}
+    if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
+        DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
+        DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)
+else:
+    Path(SQLITE_PATH).parent.mkdir(parents=True, exist_ok=True)
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": str(SQLITE_PATH),
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+            },
+            "TEST": {"NAME": str(Path(SQLITE_PATH).with_name("test_agentlab.sqlite3"))},
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "static")
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/"
+
+# --- channel layer ------------------------------------------------------------
+REDIS_URL = env.str("REDIS_URL", default="")
+if REDIS_URL:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels_redis.core.RedisChannelLayer",
+            "CONFIG": {"hosts": [REDIS_URL], "capacity": env.int("CHANNEL_CAPACITY", default=100)},
+        }
+    }
+else:
+    CHANNEL_LAYERS = {
+        "default": {
+            "BACKEND": "channels.layers.InMemoryChannelLayer",
+            "CONFIG": {"capacity": env.int("CHANNEL_CAPACITY", default=100)},
+        }
+    }
+
+# --- jobs ---------------------------------------------------------------------
+# No broker configured means turns run inside the server process (the inline
+# executor, DESIGN.md §2); Celery is used only when CELERY_BROKER_URL is set.
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TIMEZONE = TIME_ZONE
+
+# --- agent --------------------------------------------------------------------
+AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
+AGENTLAB_LLM_API_KEY = env.str("AGENTLAB_LLM_API_KEY", default="") or None
+AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
+AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
+AGENTLAB_MAX_STEPS = env.int("AGENTLAB_MAX_STEPS", default=6)
+AGENTLAB_TURN_TIMEOUT_S = env.float("AGENTLAB_TURN_TIMEOUT_S", default=600.0)
+
+HEARTBEAT_S = env.float("HEARTBEAT_S", default=15.0)
+TURN_STALE_S = env.float("TURN_STALE_S", default=120.0)
+REVIEW_WAIT_S = env.float("REVIEW_WAIT_S", default=25.0)
+APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=0.0) or None
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="WARNING")},
+}

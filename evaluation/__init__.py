@@ -1,0 +1,1 @@
+"""Datasets, examples, evaluation runs and predictions; scoring and metrics."""

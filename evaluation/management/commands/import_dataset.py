@@ -1,0 +1,31 @@
+"""``manage.py import_dataset FILE --name NAME`` — register a JSONL dataset."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agentlab.errors import AgentLabError
+from evaluation.datasets import DatasetFormatError, parse_jsonl
+from evaluation.services import dataset_import
+
+
+class Command(BaseCommand):
+    help = "Import a JSONL dataset (question_id, question, answer, task_type, …) under a name."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("file", help="path to a .jsonl file")
+        parser.add_argument("--name", default=None, help="dataset name (default: the file's stem)")
+
+    def handle(self, *args: Any, file: str, name: str | None, **opts: Any) -> None:
+        path = Path(file)
+        if not path.is_file():
+            raise CommandError(f"{file}: no such file", returncode=2)
+        try:
+            examples = parse_jsonl(path)
+            dataset = dataset_import(name=name or path.stem, examples=examples, source=str(path.resolve()))
+        except (DatasetFormatError, AgentLabError, ValueError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")

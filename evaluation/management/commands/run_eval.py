@@ -1,0 +1,111 @@
+"""``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
+
+Exit codes: 0 done, 1 accuracy below ``--fail-under``, 2 bad input.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from tqdm import tqdm
+
+from agentlab.db import DatabaseThreads
+from agentlab.errors import AgentLabError
+from agentlab.version import code_version
+from evaluation.datasets import DatasetFormatError
+from evaluation.metrics import format_table
+from evaluation.models import RunStatus
+from evaluation.runner import drive_examples
+from evaluation.services import dataset_resolve, run_finish, run_plan, run_start
+from turns.llm import get_provider
+
+
+class Command(BaseCommand):
+    help = "Run the agent over a dataset (registered name, 'demo', or a .jsonl file) and record predictions."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("dataset", help="registered dataset name, 'demo', or a path to a .jsonl file")
+        parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
+        parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
+        parser.add_argument("--concurrency", type=int, default=4, help="examples driven at once (default 4)")
+        parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
+        parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
+        parser.add_argument("--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)")
+        parser.add_argument("--json", dest="json_path", default=None, help="also write run and metrics to FILE")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            self._run(**opts)
+        except (DatasetFormatError, AgentLabError, ValueError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+
+    def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
+             max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
+             **_: Any) -> None:
+        if limit is not None and limit < 1:
+            raise ValueError(f"--limit must be at least 1, got {limit}")
+        if not 1 <= concurrency <= 256:
+            raise ValueError(f"--concurrency must be between 1 and 256, got {concurrency}")
+        max_steps = max_steps if max_steps is not None else settings.AGENTLAB_MAX_STEPS
+        if max_steps < 1:
+            raise ValueError(f"--max-steps must be at least 1, got {max_steps}")
+        if fail_under is not None and not 0 <= fail_under <= 1:
+            raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
+        if run_id is not None and not run_id.strip():
+            raise ValueError("--run-id must not be empty or blank")
+
+        ds = dataset_resolve(name_or_path=dataset)
+        provider = get_provider(model=model)
+        run_id = run_id or f"{ds.name}-{timezone.now():%Y%m%d-%H%M%S}"
+        config = {
+            "provider": provider.name, "model": provider.model, "max_steps": max_steps,
+            "concurrency": concurrency, "limit": limit, "scorer": "per example, else per task type",
+            "dataset": ds.name, "code_version": code_version(),
+        }
+        run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
+        planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model)
+        self.stderr.write(
+            f"run {run.run_id} on {ds.name}: {len(planned)} to do, {skipped} already done"
+            + (" (resumed)" if resumed else "")
+            + f"; {provider.name} model {provider.model}"
+        )
+
+        bar = tqdm(total=len(planned), disable=None, desc=run.run_id, unit="ex", file=sys.stderr)
+        status = RunStatus.SUCCESS
+        try:
+            asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar))
+        except KeyboardInterrupt:
+            status = RunStatus.CANCELLED
+            raise
+        finally:
+            bar.close()
+            run = run_finish(run=run, status=status)
+
+        self.stdout.write(format_table(run.metrics))
+        self.stdout.write(f"run id: {run.run_id}")
+        if json_path:
+            Path(json_path).write_text(json.dumps(
+                {"run_id": run.run_id, "dataset": ds.name, "status": run.status, "config": run.config,
+                 "metrics": run.metrics}, indent=2, ensure_ascii=False), encoding="utf-8")
+        accuracy = run.metrics.get("accuracy")
+        if fail_under is not None and (accuracy is None or accuracy < fail_under):
+            shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
+            raise CommandError(f"accuracy {shown} is below --fail-under {fail_under}", returncode=1)
+
+    @staticmethod
+    async def _drive(planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm) -> None:
+        with DatabaseThreads(max_workers=min(concurrency, 16) + 2) as db:
+            try:
+                await drive_examples(planned, provider=provider, db=db, concurrency=concurrency,
+                                     on_done=lambda _item: bar.update(1))
+            finally:
+                close = getattr(provider, "aclose", None)
+                if close is not None:
+                    await close()

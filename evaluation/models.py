@@ -1,0 +1,120 @@
+"""Datasets, examples, evaluation runs and predictions (DESIGN.md §3, §10)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Dataset(models.Model):
+    """A named set of examples, imported from a JSONL file or written by the project."""
+
+    name = models.CharField(max_length=200, unique=True)
+    source = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Example(models.Model):
+    """One question with its gold answer. ``scorer`` empty means: by task type."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="examples")
+    external_id = models.CharField(max_length=200)
+    position = models.PositiveIntegerField(default=0)
+    question = models.TextField()
+    answer = models.TextField()
+    task_type = models.CharField(max_length=64, db_index=True)
+    scorer = models.CharField(max_length=32, blank=True, default="")
+    choices = models.JSONField(null=True, blank=True)
+    context = models.JSONField(default=dict, blank=True)
+    metadata = models.JSONField(default=dict, blank=True)
+
+    class Meta:
+        ordering = ["dataset_id", "position"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "external_id"], name="example_unique_dataset_external_id"),
+        ]
+
+    def __str__(self) -> str:
+        return self.external_id
+
+
+class RunStatus(models.TextChoices):
+    STARTED = "started"
+    SUCCESS = "success"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+
+class Run(models.Model):
+    """One evaluation run over a dataset. ``config`` snapshots provider, model,
+    agent settings and code version; ``metrics`` is ``compute_metrics`` output."""
+
+    run_id = models.CharField(max_length=200, unique=True)
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="runs")
+    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.STARTED, db_index=True)
+    config = models.JSONField(default=dict, blank=True)
+    metrics = models.JSONField(default=dict, blank=True)
+    started_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    system_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.CheckConstraint(condition=~Q(run_id=""), name="run_run_id_not_empty"),
+        ]
+
+    def __str__(self) -> str:
+        return self.run_id
+
+
+class Prediction(models.Model):
+    """The result of one example in one run; written even when the turn errors.
+
+    A row is created with pessimistic defaults (stop reason ``error``, wrong)
+    when the example's turn is created, and completed when the turn ends
+    (``completed_at`` set). ``correct``/``score`` are ``None`` when the example
+    could not be scored — not the same as wrong.
+    """
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="predictions")
+    example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="predictions")
+    turn = models.ForeignKey("turns.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="predictions")
+    task_type = models.CharField(max_length=64, db_index=True)
+    prediction = models.TextField(blank=True, default="")
+    gold_answer = models.TextField(blank=True, default="")
+    scorer = models.CharField(max_length=32, blank=True, default="")
+    score = models.FloatField(null=True, blank=True)
+    correct = models.BooleanField(null=True, blank=True)
+    evidence = models.TextField(blank=True, default="")
+    reasoning = models.TextField(blank=True, default="")
+    steps = models.PositiveIntegerField(default=0)
+    input_tokens = models.PositiveIntegerField(null=True, blank=True)
+    output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    cost = models.FloatField(null=True, blank=True)
+    stop_reason = models.CharField(max_length=32, default="error", db_index=True)
+    error = models.TextField(blank=True, default="")
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    completed_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["run_id", "example__position"]
+        constraints = [
+            models.UniqueConstraint(fields=["run", "example"], name="prediction_unique_run_example"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}/{self.example_id}"

@@ -1,0 +1,57 @@
+"""Drive a run's examples through the shared turn driver, with bounded concurrency.
+
+This is the asyncio side of ``run_eval``: every planned example is one turn,
+driven by ``turns.driver.drive_turn`` under the evaluation policy, then its
+prediction is completed — always, even when the driver raises (the seed batch
+runner's "a prediction row is always written" rule, ``shared/seeds/000``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+from agentlab.agent.types import LLMProvider
+from agentlab.db import DatabaseThreads
+from turns.driver import EVALUATION, drive_turn
+
+from .services import PlannedExample, prediction_record
+
+logger = logging.getLogger(__name__)
+
+
+async def drive_examples(
+    planned: Sequence[PlannedExample],
+    *,
+    provider: LLMProvider,
+    db: DatabaseThreads,
+    concurrency: int,
+    on_done: Callable[[PlannedExample], None] | None = None,
+) -> None:
+    """Drive every planned example, at most ``concurrency`` at once.
+
+    ``on_done`` is called (in the event loop) after each prediction is stored —
+    the progress bar hangs off it. Raises ``ValueError`` for ``concurrency < 1``.
+    """
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(item: PlannedExample) -> None:
+        async with gate:
+            error: str | None = None
+            latency_ms: int | None = None
+            try:
+                result = await drive_turn(item.turn_id, policy=EVALUATION, provider=provider, db=db)
+                if result is not None:
+                    latency_ms = result.latency_ms
+                    error = result.error if result.status == "failed" else None
+            except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
+                logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
+                error = f"{type(exc).__name__}: {exc}"
+            await db.run(prediction_record, prediction_id=item.prediction_id, error=error, latency_ms=latency_ms)
+            if on_done is not None:
+                on_done(item)
+
+    await asyncio.gather(*(one(item) for item in planned))

@@ -1,0 +1,265 @@
+"""Writes for evaluation: datasets, runs, predictions (HackSoft "services").
+
+Scoring and metrics are pure functions (``evaluation.scoring``,
+``evaluation.metrics``); these services load rows, call them and save.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from agentlab.errors import BadInput, StateConflict
+from turns.models import Turn, TurnKind, TurnOutcome
+from turns.services import turn_create, turn_interrupt, turn_resume
+
+from .datasets import ExampleSpec, parse_jsonl
+from .demo import DEMO_DATASET_NAME, demo_examples
+from .metrics import PredictionRow, compute_metrics
+from .models import Dataset, Example, Prediction, Run, RunStatus
+from .scoring import score, scorer_for
+
+
+def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = "") -> Dataset:
+    """Register ``examples`` under dataset ``name``, in one transaction.
+
+    Examples are matched by external id: new ones are added, changed ones
+    updated, so importing the same file again is a no-op and runs that refer
+    to its examples stay valid. Raises ``BadInput`` for an empty name or no
+    examples (nothing is written).
+    """
+    name = (name or "").strip()
+    if not name:
+        raise BadInput("a dataset needs a non-empty name")
+    if not examples:
+        raise BadInput(f"dataset {name!r} has no examples")
+    for spec in examples:  # fail before writing anything
+        scorer_for(example_scorer=spec.scorer, task_type=spec.task_type)
+    with transaction.atomic():
+        dataset, _ = Dataset.objects.get_or_create(name=name, defaults={"source": source})
+        if source and dataset.source != source:
+            dataset.source = source
+            dataset.save(update_fields=["source"])
+        existing = {e.external_id: e for e in dataset.examples.all()}
+        new, changed = [], []
+        for position, spec in enumerate(examples):
+            values = {
+                "position": position, "question": spec.question, "answer": spec.answer,
+                "task_type": spec.task_type, "scorer": spec.scorer or "", "choices": spec.choices,
+                "context": spec.context or {}, "metadata": spec.metadata or {},
+            }
+            row = existing.get(spec.external_id)
+            if row is None:
+                new.append(Example(dataset=dataset, external_id=spec.external_id, **values))
+            elif any(getattr(row, k) != v for k, v in values.items()):
+                for k, v in values.items():
+                    setattr(row, k, v)
+                changed.append(row)
+        Example.objects.bulk_create(new, batch_size=500)
+        if changed:
+            Example.objects.bulk_update(changed, list(values), batch_size=500)
+    return dataset
+
+
+def dataset_resolve(*, name_or_path: str) -> Dataset:
+    """The dataset ``run_eval`` was asked for.
+
+    A registered dataset name wins; ``demo`` registers the project's demo
+    dataset on first use; a path to a ``.jsonl`` file is parsed (the whole file
+    is validated first — ``DatasetFormatError`` names the line) and registered
+    under the file's stem. Raises ``BadInput`` for anything else.
+    """
+    found = Dataset.objects.filter(name=name_or_path).first()
+    if found is not None:
+        return found
+    if name_or_path == DEMO_DATASET_NAME:
+        return dataset_import(name=DEMO_DATASET_NAME, examples=demo_examples(), source="agentlab demo")
+    path = Path(name_or_path)
+    if path.suffix == ".jsonl" or path.is_file():
+        if not path.is_file():
+            raise BadInput(f"dataset file {name_or_path} does not exist")
+        examples = parse_jsonl(path)
+        return dataset_import(name=path.stem, examples=examples, source=str(path.resolve()))
+    known = sorted(Dataset.objects.values_list("name", flat=True))
+    raise BadInput(
+        f"no dataset named {name_or_path!r} and no such .jsonl file; registered datasets: "
+        + (", ".join(known) if known else "none") + f" (and {DEMO_DATASET_NAME!r})"
+    )
+
+
+def _system_user(run_id: str) -> AbstractBaseUser:
+    """The per-run system user that owns a run's turns (DESIGN.md §8)."""
+    User = get_user_model()
+    username = f"eval-{secrets.token_hex(4)}-{run_id}"[:150]
+    user = User(username=username, is_active=False)
+    user.set_unusable_password()
+    user.save()
+    return user
+
+
+def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
+              started_by: AbstractBaseUser | None = None) -> tuple[Run, bool]:
+    """Start run ``run_id`` on ``dataset``, or resume it if it exists.
+
+    Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
+    examples are skipped by the caller) and records the new config under
+    ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
+    ``StateConflict`` when the run id exists on another dataset.
+    """
+    run_id = (run_id or "").strip()
+    if not run_id:
+        raise BadInput("run id must not be empty or blank")
+    with transaction.atomic():
+        run = Run.objects.select_for_update().filter(run_id=run_id).first()
+        if run is None:
+            run = Run.objects.create(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
+                                     system_user=_system_user(run_id), status=RunStatus.STARTED)
+            return run, False
+        if run.dataset_id != dataset.pk:
+            raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
+        resumes = list(run.config.get("resumes", []))
+        resumes.append({"at": timezone.now().isoformat(), "config": config})
+        run.config = {**run.config, "resumes": resumes}
+        run.status = RunStatus.STARTED
+        run.finished_at = None
+        if run.system_user_id is None:
+            run.system_user = _system_user(run_id)
+        run.save(update_fields=["config", "status", "finished_at", "system_user"])
+        return run, True
+
+
+@dataclass(frozen=True)
+class PlannedExample:
+    """An example of a run still to be driven: its prediction row and turn."""
+
+    prediction_id: int
+    turn_id: int
+    example_id: int
+    resumed: bool
+
+
+def _turn_context(example: Example) -> dict[str, Any]:
+    context = dict(example.context or {})
+    if example.choices:
+        context.setdefault("choices", example.choices)
+    context.setdefault("task_type", example.task_type)
+    return context
+
+
+def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str) -> tuple[list[PlannedExample], int]:
+    """Decide what a (possibly resumed) run still has to do.
+
+    For the first ``limit`` examples of the run's dataset (all when ``None``):
+    an example with a completed prediction is skipped; one whose earlier turn
+    was cut off (killed process) gets that turn interrupted and resumed, so the
+    driver continues from its event log; one with nothing yet gets a queued
+    turn and a pessimistic prediction row (stop reason ``error``, wrong), in
+    one transaction, so a prediction exists even if the turn never finishes.
+    Returns the planned examples and the number skipped.
+    """
+    examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
+    predictions = {p.example_id: p for p in run.predictions.select_related("turn")}
+    planned: list[PlannedExample] = []
+    skipped = 0
+    for example in examples:
+        prediction = predictions.get(example.pk)
+        if prediction is not None and prediction.completed_at is not None:
+            skipped += 1
+            continue
+        if prediction is not None and prediction.turn is not None:
+            turn = prediction.turn
+            if turn.is_active:
+                turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
+                turn.refresh_from_db()
+            if turn.can_resume():
+                turn_resume(turn_id=turn.pk)
+            planned.append(PlannedExample(prediction.pk, turn.pk, example.pk, resumed=True))
+            continue
+        with transaction.atomic():
+            turn = turn_create(owner=run.system_user, question=example.question, kind=TurnKind.EVALUATION,
+                               context=_turn_context(example), max_steps=max_steps, model=model)
+            if prediction is None:
+                prediction = Prediction.objects.create(
+                    run=run, example=example, turn=turn, task_type=example.task_type,
+                    gold_answer=example.answer, stop_reason="error", correct=False, score=0.0,
+                    error="the turn did not finish",
+                )
+            else:
+                prediction.turn = turn
+                prediction.save(update_fields=["turn"])
+        planned.append(PlannedExample(prediction.pk, turn.pk, example.pk, resumed=False))
+    return planned, skipped
+
+
+def prediction_record(*, prediction_id: int, error: str | None = None, latency_ms: int | None = None) -> Prediction:
+    """Complete a prediction from its turn's final state and score it.
+
+    The turn row is the source of truth (answer, steps, usage, stop reason).
+    A turn that did not answer scores as wrong — it stays in the accuracy
+    denominator — unless the example cannot be scored at all (unscored).
+    ``error`` is the driver's error, if any; a failed turn's cause is used
+    otherwise.
+    """
+    prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
+    example = prediction.example
+    turn: Turn | None = prediction.turn
+    scorer = scorer_for(example_scorer=example.scorer or None, task_type=example.task_type)
+    answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
+    answer = turn.answer if answered and turn is not None else None
+    result = score(prediction=answer, gold=example.answer, scorer=scorer, choices=example.choices,
+                   metadata=example.metadata)
+    usage = (turn.usage if turn is not None else None) or {}
+    calls = int(usage.get("calls") or 0)
+    unknown = int(usage.get("unknown_calls") or 0)
+    tokens_known = calls > 0 and unknown == 0
+    if turn is not None and not error and turn.outcome == TurnOutcome.FAILED:
+        error = (turn.meta or {}).get("failure_error") or (turn.meta or {}).get("failure_cause") or "failed"
+    if turn is None and not error:
+        error = "no turn was run"
+    prediction.prediction = answer or ""
+    prediction.scorer = scorer
+    prediction.score = result.value
+    prediction.correct = result.correct
+    prediction.evidence = turn.evidence if turn is not None else ""
+    prediction.reasoning = turn.reasoning if turn is not None else ""
+    prediction.steps = turn.steps if turn is not None else 0
+    prediction.input_tokens = int(usage.get("input_tokens") or 0) if tokens_known else None
+    prediction.output_tokens = int(usage.get("output_tokens") or 0) if tokens_known else None
+    prediction.cost = usage.get("cost")
+    prediction.stop_reason = (turn.stop_reason if turn is not None else "") or "error"
+    prediction.error = error or ""
+    if latency_ms is None and turn is not None:
+        latency_ms = (turn.timings or {}).get("total_ms")
+    prediction.latency_ms = latency_ms
+    prediction.completed_at = timezone.now()
+    prediction.save()
+    return prediction
+
+
+def run_metrics(*, run: Run) -> dict[str, Any]:
+    """Metrics over every prediction row of the run (completed or not), read
+    from the database so a resumed run never counts an example twice."""
+    rows = [
+        PredictionRow(task_type=p.task_type, correct=p.correct, steps=p.steps, input_tokens=p.input_tokens,
+                      output_tokens=p.output_tokens, cost=p.cost, stop_reason=p.stop_reason,
+                      latency_ms=p.latency_ms, error=p.error or None)
+        for p in run.predictions.all()
+    ]
+    return compute_metrics(rows)
+
+
+def run_finish(*, run: Run, status: str = RunStatus.SUCCESS) -> Run:
+    """Compute and store the run's metrics and final status."""
+    run.metrics = run_metrics(run=run)
+    run.status = status
+    run.finished_at = timezone.now()
+    run.save(update_fields=["metrics", "status", "finished_at"])
+    return run

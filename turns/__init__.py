@@ -1,0 +1,1 @@
+"""Conversations, turns, the per-turn event log, approvals and the turn driver."""

@@ -1,0 +1,393 @@
+"""The turn driver: runs one turn through the agent core, for chat and evaluation.
+
+One driver serves both; a ``TurnPolicy`` carries the few differences
+(DESIGN.md §8). The driver
+
+1. claims the turn with a conditional update (``queued → running``), so a
+   duplicate job delivery does nothing and writes nothing;
+2. rebuilds the agent's recorded steps from the event log, so a resumed turn
+   reuses LLM replies and tool results instead of requesting or running them
+   again;
+3. runs the agent loop, persisting every completion and every tool result as
+   events *before* the next step starts;
+4. watches the turn row for the cancel flag and writes a heartbeat while it
+   runs;
+5. reaches a terminal event on every path, exceptions included.
+
+The seed turn driver (``shared/seeds/004``) shaped the policy hooks: the chat
+and evaluation paths differ only in how a pending approval is handled and how
+long a review may take.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.utils import timezone
+
+from agentlab.agent.loop import AgentLoop, ApprovalDecision, CompletionReport, LoopResult, Report, ToolResultReport
+from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
+from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall, ToolResult, Usage
+from agentlab.agent.usage import UsageTotals
+from agentlab.db import DatabaseThreads
+
+from .events import NewEvent, event_append_many
+from .models import EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
+
+logger = logging.getLogger(__name__)
+
+
+class TurnPolicy:
+    """What differs between a chat turn and an evaluation turn.
+
+    ``approval`` decides a tool call that needs approval: ``"approved"`` runs
+    it, ``"rejected"`` ends the turn as rejected, ``"unavailable"`` stops the
+    loop with stop reason ``approval_required``.
+    """
+
+    name = "base"
+
+    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads) -> ApprovalDecision:
+        return "unavailable"
+
+
+class EvaluationPolicy(TurnPolicy):
+    """Evaluation: nobody is there to approve, so a tool that needs approval
+    cancels the turn with stop reason ``approval_required``."""
+
+    name = "evaluation"
+
+
+class ChatPolicy(TurnPolicy):
+    """Chat: the turn's owner is watching. Waiting for a human decision on an
+    approval (status ``waiting``) arrives with the approvals work; until then a
+    tool that needs approval stops the turn with ``approval_required``."""
+
+    name = "chat"
+
+
+EVALUATION = EvaluationPolicy()
+CHAT = ChatPolicy()
+
+#: How often the driver looks at the cancel flag while a turn runs (seconds).
+CANCEL_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class DriveResult:
+    """What a driven turn ended with (the same values are on the turn row)."""
+
+    turn_id: int
+    status: str
+    outcome: str
+    stop_reason: str
+    answer: str
+    evidence: str
+    reasoning: str
+    steps: int
+    usage: dict[str, Any]
+    error: str | None
+    latency_ms: int
+
+
+# --- claiming and rebuilding (sync; run on database threads) -------------------
+
+
+def turn_claim(*, turn_id: int, job_id: str = "") -> Turn | None:
+    """Claim a queued turn for this job: ``queued → running`` by a conditional
+    update. Returns the turn, or ``None`` when someone else has it (or it is no
+    longer queued) — then nothing is written. (healthchecks ``sendalerts``.)"""
+    now = timezone.now()
+    claimed = Turn.objects.filter(pk=turn_id, status=TurnStatus.QUEUED).update(
+        status=TurnStatus.RUNNING, heartbeat_at=now, job_id=job_id, updated_at=now
+    )
+    if claimed != 1:
+        return None
+    turn = Turn.objects.get(pk=turn_id)
+    fields: dict[str, Any] = {"phase": TurnPhase.ACT}
+    if turn.started_at is None:
+        fields["started_at"] = now
+    if turn.attempts == 0:
+        fields["attempts"] = 1
+    event_append_many(
+        turn_id=turn_id,
+        events=[
+            NewEvent(EventType.TURN_STARTED, {"attempt": fields.get("attempts", turn.attempts), "job_id": job_id}),
+            NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+        ],
+        turn_fields=fields,
+    )
+    turn.refresh_from_db()
+    return turn
+
+
+def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
+    """Rebuild the agent's steps of one attempt from the turn's event log.
+
+    ``llm.usage`` events carry the completion's usage, model and finish reason,
+    ``thinking`` its text, ``tool.call`` its calls and ``tool.result`` the
+    observations, each tagged with ``step``. A step whose process died between
+    tools comes back with fewer results than calls.
+    """
+    by_step: dict[int, dict[str, Any]] = defaultdict(lambda: {"text": None, "calls": [], "results": [], "usage": None})
+    rows = TurnEvent.objects.filter(
+        turn_id=turn_id,
+        type__in=[EventType.THINKING, EventType.LLM_USAGE, EventType.TOOL_CALL, EventType.TOOL_RESULT],
+    ).order_by("seq")
+    for row in rows.values_list("type", "data"):
+        etype, data = row
+        if data.get("attempt", 1) != attempt or "step" not in data:
+            continue
+        slot = by_step[int(data["step"])]
+        if etype == EventType.THINKING:
+            slot["text"] = data.get("text")
+        elif etype == EventType.LLM_USAGE:
+            slot["usage"] = data
+        elif etype == EventType.TOOL_CALL:
+            slot["calls"].append(ToolCall.from_dict(data["call"]))
+        else:
+            slot["results"].append(ToolResult.from_dict(data["result"]))
+    steps = []
+    for index in sorted(by_step):
+        slot = by_step[index]
+        usage = slot["usage"]
+        if usage is None:  # the completion itself was never fully recorded
+            break
+        completion = Completion(
+            text=slot["text"],
+            tool_calls=tuple(slot["calls"]),
+            usage=Usage(usage.get("input_tokens"), usage.get("output_tokens")),
+            model=usage.get("model") or "",
+            finish_reason=usage.get("finish_reason"),
+            cost=usage.get("cost"),
+        )
+        steps.append(Step(index=index, completion=completion, results=slot["results"]))
+    return steps
+
+
+def _heartbeat(*, turn_id: int) -> bool:
+    """Write the turn's heartbeat; return its cancel flag."""
+    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now())
+    return bool(Turn.objects.filter(pk=turn_id).values_list("cancel_requested", flat=True).first())
+
+
+def _cancel_requested(*, turn_id: int) -> bool:
+    return bool(Turn.objects.filter(pk=turn_id).values_list("cancel_requested", flat=True).first())
+
+
+# --- finishing -----------------------------------------------------------------
+
+_FAILED_STOPS = {"max_steps", "timeout", "context_overflow", "provider_error", "error"}
+
+
+def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Map a loop result to (terminal event type, its data, turn fields).
+
+    final → succeeded/answered; asked → succeeded/asked; approval_rejected →
+    cancelled/rejected; cancelled and approval_required → cancelled/cancelled;
+    max_steps, timeout, context_overflow, provider_error, error →
+    failed/failed with the stop reason as the cause.
+    """
+    stop = result.stop_reason
+    data: dict[str, Any] = {"stop_reason": stop, "steps": result.steps_used}
+    fields: dict[str, Any] = {
+        "stop_reason": stop,
+        "steps": result.steps_used,
+        "usage": result.usage.to_dict(),
+        "phase": TurnPhase.FINISH,
+        "finished_at": timezone.now(),
+    }
+    if stop == "final":
+        fields.update(status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ANSWERED, answer=result.answer,
+                      evidence=result.evidence, reasoning=result.reasoning)
+        data.update(answer=result.answer, evidence=result.evidence, reasoning=result.reasoning)
+        return EventType.TURN_ANSWERED, data, fields
+    if stop == "asked":
+        fields.update(status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ASKED,
+                      clarifying_question=result.question or "")
+        data.update(question=result.question or "")
+        return EventType.TURN_ASKED, data, fields
+    if stop == "approval_rejected":
+        fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.REJECTED)
+        data.update(reason="a human rejected the approval")
+        return EventType.TURN_CANCELLED, data, fields
+    if stop in ("cancelled", "approval_required"):
+        fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.CANCELLED)
+        if result.pending_call is not None:
+            data.update(tool=result.pending_call.name)
+        return EventType.TURN_CANCELLED, data, fields
+    cause = stop if stop in _FAILED_STOPS else "error"
+    fields.update(status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED)
+    data.update(cause=cause, error=result.error or "")
+    return EventType.TURN_FAILED, data, fields
+
+
+def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict[str, Any],
+            timings: dict[str, int]) -> None:
+    turn = Turn.objects.only("meta", "timings").get(pk=turn_id)
+    meta = dict(turn.meta or {})
+    if event_type == EventType.TURN_FAILED:
+        meta["failure_cause"] = data.get("cause")
+        if data.get("error"):
+            meta["failure_error"] = data["error"]
+    merged = {**(turn.timings or {}), **timings}
+    event_append_many(
+        turn_id=turn_id,
+        events=[NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
+        turn_fields={**fields, "meta": meta, "timings": merged},
+    )
+
+
+def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int]) -> None:
+    """End a turn whose driver itself raised; only if it is still ours (running)."""
+    if not Turn.objects.filter(pk=turn_id, status=TurnStatus.RUNNING).exists():
+        return
+    fields = {"status": TurnStatus.FAILED, "outcome": TurnOutcome.FAILED, "stop_reason": "error",
+              "phase": TurnPhase.FINISH, "finished_at": timezone.now(), "usage": usage, "steps": steps}
+    _finish(turn_id=turn_id, event_type=EventType.TURN_FAILED,
+            data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
+            fields=fields, timings=timings)
+
+
+# --- driving -------------------------------------------------------------------
+
+
+class _Recorder:
+    """Persists each loop report as events before the loop takes its next step,
+    keeping the turn's running usage and step count on the same write."""
+
+    def __init__(self, *, turn_id: int, attempt: int, db: DatabaseThreads, usage: UsageTotals, steps: int) -> None:
+        self.turn_id = turn_id
+        self.attempt = attempt
+        self.db = db
+        self.usage = usage
+        self.steps = steps
+
+    async def __call__(self, report: Report) -> None:
+        if isinstance(report, CompletionReport):
+            c = report.completion
+            self.usage.add(c)
+            self.steps = max(self.steps, report.step)
+            base = {"attempt": self.attempt, "step": report.step}
+            events = []
+            if c.text:
+                events.append(NewEvent(EventType.THINKING, {**base, "text": c.text}))
+            events.append(NewEvent(EventType.LLM_USAGE, {
+                **base, "model": c.model, "input_tokens": c.usage.input_tokens,
+                "output_tokens": c.usage.output_tokens, "cost": c.cost, "finish_reason": c.finish_reason,
+            }))
+            events.extend(NewEvent(EventType.TOOL_CALL, {**base, "call": call.to_dict()}) for call in c.tool_calls)
+            fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
+        else:
+            assert isinstance(report, ToolResultReport)
+            events = [NewEvent(EventType.TOOL_RESULT,
+                               {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})]
+            fields = {}
+        await self.db.run(event_append_many, turn_id=self.turn_id, events=events, turn_fields=fields)
+
+
+async def _watch(*, turn_id: int, cancel: asyncio.Event, db: DatabaseThreads) -> None:
+    """Poll the cancel flag every ``CANCEL_POLL_S`` and write the heartbeat
+    every ``HEARTBEAT_S``, until cancelled."""
+    beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
+    last_beat = time.monotonic()
+    while not cancel.is_set():
+        await asyncio.sleep(CANCEL_POLL_S)
+        try:
+            if time.monotonic() - last_beat >= beat_every:
+                last_beat = time.monotonic()
+                flagged = await db.run(_heartbeat, turn_id=turn_id)
+            else:
+                flagged = await db.run(_cancel_requested, turn_id=turn_id)
+        except Exception:  # noqa: BLE001 - a missed tick is retried on the next one
+            logger.warning("turn %s: heartbeat failed", turn_id, exc_info=True)
+            continue
+        if flagged:
+            cancel.set()
+
+
+async def drive_turn(
+    turn_id: int,
+    *,
+    policy: TurnPolicy,
+    provider: LLMProvider,
+    db: DatabaseThreads,
+    tools: ToolRegistry | None = None,
+    job_id: str = "",
+    timeout_s: float | None = None,
+) -> DriveResult | None:
+    """Run turn ``turn_id`` to a terminal state under ``policy``.
+
+    Returns ``None`` without writing anything when the turn could not be
+    claimed (not queued: a duplicate delivery, or already taken). Otherwise
+    returns the result, which is also on the turn row and at the end of its
+    event log. The agent loop's failures become a ``turn.failed`` event; so do
+    unexpected exceptions in the driver (re-raised after recording only if they
+    are ``asyncio.CancelledError``, which leaves the turn running for the
+    sweeper to mark interrupted).
+    """
+    started = time.monotonic()
+    turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
+    if turn is None:
+        return None
+    attempt = max(turn.attempts, 1)
+    recorded = await db.run(recorded_steps, turn_id=turn_id, attempt=attempt)
+    usage = UsageTotals()
+    for step in recorded:
+        usage.add(step.completion)
+    recorder = _Recorder(turn_id=turn_id, attempt=attempt, db=db, usage=usage, steps=len(recorded))
+    cancel = asyncio.Event()
+    watcher = asyncio.create_task(_watch(turn_id=turn_id, cancel=cancel, db=db))
+
+    async def gate(call: ToolCall) -> ApprovalDecision:
+        return await policy.approval(turn_id=turn_id, call=call, db=db)
+
+    timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
+    loop = AgentLoop(provider, tools or default_registry(), max_steps=turn.max_steps)
+    timings: dict[str, int] = {}
+    try:
+        act_started = time.monotonic()
+        result = await loop.run(
+            turn.question,
+            context=ToolContext(documents=list((turn.context or {}).get("documents") or []),
+                                metadata=dict(turn.context or {})),
+            on_report=recorder,
+            cancel=cancel,
+            recorded=recorded,
+            approval=gate,
+            deadline=time.monotonic() + timeout if timeout else None,
+        )
+        timings["act_ms"] = int((time.monotonic() - act_started) * 1000)
+        timings["total_ms"] = int((time.monotonic() - started) * 1000)
+        event_type, data, fields = finish_fields(result)
+        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields, timings=timings)
+        return DriveResult(
+            turn_id=turn_id, status=fields["status"], outcome=fields["outcome"], stop_reason=result.stop_reason,
+            answer=result.answer, evidence=result.evidence, reasoning=result.reasoning, steps=result.steps_used,
+            usage=result.usage.to_dict(), error=result.error, latency_ms=timings["total_ms"],
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - every path reaches a terminal event
+        logger.exception("turn %s: driver failed", turn_id)
+        error = f"{type(exc).__name__}: {exc}"
+        timings["total_ms"] = int((time.monotonic() - started) * 1000)
+        try:
+            await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=usage.to_dict(),
+                         steps=recorder.steps, timings=timings)
+        except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
+            logger.exception("turn %s: could not record the failure", turn_id)
+        return DriveResult(
+            turn_id=turn_id, status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED, stop_reason="error",
+            answer="", evidence="", reasoning="", steps=recorder.steps, usage=usage.to_dict(), error=error,
+            latency_ms=timings["total_ms"],
+        )
+    finally:
+        cancel.set()
+        watcher.cancel()

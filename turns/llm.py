@@ -1,0 +1,24 @@
+"""The LLM provider a turn uses, built from settings (DESIGN.md §2, §11)."""
+
+from __future__ import annotations
+
+from django.conf import settings
+
+from agentlab.agent.providers import make_provider
+from agentlab.agent.types import LLMProvider
+
+
+def get_provider(*, model: str | None = None) -> LLMProvider:
+    """A provider for the configured LLM: an OpenAI-compatible endpoint when
+    ``AGENTLAB_LLM_BASE_URL`` is set, else the embedded GGUF model.
+
+    ``model`` overrides ``AGENTLAB_MODEL`` (endpoint) or ``AGENTLAB_GGUF_PATH``
+    (local model file). Create one per event loop and share it between the
+    turns of that loop: an async HTTP client is bound to the loop it first ran
+    on (the local model itself is loaded once per process).
+    """
+    base_url = settings.AGENTLAB_LLM_BASE_URL
+    if base_url:
+        return make_provider(base_url=base_url, api_key=settings.AGENTLAB_LLM_API_KEY,
+                             model=model or settings.AGENTLAB_MODEL, gguf_path=None)
+    return make_provider(base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH)

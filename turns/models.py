@@ -1,0 +1,202 @@
+"""Conversations, turns, turn events and approvals (DESIGN.md §3–§5).
+
+Models hold only what concerns their own fields; every write that changes a
+turn's life goes through ``turns.services`` and every event through
+``turns.events.event_append``.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Conversation(models.Model):
+    """A chat thread owned by one user; its turns are answered in order."""
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated_at"]
+
+    def __str__(self) -> str:
+        return self.title or f"Conversation {self.pk}"
+
+
+class TurnStatus(models.TextChoices):
+    QUEUED = "queued"
+    RUNNING = "running"
+    WAITING = "waiting"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+
+
+class TurnOutcome(models.TextChoices):
+    ANSWERED = "answered"
+    ASKED = "asked"
+    REJECTED = "rejected"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+class TurnPhase(models.TextChoices):
+    ACT = "act"
+    REVIEW = "review"
+    FINISH = "finish"
+
+
+class TurnKind(models.TextChoices):
+    CHAT = "chat"
+    EVALUATION = "evaluation"
+
+
+TERMINAL_STATUSES = frozenset({TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED})
+ACTIVE_STATUSES = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING})
+RESUMABLE_STATUSES = frozenset({TurnStatus.INTERRUPTED, TurnStatus.FAILED})
+
+
+class Turn(models.Model):
+    """One question answered by one agent loop, run as a background job.
+
+    ``last_seq`` is the seq of the newest event in the turn's log; it is only
+    changed by ``turns.events.event_append`` under a row lock. ``usage`` is the
+    ``UsageTotals.to_dict()`` shape (tokens, calls, unknown calls, cost, per
+    model); ``timings`` holds milliseconds; ``meta`` holds archived attempts and
+    the failure cause. ``context`` is what the tools may read (for evaluation,
+    the example's documents). ``cancel_requested`` is the cancel flag the
+    driver polls between steps and while waiting.
+    """
+
+    conversation = models.ForeignKey(
+        Conversation, null=True, blank=True, on_delete=models.CASCADE, related_name="turns"
+    )
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="turns")
+    kind = models.CharField(max_length=16, choices=TurnKind.choices, default=TurnKind.CHAT)
+    position = models.PositiveIntegerField(default=1)
+    question = models.TextField()
+    context = models.JSONField(default=dict, blank=True)
+    status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.QUEUED, db_index=True)
+    phase = models.CharField(max_length=16, choices=TurnPhase.choices, blank=True, default="")
+    outcome = models.CharField(max_length=16, choices=TurnOutcome.choices, blank=True, default="")
+    answer = models.TextField(blank=True, default="")
+    evidence = models.TextField(blank=True, default="")
+    reasoning = models.TextField(blank=True, default="")
+    clarifying_question = models.TextField(blank=True, default="")
+    stop_reason = models.CharField(max_length=32, blank=True, default="", db_index=True)
+    model = models.CharField(max_length=200, blank=True, default="")
+    max_steps = models.PositiveIntegerField(default=6)
+    steps = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(default=0)
+    usage = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    meta = models.JSONField(default=dict, blank=True)
+    last_seq = models.PositiveIntegerField(default=0)
+    cancel_requested = models.BooleanField(default=False)
+    heartbeat_at = models.DateTimeField(null=True, blank=True)
+    job_id = models.CharField(max_length=64, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["status", "heartbeat_at"], name="turn_status_heartbeat")]
+
+    def __str__(self) -> str:
+        return f"Turn {self.pk} ({self.status})"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in ACTIVE_STATUSES
+
+    def can_resume(self) -> bool:
+        return self.status in RESUMABLE_STATUSES
+
+
+class EventType(models.TextChoices):
+    """The fixed set of event types (DESIGN.md §5). Terminal types end a stream."""
+
+    TURN_QUEUED = "turn.queued"
+    TURN_STARTED = "turn.started"
+    PHASE = "phase"
+    THINKING = "thinking"
+    LLM_USAGE = "llm.usage"
+    TOOL_CALL = "tool.call"
+    TOOL_RESULT = "tool.result"
+    APPROVAL_REQUESTED = "approval.requested"
+    APPROVAL_RESOLVED = "approval.resolved"
+    REVIEW = "review"
+    ATTEMPT_RETRY = "attempt.retry"
+    TURN_ANSWERED = "turn.answered"
+    TURN_ASKED = "turn.asked"
+    TURN_FAILED = "turn.failed"
+    TURN_CANCELLED = "turn.cancelled"
+    TURN_INTERRUPTED = "turn.interrupted"
+    TURN_RESUMED = "turn.resumed"
+
+
+TERMINAL_EVENT_TYPES = frozenset(
+    {EventType.TURN_ANSWERED, EventType.TURN_ASKED, EventType.TURN_FAILED, EventType.TURN_CANCELLED}
+)
+
+
+class TurnEvent(models.Model):
+    """One entry of a turn's append-only event log; ``seq`` is 1, 2, 3 … per turn."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    type = models.CharField(max_length=32, choices=EventType.choices)
+    data = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["turn_id", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "seq"], name="turnevent_unique_turn_seq"),
+            models.CheckConstraint(condition=Q(seq__gte=1), name="turnevent_seq_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.turn_id}#{self.seq} {self.type}"
+
+    def as_frame(self) -> dict[str, object]:
+        """The event's wire shape (DESIGN.md §5): ``{"seq", "type", "data", "at"}``."""
+        return {"seq": self.seq, "type": self.type, "data": self.data, "at": self.created_at.isoformat()}
+
+
+class ApprovalStatus(models.TextChoices):
+    PENDING = "pending"
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EXPIRED = "expired"
+
+
+class Approval(models.Model):
+    """A tool call waiting for a human decision; exactly one decision counts."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="approvals")
+    tool_call = models.JSONField(default=dict)
+    status = models.CharField(max_length=16, choices=ApprovalStatus.choices, default=ApprovalStatus.PENDING)
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"Approval {self.pk} ({self.status})"
