@@ -49,6 +49,13 @@ class DatabaseThreads:
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
+        # Closing is a blocking ORM call: when close() runs inside an event
+        # loop, Django refuses it in that thread, so do it in a fresh one.
+        closer = threading.Thread(target=self._close_connections, name="agentlab-db-close")
+        closer.start()
+        closer.join()
+
+    def _close_connections(self) -> None:
         with self._lock:
             for conn in self._connections:
                 # The connection belongs to a pool thread that is gone now.

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentlab.errors import BadInput, StateConflict
-from turns.models import Turn, TurnKind, TurnOutcome
+from turns.models import Turn, TurnKind, TurnOutcome, TurnStatus
 from turns.services import turn_create, turn_interrupt, turn_resume
 
 from .datasets import ExampleSpec, parse_jsonl
@@ -176,7 +176,8 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str) -> tupl
             continue
         if prediction is not None and prediction.turn is not None:
             turn = prediction.turn
-            if turn.is_active:
+            if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
+                # its process is gone (the run was killed): the log is kept
                 turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
                 turn.refresh_from_db()
             if turn.can_resume():

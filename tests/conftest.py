@@ -1,0 +1,35 @@
+"""Shared fixtures: an owner, a teammate and an outsider (healthchecks ``hc/test.py``),
+and helpers that set data up through services."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def owner(django_user_model):
+    return django_user_model.objects.create_user("owner", password="pw-owner-123")
+
+
+@pytest.fixture
+def teammate(django_user_model):
+    return django_user_model.objects.create_user("teammate", password="pw-teammate-123")
+
+
+@pytest.fixture
+def outsider(django_user_model):
+    return django_user_model.objects.create_user("outsider", password="pw-outsider-123")
+
+
+@pytest.fixture
+def staff(django_user_model):
+    return django_user_model.objects.create_user("staff", password="pw-staff-123", is_staff=True)
+
+
+@pytest.fixture
+def db_threads():
+    from agentlab.db import DatabaseThreads
+
+    pool = DatabaseThreads(max_workers=4)
+    yield pool
+    pool.close()

@@ -1,0 +1,219 @@
+"""``run_eval`` end to end: real HTTP to a stub OpenAI-compatible server, the
+shared driver, the event log and predictions in the real database."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text, text_reply
+from evaluation.models import Dataset, Example, Prediction, Run
+from turns.models import Turn, TurnEvent
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+GSM8K = DATASETS / "gsm8k-test-200.jsonl"
+ARC = DATASETS / "arc-challenge-test-100.jsonl"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def rows(path: Path, n: int) -> list[dict]:
+    with path.open(encoding="utf-8") as f:
+        return [json.loads(line) for _, line in zip(range(n), f)]
+
+
+def oracle(rows_: list[dict], *, right: set[int], broken: set[int] = frozenset(), latency: float = 0.0):
+    """A stub handler that answers example i's gold answer when i is in
+    ``right``, a wrong answer otherwise, and an HTTP 400 when i is in ``broken``."""
+    by_question = {r["question"]: (i, r) for i, r in enumerate(rows_)}
+
+    def handler(body):
+        i, row = by_question[last_user_text(body)]
+        if i in broken:
+            return error_reply(400, "this example breaks the model", type="invalid_request_error")
+        if row["task_type"] == "multiple_choice":
+            letters = "ABCDE"
+            wrong = letters[(letters.index(row["answer"]) + 1) % len(row["choices"])]
+            answer = row["answer"] if i in right else wrong
+        else:
+            answer = row["answer"] if i in right else str(int(row["answer"]) + 1)
+        return final_answer_reply(answer, "stub evidence", "stub reasoning", usage=(10, 5), delay=latency)
+
+    return handler
+
+
+@pytest.fixture
+def endpoint(settings):
+    def use(server: StubLLMServer) -> None:
+        settings.AGENTLAB_LLM_BASE_URL = server.base_url
+        settings.AGENTLAB_LLM_API_KEY = "test-key"
+        settings.AGENTLAB_MODEL = "stub-model"
+
+    return use
+
+
+def test_gsm8k_and_arc_scores_are_exact(endpoint, tmp_path, capsys):
+    gsm = rows(GSM8K, 20)
+    arc = rows(ARC, 20)
+    right_gsm = {0, 1, 2, 3, 5, 8, 13, 17, 19}  # 9 of 20
+    right_arc = set(range(0, 20, 2)) | {3}      # 11 of 20
+    with StubLLMServer(oracle(gsm, right=right_gsm)) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "gsm", "--limit", "20", "--concurrency", "8",
+                     "--json", str(tmp_path / "gsm.json"))
+        assert server.request_count == 20
+    with StubLLMServer(oracle(arc, right=right_arc)) as server:
+        endpoint(server)
+        call_command("run_eval", str(ARC), "--run-id", "arc", "--limit", "20", "--concurrency", "4")
+
+    gsm_run = Run.objects.get(run_id="gsm")
+    assert gsm_run.status == "success"
+    m = gsm_run.metrics
+    assert (m["total"], m["correct"], m["scored"], m["accuracy"]) == (20, 9, 20, 0.45)
+    assert m["per_task_type"]["math"]["accuracy"] == 0.45
+    assert m["tokens"] == {"input": 200, "output": 100, "unknown_rows": 0}
+    assert m["stop_reasons"] == {"final": 20}
+    assert m["steps_mean"] == 1
+    assert gsm_run.config["model"] == "stub-model" and gsm_run.config["provider"] == "openai"
+    assert json.loads((tmp_path / "gsm.json").read_text())["metrics"]["correct"] == 9
+
+    arc_metrics = Run.objects.get(run_id="arc").metrics
+    assert (arc_metrics["total"], arc_metrics["correct"], arc_metrics["accuracy"]) == (20, 11, 0.55)
+
+    correct_ids = set(Prediction.objects.filter(run__run_id="gsm", correct=True)
+                      .values_list("example__external_id", flat=True))
+    assert correct_ids == {gsm[i]["question_id"] for i in right_gsm}
+    p = Prediction.objects.get(run__run_id="gsm", example__external_id=gsm[0]["question_id"])
+    assert (p.prediction, p.gold_answer, p.score, p.steps, p.input_tokens, p.output_tokens, p.stop_reason) == (
+        gsm[0]["answer"], gsm[0]["answer"], 1.0, 1, 10, 5, "final")
+    assert p.turn.kind == "evaluation" and p.turn.status == "succeeded"
+    assert [e.type for e in TurnEvent.objects.filter(turn=p.turn)] == [
+        "turn.queued", "turn.started", "phase", "llm.usage", "tool.call", "tool.result", "phase", "turn.answered"]
+    out = capsys.readouterr().out
+    assert "45.0%" in out and "run id: gsm" in out
+
+
+def test_an_erroring_example_still_has_its_prediction(endpoint):
+    gsm = rows(GSM8K, 6)
+    with StubLLMServer(oracle(gsm, right=set(range(6)), broken={2, 4})) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "broken", "--limit", "6")
+    run = Run.objects.get(run_id="broken")
+    assert run.predictions.count() == 6
+    assert (run.metrics["total"], run.metrics["correct"], run.metrics["accuracy"]) == (6, 4, 4 / 6)
+    assert run.metrics["errors"] == 2
+    assert run.metrics["stop_reasons"] == {"final": 4, "provider_error": 2}
+    bad = Prediction.objects.get(run=run, example__external_id=gsm[2]["question_id"])
+    assert (bad.correct, bad.score, bad.stop_reason, bad.prediction) == (False, 0.0, "provider_error", "")
+    assert "this example breaks the model" in bad.error
+    assert bad.turn.status == "failed"
+    assert TurnEvent.objects.filter(turn=bad.turn).last().type == "turn.failed"
+
+
+def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoint):
+    path = tmp_path / "bad.jsonl"
+    good = json.dumps({"question_id": "1", "question": "1+1?", "answer": "2", "task_type": "math"})
+    path.write_text(good + "\n" + good.replace('"1"', '"2"', 1) + "\n{not json\n", encoding="utf-8")
+    with StubLLMServer(lambda body: text_reply("2")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(path), "--run-id", "bad")
+        assert server.request_count == 0
+    assert excinfo.value.returncode == 2
+    assert "bad.jsonl, line 3" in str(excinfo.value)
+    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize("args", [["--limit", "0"], ["--concurrency", "0"], ["--run-id", " "], ["--fail-under", "2"]])
+def test_bad_options_are_exit_2(args):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "demo", *args)
+    assert excinfo.value.returncode == 2
+    assert Run.objects.count() == 0
+
+
+def test_fail_under_is_exit_1_and_the_run_is_still_stored(endpoint):
+    gsm = rows(GSM8K, 4)
+    with StubLLMServer(oracle(gsm, right={0})) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(GSM8K), "--run-id", "low", "--limit", "4", "--fail-under", "0.5")
+    assert excinfo.value.returncode == 1
+    assert "0.250 is below --fail-under 0.5" in str(excinfo.value)
+    assert Run.objects.get(run_id="low").metrics["accuracy"] == 0.25
+
+
+def test_same_run_id_again_skips_finished_examples(endpoint):
+    gsm = rows(GSM8K, 8)
+    with StubLLMServer(oracle(gsm, right=set(range(8)))) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "5")
+        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "8")
+        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "8")
+        assert server.request_count == 8
+    run = Run.objects.get(run_id="again")
+    assert (run.metrics["total"], run.metrics["correct"]) == (8, 8)
+    assert run.metrics["tokens"] == {"input": 80, "output": 40, "unknown_rows": 0}
+    assert len(run.config["resumes"]) == 2
+
+
+def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")}
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        env["AGENTLAB_SQLITE_PATH"] = str(s["NAME"])
+    else:
+        env["DATABASE_URL"] = f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+    env.update(AGENTLAB_LLM_BASE_URL=server.base_url, AGENTLAB_LLM_API_KEY="k", AGENTLAB_MODEL="stub-model")
+    return env
+
+
+def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
+    gsm = rows(GSM8K, 20)
+    with StubLLMServer(oracle(gsm, right=set(range(0, 20, 2)), latency=0.15)) as server:
+        cmd = [sys.executable, "manage.py", "run_eval", str(GSM8K), "--run-id", "killed", "--limit", "20",
+               "--concurrency", "3"]
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        try:
+            deadline = time.monotonic() + 60
+            while Prediction.objects.filter(run__run_id="killed", completed_at__isnull=False).count() < 6:
+                assert time.monotonic() < deadline, "the first run made no progress"
+                assert proc.poll() is None, "the first run ended before it was killed"
+                time.sleep(0.05)
+        finally:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        done_before = Prediction.objects.filter(run__run_id="killed", completed_at__isnull=False).count()
+        assert 6 <= done_before < 20
+        cut_off = Turn.objects.filter(predictions__run__run_id="killed", status="running").count()
+
+        resumed = subprocess.run(cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True,
+                                 timeout=120)
+        assert resumed.returncode == 0, resumed.stderr
+        assert f"{20 - done_before} to do, {done_before} already done (resumed)" in resumed.stderr
+        # a request in flight at the kill is asked again; nothing else is
+        assert 20 <= server.request_count <= 20 + 3
+
+    run = Run.objects.get(run_id="killed")
+    assert run.predictions.count() == 20
+    assert run.predictions.filter(completed_at__isnull=True).count() == 0
+    assert (run.metrics["total"], run.metrics["correct"], run.metrics["accuracy"]) == (20, 10, 0.5)
+    assert run.metrics["tokens"] == {"input": 200, "output": 100, "unknown_rows": 0}
+    assert Turn.objects.filter(predictions__run=run).count() == 20
+    # turns cut off by the kill were interrupted and resumed, with contiguous seqs
+    for turn in Turn.objects.filter(predictions__run=run):
+        seqs = list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True))
+        assert seqs == list(range(1, len(seqs) + 1))
+        assert turn.status == "succeeded"
+    assert TurnEvent.objects.filter(turn__predictions__run=run, type="turn.resumed").count() == cut_off

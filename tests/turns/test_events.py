@@ -1,0 +1,121 @@
+"""The event log: one appender, consecutive seqs under concurrency, JSON-safe payloads."""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from django.db import connection, connections
+
+from turns.events import NewEvent, event_append, event_append_many, events_after, json_safe
+from turns.models import EventType, Turn, TurnEvent
+from turns.services import turn_create
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_create_writes_turn_queued_as_seq_1(owner):
+    turn = turn_create(owner=owner, question="What is 2+2?")
+    turn.refresh_from_db()
+    assert turn.last_seq == 1
+    assert list(TurnEvent.objects.filter(turn=turn).values_list("seq", "type")) == [(1, "turn.queued")]
+
+
+def test_appends_from_8_concurrent_writers_have_no_gap(owner):
+    turn = turn_create(owner=owner, question="concurrency")
+    per_writer = 25
+    errors: list[BaseException] = []
+    barrier = threading.Barrier(8)
+
+    def writer(n: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(per_writer):
+                if i % 5 == 4:
+                    event_append_many(turn_id=turn.pk, events=[
+                        NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 0}),
+                        NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 1}),
+                    ])
+                else:
+                    event_append(turn_id=turn.pk, type=EventType.THINKING, data={"writer": n, "i": i})
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    expected = 1 + 8 * (per_writer + per_writer // 5)
+    seqs = list(TurnEvent.objects.filter(turn=turn).order_by("seq").values_list("seq", flat=True))
+    assert seqs == list(range(1, expected + 1))
+    turn.refresh_from_db()
+    assert turn.last_seq == expected
+    # each writer's own events keep their order, and a batch is contiguous
+    for n in range(8):
+        mine = [e for e in events_after(turn_id=turn.pk) if e.data.get("writer") == n]
+        assert [(e.data["i"], e.data.get("part", 0)) for e in mine] == sorted(
+            (e.data["i"], e.data.get("part", 0)) for e in mine)
+        pairs = [e for e in mine if "part" in e.data]
+        for a, b in zip(pairs[::2], pairs[1::2]):
+            assert b.seq == a.seq + 1
+
+
+def test_nul_bytes_and_lone_surrogates_are_stored(owner):
+    turn = turn_create(owner=owner, question="dirty text")
+    nasty = "a\x00b\ud800c\udfffd"
+    event = event_append(turn_id=turn.pk, type=EventType.THINKING, data={"text": nasty, nasty: [nasty]},
+                         turn_fields={"answer": nasty})
+    stored = TurnEvent.objects.get(pk=event.pk)
+    assert stored.data == {"text": "a\ufffdb\ufffdc\ufffdd", "a\ufffdb\ufffdc\ufffdd": ["a\ufffdb\ufffdc\ufffdd"]}
+    turn.refresh_from_db()
+    assert turn.answer == "a\ufffdb\ufffdc\ufffdd"
+
+
+def test_payloads_round_trip_as_json(owner):
+    turn = turn_create(owner=owner, question="round trip")
+    data = {"n": 1, "f": 0.5, "inf": float("inf"), "t": (1, 2), "s": "é", "nested": {"k": [None, True]}}
+    event = event_append(turn_id=turn.pk, type=EventType.TOOL_RESULT, data=data)
+    frame = TurnEvent.objects.get(pk=event.pk).as_frame()
+    assert json.loads(json.dumps(frame)) == frame
+    assert frame["seq"] == 2 and frame["type"] == "tool.result"
+    assert frame["data"] == {"n": 1, "f": 0.5, "inf": None, "t": [1, 2], "s": "é", "nested": {"k": [None, True]}}
+
+
+def test_unknown_event_type_writes_nothing(owner):
+    turn = turn_create(owner=owner, question="typed events")
+    with pytest.raises(ValueError, match="unknown event type 'made.up'"):
+        event_append_many(turn_id=turn.pk, events=[NewEvent(EventType.THINKING, {}), NewEvent("made.up", {})])
+    assert TurnEvent.objects.filter(turn=turn).count() == 1
+    assert Turn.objects.get(pk=turn.pk).last_seq == 1
+
+
+def test_events_after_returns_the_tail_in_order(owner):
+    turn = turn_create(owner=owner, question="tail")
+    for i in range(5):
+        event_append(turn_id=turn.pk, type=EventType.THINKING, data={"i": i})
+    assert [e.seq for e in events_after(turn_id=turn.pk, after=3)] == [4, 5, 6]
+    assert [e.seq for e in events_after(turn_id=turn.pk, after=3, limit=2)] == [4, 5]
+    assert events_after(turn_id=turn.pk, after=6) == []
+
+
+def test_json_safe_converts_objects_with_to_dict():
+    class Thing:
+        def to_dict(self):
+            return {"x": {1: "\x00"}}
+
+    assert json_safe(Thing()) == {"x": {"1": "\ufffd"}}
+    assert json_safe(float("nan")) is None
+
+
+def test_duplicate_seq_is_rejected_by_the_database(owner):
+    from django.db import IntegrityError, transaction
+
+    turn = turn_create(owner=owner, question="constraint")
+    with pytest.raises(IntegrityError), transaction.atomic():
+        TurnEvent.objects.create(turn=turn, seq=1, type=EventType.THINKING, data={})
+    assert connection.vendor in ("sqlite", "postgresql")
