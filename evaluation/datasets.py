@@ -1,0 +1,256 @@
+"""Read evaluation datasets (JSONL, DESIGN.md §10) into plain :class:`ExampleSpec` values.
+
+No Django here: the evaluation service calls :func:`parse_jsonl`, and only if it
+returns writes the Dataset and Example rows. The whole file is validated before
+anything is returned, so a bad line means nothing is written (DESIGN.md §10:
+"a bad line is a clear error naming the line, and nothing is written").
+
+Line format (one JSON object per line; layout of /work/shared/datasets/README.md):
+
+=============== =========== ==================================================
+field           required    rule
+=============== =========== ==================================================
+``question_id`` yes         non-empty string (an integer is accepted and
+                            turned into its decimal string); unique in the file
+``question``    yes         non-empty string
+``answer``      yes         string kept as is (may be ``""``: the example is
+                            then unscored); any other JSON value except
+                            ``null`` is stored as its JSON text (``18`` →
+                            ``"18"``, ``["a"]`` → ``'["a"]'``)
+``task_type``   yes         non-empty string
+``choices``     no          non-empty list of strings (``null`` = absent)
+``context``     no          object (``null`` = absent)
+``scorer``      no          a name in :data:`evaluation.scoring.SCORERS`
+                            (``null`` = absent)
+anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
+                            ``result_rows``, ``ordered``, ``supporting_facts``,
+                            ``hotpot_type``, ``level`` ...)
+=============== =========== ==================================================
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from evaluation.scoring import SCORERS
+
+__all__ = ["DatasetFormatError", "ExampleSpec", "parse_jsonl", "parse_records"]
+
+_KNOWN_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer")
+
+
+@dataclass(frozen=True)
+class ExampleSpec:
+    """One example as read from a dataset file, before it is stored.
+
+    ``external_id`` is the line's ``question_id``; ``answer`` is the gold answer
+    text; ``scorer`` is the example's own scorer name or ``None`` (then the task
+    type's default applies, see :func:`evaluation.scoring.scorer_for`);
+    ``context`` is the line's ``context`` object (for SQL examples with
+    ``database_file`` it also carries ``database_path``); ``metadata`` holds every
+    field not listed above, as parsed."""
+
+    external_id: str
+    question: str
+    answer: str
+    task_type: str
+    scorer: str | None = None
+    choices: list[str] | None = None
+    context: dict[str, Any] | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+class DatasetFormatError(ValueError):
+    """A dataset that cannot be read, with where: ``path``, 1-based ``line``
+    (``None`` when the problem is the file as a whole) and ``message``.
+
+    ``str(error)`` reads ``"gsm8k.jsonl, line 7: field 'question' is missing"``
+    (the file's name, not its full path, which stays in ``path``)."""
+
+    def __init__(self, message: str, *, path: str | Path, line: int | None = None) -> None:
+        self.message = message
+        self.path = str(path)
+        self.line = line
+        name = Path(self.path).name or self.path
+        where = f"{name}, line {line}" if line is not None else name
+        super().__init__(f"{where}: {message}")
+
+
+def _fail(message: str, source: str, line: int | None) -> DatasetFormatError:
+    return DatasetFormatError(message, path=source, line=line)
+
+
+def _require_text(record: dict[str, Any], name: str, source: str, line: int | None) -> str:
+    if name not in record or record[name] is None:
+        raise _fail(f"field {name!r} is missing", source, line)
+    value = record[name]
+    if not isinstance(value, str):
+        raise _fail(f"field {name!r} must be a string, got {_json_type(value)}", source, line)
+    if not value.strip():
+        raise _fail(f"field {name!r} is empty", source, line)
+    return value
+
+
+def _json_type(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def _example_from_record(record: Any, *, source: str, line: int | None, base_dir: Path | None) -> ExampleSpec:
+    if not isinstance(record, dict):
+        raise _fail(f"expected a JSON object, got {_json_type(record)}", source, line)
+
+    raw_id = record.get("question_id")
+    if raw_id is None:
+        raise _fail("field 'question_id' is missing", source, line)
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        external_id = str(raw_id)
+    elif isinstance(raw_id, str):
+        if not raw_id.strip():
+            raise _fail("field 'question_id' is empty", source, line)
+        external_id = raw_id
+    else:
+        message = f"field 'question_id' must be a string or an integer, got {_json_type(raw_id)}"
+        raise _fail(message, source, line)
+
+    question = _require_text(record, "question", source, line)
+
+    if "answer" not in record or record["answer"] is None:
+        raise _fail("field 'answer' is missing", source, line)
+    raw_answer = record["answer"]
+    answer = raw_answer if isinstance(raw_answer, str) else json.dumps(raw_answer, ensure_ascii=False)
+
+    task_type = _require_text(record, "task_type", source, line)
+
+    choices = record.get("choices")
+    if choices is not None:
+        if not isinstance(choices, list) or not choices:
+            raise _fail("field 'choices' must be a non-empty list of strings", source, line)
+        for i, option in enumerate(choices):
+            if not isinstance(option, str):
+                message = f"field 'choices' item {i} must be a string, got {_json_type(option)}"
+                raise _fail(message, source, line)
+        choices = list(choices)
+
+    context = record.get("context")
+    if context is not None:
+        if not isinstance(context, dict):
+            raise _fail(f"field 'context' must be an object, got {_json_type(context)}", source, line)
+        context = dict(context)
+        database_file = context.get("database_file")
+        if database_file is not None:
+            if not isinstance(database_file, str) or not database_file.strip():
+                raise _fail("field 'context.database_file' must be a non-empty string", source, line)
+            if base_dir is not None:
+                context["database_path"] = str((base_dir / database_file).resolve())
+
+    scorer = record.get("scorer")
+    if scorer is not None:
+        if not isinstance(scorer, str):
+            raise _fail(f"field 'scorer' must be a string, got {_json_type(scorer)}", source, line)
+        if scorer not in SCORERS:
+            raise _fail(f"unknown scorer {scorer!r} (known: {', '.join(sorted(SCORERS))})", source, line)
+
+    metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
+    return ExampleSpec(
+        external_id=external_id,
+        question=question,
+        answer=answer,
+        task_type=task_type,
+        scorer=scorer,
+        choices=choices,
+        context=context,
+        metadata=metadata,
+    )
+
+
+def _check_duplicate(example: ExampleSpec, seen: dict[str, int], source: str, line: int) -> None:
+    first = seen.get(example.external_id)
+    if first is not None:
+        raise _fail(f"duplicate question_id {example.external_id!r} (first on line {first})", source, line)
+    seen[example.external_id] = line
+
+
+def parse_records(
+    records: Iterable[dict[str, Any]], *, source: str, base_dir: str | Path | None = None
+) -> list[ExampleSpec]:
+    """Validate already-decoded records (for example from an API upload) by the same rules.
+
+    ``source`` names the input in errors; ``line`` in a raised
+    :class:`DatasetFormatError` is the 1-based position of the record. With
+    ``base_dir``, ``context.database_file`` is resolved against it into
+    ``context["database_path"]``. Raises :class:`DatasetFormatError` on the first
+    bad record, or when there are no records; returns nothing partial."""
+    base = Path(base_dir) if base_dir is not None else None
+    examples: list[ExampleSpec] = []
+    seen: dict[str, int] = {}
+    for position, record in enumerate(records, start=1):
+        example = _example_from_record(record, source=source, line=position, base_dir=base)
+        _check_duplicate(example, seen, source, position)
+        examples.append(example)
+    if not examples:
+        raise _fail("no examples", source, None)
+    return examples
+
+
+def parse_jsonl(path: str | Path) -> list[ExampleSpec]:
+    """Read and validate a whole JSONL dataset file; return its examples in file order.
+
+    The file is UTF-8 (a leading byte-order mark is allowed). Lines are split on
+    ``\\n`` only (``\\r\\n`` works too) — not ``str.splitlines``, which would also
+    split on U+2028 inside a JSON string. Blank lines are skipped but still
+    counted, so line numbers match an editor's.
+
+    ``context.database_file`` is resolved against the file's folder into an
+    absolute ``context["database_path"]``; a missing database file is *not* an
+    error here (the SQL tool reports it when used).
+
+    Raises :class:`DatasetFormatError` (a ``ValueError``) naming the file and the
+    1-based line for: a file that cannot be read, bytes that are not UTF-8, a line
+    that is not JSON or not an object, a missing or ill-typed field, an unknown
+    scorer, a duplicate ``question_id``; and, with ``line=None``, a file with no
+    examples. Nothing is returned unless the whole file is valid."""
+    path = Path(path)
+    source = str(path)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise _fail(f"cannot read the file: {exc.strerror or exc}", source, None) from exc
+    if data.startswith(b"\xef\xbb\xbf"):
+        data = data[3:]
+    base_dir = path.resolve().parent
+
+    examples: list[ExampleSpec] = []
+    seen: dict[str, int] = {}
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise _fail(f"not valid UTF-8 (byte {exc.start + 1} of the line)", source, number) from exc
+        if not text.strip():
+            continue
+        try:
+            record = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise _fail(f"not valid JSON: {exc.msg} (column {exc.colno})", source, number) from exc
+        example = _example_from_record(record, source=source, line=number, base_dir=base_dir)
+        _check_duplicate(example, seen, source, number)
+        examples.append(example)
+    if not examples:
+        raise _fail("no examples (the file is empty)", source, None)
+    return examples

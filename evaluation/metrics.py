@@ -1,0 +1,228 @@
+"""Run metrics: pure aggregation over plain prediction rows, and a text table.
+
+The evaluation service turns each stored prediction into a :class:`PredictionRow`,
+calls :func:`compute_metrics`, and stores the returned dict on the run (it is
+JSON-serialisable); ``manage.py run_eval`` prints :func:`format_table` of it.
+No Django here (STYLE.md point 5). Unscored rows (``correct is None``) are counted
+apart and never enter the accuracy denominator — the inspect_ai convention.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["PredictionRow", "compute_metrics", "format_table", "percentile"]
+
+
+@dataclass(frozen=True)
+class PredictionRow:
+    """One prediction, reduced to what metrics need.
+
+    - ``correct``: ``True``/``False``, or ``None`` when it could not be scored.
+      The caller stores ``False`` for a turn that errored, so that it stays in
+      the accuracy denominator; ``compute_metrics`` trusts this value as given.
+    - ``steps``: agent steps used (model calls), ``>= 0``.
+    - ``input_tokens`` / ``output_tokens``: ``None`` when the provider did not
+      report usage — never guessed as 0.
+    - ``cost``: in the run's currency unit (USD), ``None`` when unknown.
+    - ``stop_reason``: the turn's stop reason (``"final"``, ``"max_steps"``, ...).
+    - ``latency_ms``: wall time of the turn in milliseconds, ``None`` if unknown.
+    - ``error``: error text when the turn failed, else ``None``.
+    """
+
+    task_type: str
+    correct: bool | None
+    steps: int
+    input_tokens: int | None
+    output_tokens: int | None
+    cost: float | None
+    stop_reason: str
+    latency_ms: int | None
+    error: str | None = None
+
+
+def percentile(sorted_values: Sequence[float], q: float) -> float:
+    """The ``q``-th percentile (``0 <= q <= 100``) of ascending ``sorted_values``.
+
+    Linear interpolation between the closest ranks — numpy's default
+    (``method="linear"``, Hyndman & Fan type 7) and
+    ``statistics.quantiles(method="inclusive")``: position ``(n - 1) * q / 100``.
+    Raises ``ValueError`` on an empty sequence or ``q`` outside [0, 100]."""
+    if not sorted_values:
+        raise ValueError("percentile of an empty sequence")
+    if not 0 <= q <= 100:
+        raise ValueError(f"percentile q must be in [0, 100], got {q}")
+    # Exact rational arithmetic, then one rounding: p95 of 100..1000 is 880.0,
+    # not the 879.9999999999999 that float steps give.
+    position = Fraction(len(sorted_values) - 1) * Fraction(q) / 100
+    lower = math.floor(position)
+    upper = min(lower + 1, len(sorted_values) - 1)
+    low, high = Fraction(sorted_values[lower]), Fraction(sorted_values[upper])
+    return float(low + (high - low) * (position - lower))
+
+
+def _accuracy(correct: int, scored: int) -> float | None:
+    return correct / scored if scored else None
+
+
+def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
+    """Aggregate prediction rows into the run's metrics dict (JSON-serialisable).
+
+    Keys:
+
+    - ``total``: rows; ``scored``: rows with ``correct`` not ``None``;
+      ``unscored``: the rest; ``correct``: rows with ``correct is True``.
+    - ``accuracy``: ``correct / scored`` (float in [0, 1]); ``None`` when nothing
+      was scored. Unscored rows are outside the denominator, wrong and errored
+      rows inside.
+    - ``errors``: rows with a non-empty ``error``.
+    - ``per_task_type``: ``{task_type: {"total", "scored", "correct",
+      "accuracy"}}``, keys sorted.
+    - ``steps_mean``: mean steps over all rows (float), ``None`` when empty.
+    - ``tokens``: ``{"input": int, "output": int, "unknown_rows": int}`` — sums
+      of the known values; ``unknown_rows`` counts rows where input or output
+      tokens are ``None``.
+    - ``cost``: sum of the known costs, ``None`` when no row has a cost.
+    - ``stop_reasons``: ``{stop_reason: count}``, keys sorted.
+    - ``latency_ms``: ``{"p50", "p95", "mean"}`` in ms (floats) over rows with a
+      known latency, by :func:`percentile` (linear interpolation); each ``None``
+      when no row has one.
+
+    Empty input gives zeros and ``None`` s, never ``ZeroDivisionError``.
+    """
+    rows = list(rows)
+    total = len(rows)
+    scored = sum(1 for r in rows if r.correct is not None)
+    correct = sum(1 for r in rows if r.correct is True)
+
+    per_task: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        bucket = per_task.setdefault(r.task_type, {"total": 0, "scored": 0, "correct": 0, "accuracy": None})
+        bucket["total"] += 1
+        bucket["scored"] += r.correct is not None
+        bucket["correct"] += r.correct is True
+    for bucket in per_task.values():
+        bucket["accuracy"] = _accuracy(bucket["correct"], bucket["scored"])
+
+    costs = [r.cost for r in rows if r.cost is not None]
+    latencies = sorted(r.latency_ms for r in rows if r.latency_ms is not None)
+
+    return {
+        "total": total,
+        "scored": scored,
+        "unscored": total - scored,
+        "correct": correct,
+        "accuracy": _accuracy(correct, scored),
+        "errors": sum(1 for r in rows if r.error),
+        "per_task_type": {tt: per_task[tt] for tt in sorted(per_task)},
+        "steps_mean": (sum(r.steps for r in rows) / total) if total else None,
+        "tokens": {
+            "input": sum(r.input_tokens for r in rows if r.input_tokens is not None),
+            "output": sum(r.output_tokens for r in rows if r.output_tokens is not None),
+            "unknown_rows": sum(1 for r in rows if r.input_tokens is None or r.output_tokens is None),
+        },
+        "cost": math.fsum(costs) if costs else None,
+        "stop_reasons": dict(sorted(Counter(r.stop_reason for r in rows).items())),
+        "latency_ms": {
+            "p50": percentile(latencies, 50) if latencies else None,
+            "p95": percentile(latencies, 95) if latencies else None,
+            "mean": (sum(latencies) / len(latencies)) if latencies else None,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- table
+
+_DASH = "—"
+
+
+def _pct(value: float | None) -> str:
+    return _DASH if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return _DASH if value is None else f"{value:,.{digits}f}"
+
+
+def _cost(value: float | None) -> str:
+    return _DASH if value is None else f"${value:,.4f}"
+
+
+def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
+    """Render a metrics dict (as returned by :func:`compute_metrics`, or read back
+    from JSON) as plain-text tables: summary, per task type, stop reasons.
+
+    Rendered with ``rich`` into a string, without colour or other escape codes,
+    ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
+    with ``correct/scored`` beside it."""
+    tokens = metrics.get("tokens") or {}
+    latency = metrics.get("latency_ms") or {}
+
+    summary = Table(title="Evaluation metrics", show_header=False)
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    summary.add_row(
+        "accuracy",
+        f"{_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/{metrics.get('scored', 0)} scored)",
+    )
+    summary.add_row("total", str(metrics.get("total", 0)))
+    summary.add_row("scored", str(metrics.get("scored", 0)))
+    summary.add_row("unscored", str(metrics.get("unscored", 0)))
+    summary.add_row("correct", str(metrics.get("correct", 0)))
+    summary.add_row("errors", str(metrics.get("errors", 0)))
+    summary.add_row("mean steps", _num(metrics.get("steps_mean"), 2))
+    summary.add_row("input tokens", f"{tokens.get('input', 0):,}")
+    summary.add_row("output tokens", f"{tokens.get('output', 0):,}")
+    summary.add_row("rows with unknown tokens", str(tokens.get("unknown_rows", 0)))
+    summary.add_row("cost", _cost(metrics.get("cost")))
+    summary.add_row("latency p50 (ms)", _num(latency.get("p50")))
+    summary.add_row("latency p95 (ms)", _num(latency.get("p95")))
+    summary.add_row("latency mean (ms)", _num(latency.get("mean")))
+
+    per_task = Table(title="Per task type")
+    for name, justify in (
+        ("task type", "left"),
+        ("total", "right"),
+        ("scored", "right"),
+        ("correct", "right"),
+        ("accuracy", "right"),
+    ):
+        per_task.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for task_type, bucket in (metrics.get("per_task_type") or {}).items():
+        per_task.add_row(
+            task_type,
+            str(bucket.get("total", 0)),
+            str(bucket.get("scored", 0)),
+            str(bucket.get("correct", 0)),
+            _pct(bucket.get("accuracy")),
+        )
+
+    stops = Table(title="Stop reasons")
+    stops.add_column("stop reason")
+    stops.add_column("count", justify="right")
+    for reason, count in (metrics.get("stop_reasons") or {}).items():
+        stops.add_row(reason or "(none)", str(count))
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=False,
+        color_system=None,
+        no_color=True,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    for table in (summary, per_task, stops):
+        console.print(table)
+    return buffer.getvalue()
