@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from agentlab.agent.types import LLMProvider
 from agentlab.db import DatabaseThreads
-from turns.driver import EVALUATION, drive_turn
+from turns.driver import EvaluationPolicy, drive_turn
 
 from .services import PlannedExample, prediction_record
 
@@ -40,17 +40,23 @@ async def drive_examples(
 
     async def one(item: PlannedExample) -> None:
         async with gate:
+            recorded = False
+
+            def record(*, turn_id: int) -> None:
+                nonlocal recorded
+                prediction_record(prediction_id=item.prediction_id)
+                recorded = True
+
             error: str | None = None
-            latency_ms: int | None = None
             try:
-                result = await drive_turn(item.turn_id, policy=EVALUATION, provider=provider, db=db)
-                if result is not None:
-                    latency_ms = result.latency_ms
-                    error = result.error if result.status == "failed" else None
+                # the prediction is completed in the terminal event's transaction
+                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=record), provider=provider, db=db)
             except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
                 error = f"{type(exc).__name__}: {exc}"
-            await db.run(prediction_record, prediction_id=item.prediction_id, error=error, latency_ms=latency_ms)
+            if not recorded:
+                # not claimable (already ended) or the finish itself failed
+                await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
             if on_done is not None:
                 on_done(item)
 

@@ -257,9 +257,19 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
     return compute_metrics(rows)
 
 
-def run_finish(*, run: Run, status: str = RunStatus.SUCCESS) -> Run:
-    """Compute and store the run's metrics and final status."""
+def run_finish(*, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wall_s: float | None = None) -> Run:
+    """Compute and store the run's metrics and final status.
+
+    ``driven`` examples were driven in ``wall_s`` seconds by this invocation
+    (a resumed run drives only what was left); they are stored as
+    ``metrics["throughput"]`` = ``{"examples", "wall_s", "samples_per_s"}``.
+    """
     run.metrics = run_metrics(run=run)
+    if wall_s is not None:
+        run.metrics["throughput"] = {
+            "examples": driven, "wall_s": round(wall_s, 3),
+            "samples_per_s": round(driven / wall_s, 2) if wall_s > 0 else None,
+        }
     run.status = status
     run.finished_at = timezone.now()
     run.save(update_fields=["metrics", "status", "finished_at"])

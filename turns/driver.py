@@ -25,10 +25,15 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce, Greatest
+from django.db import transaction
 from django.utils import timezone
 
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, CompletionReport, LoopResult, Report, ToolResultReport
@@ -53,15 +58,32 @@ class TurnPolicy:
 
     name = "base"
 
+    def on_finish(self, *, turn_id: int) -> None:
+        """Called inside the transaction that writes the turn's terminal event,
+        after the turn row has its final fields: what the caller records here
+        commits or rolls back with the end of the turn."""
+
     async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads) -> ApprovalDecision:
         return "unavailable"
 
 
 class EvaluationPolicy(TurnPolicy):
     """Evaluation: nobody is there to approve, so a tool that needs approval
-    cancels the turn with stop reason ``approval_required``."""
+    cancels the turn with stop reason ``approval_required``.
+
+    ``finish`` (``turn_id -> None``), when given, runs in the terminal event's
+    transaction — ``run_eval`` completes the example's prediction there, so a
+    finished turn never lacks its prediction.
+    """
 
     name = "evaluation"
+
+    def __init__(self, finish: Callable[..., None] | None = None) -> None:
+        self._finish = finish
+
+    def on_finish(self, *, turn_id: int) -> None:
+        if self._finish is not None:
+            self._finish(turn_id=turn_id)
 
 
 class ChatPolicy(TurnPolicy):
@@ -77,6 +99,18 @@ CHAT = ChatPolicy()
 
 #: How often the driver looks at the cancel flag while a turn runs (seconds).
 CANCEL_POLL_S = 0.5
+
+_default_tools: ToolRegistry | None = None
+
+
+def shared_default_tools() -> ToolRegistry:
+    """The built-in tools, built once per process: they keep no per-turn state
+    (the turn's documents come in the ``ToolContext``), and building their
+    JSON schemas for every turn was a measurable share of ``run_eval``'s CPU."""
+    global _default_tools
+    if _default_tools is None:
+        _default_tools = default_registry()
+    return _default_tools
 
 
 @dataclass(frozen=True)
@@ -99,32 +133,31 @@ class DriveResult:
 # --- claiming and rebuilding (sync; run on database threads) -------------------
 
 
-def turn_claim(*, turn_id: int, job_id: str = "") -> Turn | None:
+def turn_claim(*, turn_id: int, job_id: str = "") -> tuple[Turn, bool] | None:
     """Claim a queued turn for this job: ``queued → running`` by a conditional
-    update. Returns the turn, or ``None`` when someone else has it (or it is no
-    longer queued) — then nothing is written. (healthchecks ``sendalerts``.)"""
+    update. Returns ``(turn, fresh)`` — ``fresh`` when the turn never ran
+    before, so there is no recorded step to rebuild — or ``None`` when someone
+    else has it (or it is no longer queued); then nothing is written.
+    (healthchecks ``sendalerts``.)"""
     now = timezone.now()
-    claimed = Turn.objects.filter(pk=turn_id, status=TurnStatus.QUEUED).update(
-        status=TurnStatus.RUNNING, heartbeat_at=now, job_id=job_id, updated_at=now
-    )
-    if claimed != 1:
-        return None
-    turn = Turn.objects.get(pk=turn_id)
-    fields: dict[str, Any] = {"phase": TurnPhase.ACT}
-    if turn.started_at is None:
-        fields["started_at"] = now
-    if turn.attempts == 0:
-        fields["attempts"] = 1
-    event_append_many(
-        turn_id=turn_id,
-        events=[
-            NewEvent(EventType.TURN_STARTED, {"attempt": fields.get("attempts", turn.attempts), "job_id": job_id}),
-            NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
-        ],
-        turn_fields=fields,
-    )
-    turn.refresh_from_db()
-    return turn
+    with transaction.atomic():
+        claimed = Turn.objects.filter(pk=turn_id, status=TurnStatus.QUEUED).update(
+            status=TurnStatus.RUNNING, heartbeat_at=now, job_id=job_id, updated_at=now, phase=TurnPhase.ACT,
+            started_at=Coalesce(F("started_at"), Value(now)), attempts=Greatest(F("attempts"), Value(1)),
+        )
+        if claimed != 1:
+            return None
+        turn = Turn.objects.get(pk=turn_id)
+        fresh = turn.started_at == now
+        events = event_append_many(
+            turn_id=turn_id,
+            events=[
+                NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
+                NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+            ],
+        )
+    turn.last_seq = events[-1].seq
+    return turn, fresh
 
 
 def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
@@ -229,22 +262,27 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
 
 
 def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict[str, Any],
-            timings: dict[str, int]) -> None:
-    turn = Turn.objects.only("meta", "timings").get(pk=turn_id)
-    meta = dict(turn.meta or {})
+            timings: dict[str, int], meta: dict[str, Any], pending: Sequence[NewEvent] = (),
+            policy: TurnPolicy) -> None:
+    """Write the terminal event (after any ``pending`` step events) and the
+    turn's final fields in one transaction. ``timings`` and ``meta`` are the
+    turn's values as claimed: only the driver that holds the turn writes them."""
+    meta = dict(meta)
     if event_type == EventType.TURN_FAILED:
         meta["failure_cause"] = data.get("cause")
         if data.get("error"):
             meta["failure_error"] = data["error"]
-    merged = {**(turn.timings or {}), **timings}
-    event_append_many(
-        turn_id=turn_id,
-        events=[NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
-        turn_fields={**fields, "meta": meta, "timings": merged},
-    )
+    with transaction.atomic():
+        event_append_many(
+            turn_id=turn_id,
+            events=[*pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
+            turn_fields={**fields, "meta": meta, "timings": timings},
+        )
+        policy.on_finish(turn_id=turn_id)
 
 
-def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int]) -> None:
+def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int],
+                     meta: dict[str, Any], pending: list[NewEvent], policy: TurnPolicy) -> None:
     """End a turn whose driver itself raised; only if it is still ours (running)."""
     if not Turn.objects.filter(pk=turn_id, status=TurnStatus.RUNNING).exists():
         return
@@ -252,7 +290,7 @@ def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: 
               "phase": TurnPhase.FINISH, "finished_at": timezone.now(), "usage": usage, "steps": steps}
     _finish(turn_id=turn_id, event_type=EventType.TURN_FAILED,
             data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
-            fields=fields, timings=timings)
+            fields=fields, timings=timings, meta=meta, pending=pending, policy=policy)
 
 
 # --- driving -------------------------------------------------------------------
@@ -262,8 +300,12 @@ class _Recorder:
     """Persists each loop report as events before the loop takes its next step,
     keeping the turn's running usage and step count on the same write."""
 
-    def __init__(self, *, turn_id: int, attempt: int, db: DatabaseThreads, usage: UsageTotals, steps: int) -> None:
+    def __init__(self, *, turn_id: int, attempt: int, db: DatabaseThreads, usage: UsageTotals, steps: int,
+                 tools: ToolRegistry) -> None:
         self.turn_id = turn_id
+        self.tools = tools
+        #: step events held back for the finishing transaction (see below)
+        self.pending: list[NewEvent] = []
         self.attempt = attempt
         self.db = db
         self.usage = usage
@@ -286,9 +328,17 @@ class _Recorder:
             fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
         else:
             assert isinstance(report, ToolResultReport)
-            events = [NewEvent(EventType.TOOL_RESULT,
-                               {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})]
-            fields = {}
+            event = NewEvent(EventType.TOOL_RESULT,
+                             {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})
+            tool = self.tools.get(report.call.name)
+            if tool is not None and tool.ends_turn and not report.result.is_error:
+                # Nothing follows a turn-ending tool (final_answer, ask_user)
+                # but the terminal event: write both in one transaction. If
+                # the process dies before it, resume runs this tool again —
+                # it has no side effect.
+                self.pending.append(event)
+                return
+            events, fields = [event], {}
         await self.db.run(event_append_many, turn_id=self.turn_id, events=events, turn_fields=fields)
 
 
@@ -333,15 +383,17 @@ async def drive_turn(
     sweeper to mark interrupted).
     """
     started = time.monotonic()
-    turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
-    if turn is None:
+    claim = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
+    if claim is None:
         return None
-    attempt = max(turn.attempts, 1)
-    recorded = await db.run(recorded_steps, turn_id=turn_id, attempt=attempt)
+    turn, fresh = claim
+    attempt = turn.attempts
+    recorded = [] if fresh else await db.run(recorded_steps, turn_id=turn_id, attempt=attempt)
     usage = UsageTotals()
     for step in recorded:
         usage.add(step.completion)
-    recorder = _Recorder(turn_id=turn_id, attempt=attempt, db=db, usage=usage, steps=len(recorded))
+    tools = tools or shared_default_tools()
+    recorder = _Recorder(turn_id=turn_id, attempt=attempt, db=db, usage=usage, steps=len(recorded), tools=tools)
     cancel = asyncio.Event()
     watcher = asyncio.create_task(_watch(turn_id=turn_id, cancel=cancel, db=db))
 
@@ -349,7 +401,7 @@ async def drive_turn(
         return await policy.approval(turn_id=turn_id, call=call, db=db)
 
     timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
-    loop = AgentLoop(provider, tools or default_registry(), max_steps=turn.max_steps)
+    loop = AgentLoop(provider, tools, max_steps=turn.max_steps)
     timings: dict[str, int] = {}
     try:
         act_started = time.monotonic()
@@ -366,7 +418,9 @@ async def drive_turn(
         timings["act_ms"] = int((time.monotonic() - act_started) * 1000)
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         event_type, data, fields = finish_fields(result)
-        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields, timings=timings)
+        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields,
+                     timings={**(turn.timings or {}), **timings}, meta=turn.meta or {}, pending=recorder.pending,
+                     policy=policy)
         return DriveResult(
             turn_id=turn_id, status=fields["status"], outcome=fields["outcome"], stop_reason=result.stop_reason,
             answer=result.answer, evidence=result.evidence, reasoning=result.reasoning, steps=result.steps_used,
@@ -380,7 +434,8 @@ async def drive_turn(
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         try:
             await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=usage.to_dict(),
-                         steps=recorder.steps, timings=timings)
+                         steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=turn.meta or {},
+                         pending=recorder.pending, policy=policy)
         except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
             logger.exception("turn %s: could not record the failure", turn_id)
         return DriveResult(

@@ -12,15 +12,17 @@ cannot recover from the database on its next heartbeat tick.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import math
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
-from asgiref.sync import async_to_sync
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from .models import EventType, Turn, TurnEvent
@@ -87,9 +89,9 @@ def event_append_many(
 ) -> list[TurnEvent]:
     """Append events to a turn's log in one transaction and ring its doorbell.
 
-    The turn row is locked (``SELECT … FOR UPDATE`` on PostgreSQL; SQLite's
-    IMMEDIATE transaction holds the database write lock), so concurrent
-    appenders get consecutive seqs with no gap. ``turn_fields`` are written to
+    The turn row is locked and its ``last_seq`` advanced in one statement
+    (``_advance_seq``), so concurrent appenders get consecutive seqs with no
+    gap. ``turn_fields`` are written to
     the turn in the same transaction (status, answer …), so the log and the
     turn row never disagree. Payloads pass through ``json_safe``.
 
@@ -103,15 +105,14 @@ def event_append_many(
         if event.type not in _EVENT_TYPES:
             raise ValueError(f"unknown event type {event.type!r}; expected one of {sorted(_EVENT_TYPES)}")
     now = timezone.now()
+    fields = {k: clean_text(v) if isinstance(v, str) else v for k, v in (turn_fields or {}).items()}
     with transaction.atomic():
-        last_seq = Turn.objects.select_for_update().values_list("last_seq", flat=True).get(pk=turn_id)
+        last_seq = _advance_seq(turn_id=turn_id, count=len(events), now=now, fields=fields)
         rows = [
             TurnEvent(turn_id=turn_id, seq=last_seq + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
             for i, e in enumerate(events, start=1)
         ]
         TurnEvent.objects.bulk_create(rows)
-        fields = {k: clean_text(v) if isinstance(v, str) else v for k, v in (turn_fields or {}).items()}
-        Turn.objects.filter(pk=turn_id).update(last_seq=last_seq + len(rows), updated_at=now, **fields)
         frames = [r.as_frame() for r in rows]
         # Ring only once the events are visible to readers: a subscriber woken
         # before the commit would read nothing and wait for the next tick.
@@ -119,22 +120,107 @@ def event_append_many(
     return rows
 
 
-def ring_turn(turn_id: int, frames: Iterable[dict[str, Any]]) -> None:
-    """Ring the doorbell of a turn's group, carrying the new event frames.
+class _Doorbell:
+    """Delivers rings on one long-lived event loop, without blocking the writer.
 
-    Best effort by design (DESIGN.md §5): a full channel, a missing layer or a
-    broken connection is logged and swallowed — subscribers read the gap from
-    the database on their next tick. Never raises.
+    ``async_to_sync`` per ring would build an event loop for every append and
+    wait for the channel layer — in a profile of ``run_eval`` that was most of
+    the database threads' time. Rings are instead handed to a loop and not
+    awaited: the doorbell is best effort, and subscribers read gaps by seq.
+
+    The loop is a daemon thread started on first use, unless a server adopts
+    its own running loop with ``set_loop`` (daphne with the in-memory channel
+    layer must, because that layer's queues belong to the server's loop).
     """
+
+    def __init__(self) -> None:
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = threading.Lock()
+
+    def set_loop(self, loop: asyncio.AbstractEventLoop) -> None:
+        with self._lock:
+            self._loop = loop
+
+    def _get_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None or self._loop.is_closed():
+                loop = asyncio.new_event_loop()
+                threading.Thread(target=loop.run_forever, name="agentlab-doorbell", daemon=True).start()
+                self._loop = loop
+            return self._loop
+
+    def ring(self, turn_id: int, frames: list[dict[str, Any]]) -> None:
+        loop = self._get_loop()
+        message = {"type": "turn.doorbell", "events": frames}
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            loop.create_task(_group_send(turn_id, message))
+        else:
+            asyncio.run_coroutine_threadsafe(_group_send(turn_id, message), loop)
+
+
+async def _group_send(turn_id: int, message: dict[str, Any]) -> None:
     from channels.layers import get_channel_layer
 
     try:
         layer = get_channel_layer()
-        if layer is None:
-            return
-        async_to_sync(layer.group_send)(turn_group(turn_id), {"type": "turn.doorbell", "events": list(frames)})
+        if layer is not None:
+            await layer.group_send(turn_group(turn_id), message)
     except Exception:  # noqa: BLE001 - the doorbell may be lost, the log is not
         logger.warning("doorbell for turn %s was not delivered", turn_id, exc_info=True)
+
+
+doorbell = _Doorbell()
+
+
+def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str, Any]) -> int:
+    """Lock the turn row, add ``count`` to its ``last_seq`` and write
+    ``fields``, in one ``UPDATE … RETURNING`` statement; return the seq the
+    new events start after.
+
+    One statement instead of ``SELECT … FOR UPDATE`` then ``UPDATE``: the
+    UPDATE takes the row lock itself (PostgreSQL), or runs under the database
+    write lock that the IMMEDIATE transaction holds (SQLite ≥ 3.35), so two
+    appenders can never read the same ``last_seq``. Field values go through
+    each model field's own ``get_db_prep_save``, as the ORM would. Raises
+    ``Turn.DoesNotExist`` for an unknown turn.
+    """
+    connection = connections[Turn.objects.db]
+    meta = Turn._meta
+    qn = connection.ops.quote_name
+    assignments = [f"{qn('last_seq')} = {qn('last_seq')} + %s", f"{qn('updated_at')} = %s"]
+    params: list[Any] = [count, meta.get_field("updated_at").get_db_prep_save(now, connection)]
+    for name, value in fields.items():
+        field = meta.get_field(name)
+        if field.name in ("last_seq", "updated_at", "id"):
+            raise ValueError(f"turn field {name!r} is managed by the event log")
+        assignments.append(f"{qn(field.column)} = %s")
+        params.append(field.get_db_prep_save(value, connection))
+    params.append(turn_id)
+    sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(assignments)} "
+           f"WHERE {qn(meta.pk.column)} = %s RETURNING {qn('last_seq')}")
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        raise Turn.DoesNotExist(f"turn {turn_id} does not exist")
+    return int(row[0]) - count
+
+
+def ring_turn(turn_id: int, frames: Iterable[dict[str, Any]]) -> None:
+    """Ring the doorbell of a turn's group, carrying the new event frames.
+
+    Best effort by design (DESIGN.md §5): returns at once; a full channel, a
+    missing layer or a broken connection is logged and swallowed — subscribers
+    read the gap from the database on their next tick. Never raises.
+    """
+    try:
+        doorbell.ring(turn_id, list(frames))
+    except Exception:  # noqa: BLE001
+        logger.warning("doorbell for turn %s could not be rung", turn_id, exc_info=True)
 
 
 def events_after(*, turn_id: int, after: int = 0, limit: int | None = None) -> list[TurnEvent]:

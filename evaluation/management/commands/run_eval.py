@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +80,19 @@ class Command(BaseCommand):
 
         bar = tqdm(total=len(planned), disable=None, desc=run.run_id, unit="ex", file=sys.stderr)
         status = RunStatus.SUCCESS
+        self._driven = 0
+        started = time.monotonic()
         try:
             asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar))
         except KeyboardInterrupt:
             status = RunStatus.CANCELLED
             raise
+        except BaseException:
+            status = RunStatus.ERROR
+            raise
         finally:
             bar.close()
-            run = run_finish(run=run, status=status)
+            run = run_finish(run=run, status=status, driven=self._driven, wall_s=time.monotonic() - started)
 
         self.stdout.write(format_table(run.metrics))
         self.stdout.write(f"run id: {run.run_id}")
@@ -99,12 +105,15 @@ class Command(BaseCommand):
             shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
             raise CommandError(f"accuracy {shown} is below --fail-under {fail_under}", returncode=1)
 
-    @staticmethod
-    async def _drive(planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm) -> None:
-        with DatabaseThreads(max_workers=min(concurrency, 16) + 2) as db:
+    async def _drive(self, planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm) -> None:
+        def done(_item: Any) -> None:
+            self._driven += 1
+            bar.update(1)
+
+        with DatabaseThreads(max_workers=min(concurrency, 8)) as db:
             try:
                 await drive_examples(planned, provider=provider, db=db, concurrency=concurrency,
-                                     on_done=lambda _item: bar.update(1))
+                                     on_done=done)
             finally:
                 close = getattr(provider, "aclose", None)
                 if close is not None:

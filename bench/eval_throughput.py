@@ -1,0 +1,154 @@
+"""Throughput of ``run_eval`` against a stub OpenAI-compatible server.
+
+The stub (``python -m agentlab.testing.stub_llm``) answers every request with a
+``final_answer`` tool call after a fixed latency, so each example is one LLM
+call. For each database (SQLite, PostgreSQL) and concurrency (1, 8, 32, 64) the
+script runs ``manage.py run_eval`` over N generated examples and prints
+samples/s (examples driven ÷ wall time of the driving phase, as stored by
+run_eval in ``metrics.throughput``), the ratio to the ideal (concurrency ÷
+latency) and, against the same stub, what the bare ``openai`` client does alone
+(no Django, no database) — the practical ceiling.
+
+    python bench/eval_throughput.py [--examples 500] [--latency-ms 50]
+        [--concurrency 1 8 32 64] [--databases sqlite postgres]
+        [--pg-url postgres://postgres@127.0.0.1:5432/agentlab_bench]
+
+PostgreSQL's bench database is created (and migrated) if missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def write_examples(path: Path, n: int) -> None:
+    with path.open("w", encoding="utf-8") as f:
+        for i in range(n):
+            f.write(json.dumps({"question_id": f"bench-{i}", "question": f"What is {i} + 0? Answer {i}.",
+                                "answer": str(i), "task_type": "math"}) + "\n")
+
+
+def ensure_pg_database(url: str) -> None:
+    import psycopg
+
+    name = url.rsplit("/", 1)[1]
+    admin = url.rsplit("/", 1)[0] + "/postgres"
+    with psycopg.connect(admin, autocommit=True) as conn:
+        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
+            conn.execute(f'CREATE DATABASE "{name}"')
+
+
+def run_eval(env: dict[str, str], dataset: Path, run_id: str, concurrency: int, out: Path) -> dict:
+    cmd = [sys.executable, "manage.py", "run_eval", str(dataset), "--run-id", run_id,
+           "--concurrency", str(concurrency), "--json", str(out)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"run_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
+    return json.loads(out.read_text())["metrics"]
+
+
+async def bare_client(base_url: str, n: int, concurrency: int) -> float:
+    """Samples/s of the bare ``openai`` async client: n requests, at most
+    ``concurrency`` in flight, no Django, no database."""
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    gate = asyncio.Semaphore(concurrency)
+
+    async def one(i: int) -> None:
+        async with gate:
+            await client.chat.completions.create(
+                model="stub", messages=[{"role": "user", "content": f"What is {i} + 0?"}])
+
+    started = time.monotonic()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    elapsed = time.monotonic() - started
+    await client.close()
+    return n / elapsed
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--examples", type=int, default=500)
+    parser.add_argument("--latency-ms", type=int, default=50)
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
+    parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL",
+                                                            "postgres://postgres@127.0.0.1:5432/agentlab_bench"))
+    args = parser.parse_args()
+
+    port = free_port()
+    stub = subprocess.Popen([sys.executable, "-m", "agentlab.testing.stub_llm", "--port", str(port),
+                             "--latency-ms", str(args.latency_ms)], cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base_url = f"http://127.0.0.1:{port}/v1"
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    latency = args.latency_ms / 1000
+    rows: list[tuple[str, int, float, float]] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentlab-bench-") as tmp:
+            tmpdir = Path(tmp)
+            dataset = tmpdir / "bench.jsonl"
+            write_examples(dataset, args.examples)
+            base_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")}
+            base_env.update(AGENTLAB_LLM_BASE_URL=base_url, AGENTLAB_LLM_API_KEY="bench", AGENTLAB_MODEL="stub")
+            for db in args.databases:
+                env = dict(base_env)
+                if db == "sqlite":
+                    env["AGENTLAB_SQLITE_PATH"] = str(tmpdir / "bench.sqlite3")
+                else:
+                    ensure_pg_database(args.pg_url)
+                    env["DATABASE_URL"] = args.pg_url
+                subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
+                               check=True, capture_output=True)
+                stamp = time.strftime("%Y%m%d-%H%M%S")
+                for c in args.concurrency:
+                    metrics = run_eval(env, dataset, f"bench-{db}-c{c}-{stamp}", c, tmpdir / "out.json")
+                    sps = metrics["throughput"]["samples_per_s"]
+                    assert metrics["total"] == args.examples and metrics["correct"] == args.examples, metrics
+                    rows.append((db, c, sps, sps / (c / latency)))
+                    print(f"{db:<9} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} of ideal "
+                          f"{c / latency:.0f}/s)", flush=True)
+            for c in args.concurrency:
+                sps = asyncio.run(bare_client(base_url, args.examples, c))
+                rows.append(("bare", c, sps, sps / (c / latency)))
+                print(f"{'bare SDK':<9} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} of ideal)",
+                      flush=True)
+    finally:
+        stub.terminate()
+        stub.wait()
+
+    print()
+    print(f"{args.examples} examples, stub latency {args.latency_ms} ms, one LLM call per example")
+    print(f"{'':<10}" + "".join(f"{'c=' + str(c):>12}" for c in args.concurrency))
+    for name in ("sqlite", "postgres", "bare"):
+        cells = {c: sps for db, c, sps, _ in rows if db == name}
+        if cells:
+            print(f"{name:<10}" + "".join(f"{cells[c]:>10.1f}/s" for c in args.concurrency))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
