@@ -1,0 +1,453 @@
+"""The agent loop: ask the LLM, run the tools it asks for, repeat, answer.
+
+One ``AgentLoop.run`` is one attempt at one turn. Each step is one LLM call
+(``complete_with_retries``) followed by the tool calls it asked for, in order.
+Every completion and every tool result is handed to ``on_report`` *before* the
+loop goes on, so the driver can append it to the turn's event log; on resume
+the driver passes those recorded steps back as ``recorded`` and the loop
+rebuilds the conversation from them without calling the LLM or the tools again
+(DESIGN.md §8, §9).
+
+The loop never raises for what the model, a tool or a provider did: it ends
+with a ``LoopResult`` whose ``stop_reason`` says why (DESIGN.md §4). Only an
+exception from ``on_report`` (the driver could not record a step — going on
+would lose it) and ``asyncio.CancelledError`` propagate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar
+
+from agentlab.agent.protocol import observation_message, parse_tool_calls, system_prompt
+from agentlab.agent.retry import complete_with_retries
+from agentlab.agent.tools import ToolContext, ToolRegistry
+from agentlab.agent.types import (
+    Completion,
+    LLMProvider,
+    ProviderError,
+    Step,
+    StopReason,
+    ToolCall,
+    ToolResult,
+    as_text,
+)
+from agentlab.agent.usage import UsageTotals
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class CompletionReport:
+    """A step's completion arrived (reported before its tools run). For
+    providers without native tools ``completion.tool_calls`` holds the calls
+    parsed from its text."""
+
+    step: int
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class ToolResultReport:
+    """One tool call of step ``step`` produced ``result``."""
+
+    step: int
+    call: ToolCall
+    result: ToolResult
+
+
+Report = CompletionReport | ToolResultReport
+OnReport = Callable[[Report], Awaitable[None]]
+ApprovalDecision = Literal["approved", "rejected", "unavailable"]
+ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
+
+
+@dataclass
+class LoopResult:
+    """How a run ended.
+
+    ``answer``/``evidence``/``reasoning`` are text (``as_text``) when
+    ``stop_reason == "final"``, else ``""``. ``question`` is the clarifying
+    question when ``"asked"``. ``steps`` are all steps, recorded ones first;
+    ``steps_used == len(steps)`` (LLM calls that returned). ``usage`` covers
+    every completion in ``steps``. ``error`` is a human-readable cause for the
+    failing stop reasons. ``pending_call`` is the tool call that waited for an
+    approval (``approval_rejected`` / ``approval_required``).
+    """
+
+    stop_reason: StopReason
+    answer: str
+    evidence: str
+    reasoning: str
+    question: str | None
+    steps: list[Step]
+    steps_used: int
+    usage: UsageTotals
+    error: str | None = None
+    pending_call: ToolCall | None = None
+
+
+class _Stop(Exception):
+    """Ends the run early with a stop reason (cancel, timeout, approval)."""
+
+    def __init__(
+        self, stop_reason: StopReason, error: str | None = None, pending_call: ToolCall | None = None
+    ):
+        super().__init__(stop_reason)
+        self.stop_reason: StopReason = stop_reason
+        self.error = error
+        self.pending_call = pending_call
+
+
+class _ReportFailed(Exception):
+    """Carries an exception raised by ``on_report`` past the loop's catch-all."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(repr(error))
+        self.error = error
+
+
+@dataclass
+class _Outcome:
+    stop_reason: StopReason
+    answer: str = ""
+    evidence: str = ""
+    reasoning: str = ""
+    question: str | None = None
+
+
+@dataclass
+class _Run:
+    question: str
+    context: ToolContext
+    on_report: OnReport | None
+    cancel: asyncio.Event | None
+    approval: ApprovalGate | None
+    deadline: float | None
+    steps: list[Step] = field(default_factory=list)
+    usage: UsageTotals = field(default_factory=UsageTotals)
+
+
+class AgentLoop:
+    """Runs the think → tool → observe loop for one question.
+
+    ``max_steps`` bounds the LLM calls (recorded ones included).
+    ``system_prompt`` replaces the default job description; for providers
+    without native tools the tool list and the JSON-in-text protocol are
+    always appended. ``max_tokens`` / ``temperature`` are passed to every
+    call; ``retry_attempts`` is the total number of tries per LLM call for
+    transient errors (``retry_base_delay`` seconds before the first retry,
+    doubling).
+    """
+
+    def __init__(
+        self,
+        provider: LLMProvider,
+        tools: ToolRegistry,
+        *,
+        max_steps: int = 8,
+        system_prompt: str | None = None,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+        retry_attempts: int = 4,
+        retry_base_delay: float = 0.5,
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError("max_steps must be at least 1")
+        self.provider = provider
+        self.tools = tools
+        self.max_steps = max_steps
+        self.system_prompt = system_prompt
+        self.max_tokens = max_tokens
+        self.temperature = temperature
+        self.retry_attempts = retry_attempts
+        self.retry_base_delay = retry_base_delay
+
+    @property
+    def native_tools(self) -> bool:
+        return bool(getattr(self.provider, "native_tools", False))
+
+    # ------------------------------------------------------------------ messages
+
+    def build_messages(self, question: str, steps: Sequence[Step]) -> list[dict[str, Any]]:
+        """The chat messages for the next LLM call after ``steps``.
+
+        Native tools: each step is an assistant message with ``tool_calls``
+        (``arguments`` re-serialised from the parsed object so the request
+        stays valid JSON even when the model sent broken JSON) followed by one
+        ``tool`` message per result. JSON-in-text: the assistant's text, then
+        one user message with every observation of that step.
+        """
+        messages: list[dict[str, Any]] = [
+            {
+                "role": "system",
+                "content": system_prompt(self.tools, native_tools=self.native_tools, base=self.system_prompt),
+            },
+            {"role": "user", "content": question},
+        ]
+        for step in steps:
+            completion = step.completion
+            calls = self._calls_of(step)
+            if self.native_tools:
+                message: dict[str, Any] = {"role": "assistant", "content": completion.text}
+                if calls:
+                    message["tool_calls"] = [
+                        {
+                            "id": call.id,
+                            "type": "function",
+                            "function": {
+                                "name": call.name,
+                                "arguments": json.dumps(call.arguments, ensure_ascii=False),
+                            },
+                        }
+                        for call in calls
+                    ]
+                elif message["content"] is None:
+                    message["content"] = ""
+                messages.append(message)
+                by_id = {r.call_id: r for r in step.results}
+                for call in calls:
+                    result = by_id.get(call.id)
+                    if result is not None:
+                        messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
+            else:
+                messages.append({"role": "assistant", "content": completion.text or ""})
+                if step.results:
+                    messages.append({"role": "user", "content": observation_message(step.results)})
+        return messages
+
+    def _calls_of(self, step: Step) -> list[ToolCall]:
+        completion = step.completion
+        if completion.tool_calls or self.native_tools:
+            return list(completion.tool_calls)
+        return parse_tool_calls(completion.text, step=step.index)
+
+    # ------------------------------------------------------------------ run
+
+    async def run(
+        self,
+        question: str,
+        *,
+        context: ToolContext | None = None,
+        on_report: OnReport | None = None,
+        cancel: asyncio.Event | None = None,
+        recorded: Sequence[Step] = (),
+        approval: ApprovalGate | None = None,
+        deadline: float | None = None,
+    ) -> LoopResult:
+        """Answer ``question``; see the module docstring and ``LoopResult``.
+
+        ``cancel`` is honoured within about a second, also during an LLM call,
+        a tool or an approval wait (stop ``cancelled``); ``deadline`` is a
+        ``time.monotonic()`` value (stop ``timeout``). ``recorded`` are steps of
+        an earlier run of the same turn: they are neither repeated nor
+        reported again; a partial last step has only its missing tool calls
+        run. ``approval`` decides tools marked ``needs_approval`` (``None``
+        means no one can approve: stop ``approval_required``).
+        """
+        run = _Run(
+            question=question,
+            context=context or ToolContext(),
+            on_report=on_report,
+            cancel=cancel,
+            approval=approval,
+            deadline=deadline,
+        )
+        for step in recorded:
+            copied = Step(index=step.index, completion=step.completion, results=list(step.results))
+            run.steps.append(copied)
+            run.usage.add(copied.completion)
+        try:
+            outcome = await self._run(run)
+        except _ReportFailed as exc:
+            raise exc.error from None
+        except _Stop as stop:
+            return self._result(
+                run, _Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
+            )
+        except ProviderError as exc:
+            reason: StopReason = "context_overflow" if exc.kind == "context_overflow" else "provider_error"
+            return self._result(run, _Outcome(reason), error=str(exc) or exc.kind)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            logger.exception("agent loop failed")
+            return self._result(run, _Outcome("error"), error=f"{type(exc).__name__}: {exc}")
+        if outcome.stop_reason == "max_steps":
+            return self._result(run, outcome, error=f"no final answer after {self.max_steps} steps")
+        return self._result(run, outcome)
+
+    def _result(
+        self,
+        run: _Run,
+        outcome: _Outcome,
+        *,
+        error: str | None = None,
+        pending_call: ToolCall | None = None,
+    ) -> LoopResult:
+        return LoopResult(
+            stop_reason=outcome.stop_reason,
+            answer=outcome.answer,
+            evidence=outcome.evidence,
+            reasoning=outcome.reasoning,
+            question=outcome.question,
+            steps=run.steps,
+            steps_used=len(run.steps),
+            usage=run.usage,
+            error=error,
+            pending_call=pending_call,
+        )
+
+    async def _run(self, run: _Run) -> _Outcome:
+        # 1. Recorded steps: a finished turn is returned as it was.
+        for step in run.steps:
+            outcome = self._recorded_outcome(step)
+            if outcome is not None:
+                return outcome
+        # 2. A partial last step: run only the calls without a result.
+        if run.steps:
+            last = run.steps[-1]
+            done = {r.call_id for r in last.results}
+            missing = [c for c in self._calls_of(last) if c.id not in done]
+            if missing:
+                outcome = await self._run_calls(run, last, missing)
+                if outcome is not None:
+                    return outcome
+        # 3. New steps.
+        while len(run.steps) < self.max_steps:
+            self._check_stop(run)
+            index = len(run.steps) + 1
+            messages = self.build_messages(run.question, run.steps)
+            completion = await self._guard(
+                run,
+                complete_with_retries(
+                    self.provider,
+                    messages,
+                    self.tools.specs() if self.native_tools and len(self.tools) else None,
+                    attempts=self.retry_attempts,
+                    max_tokens=self.max_tokens,
+                    temperature=self.temperature,
+                    base_delay=self.retry_base_delay,
+                ),
+            )
+            if not self.native_tools:
+                completion = replace(
+                    completion, tool_calls=tuple(parse_tool_calls(completion.text, step=index))
+                )
+            step = Step(index=index, completion=completion)
+            run.steps.append(step)
+            run.usage.add(completion)
+            await self._report(run, CompletionReport(step=index, completion=completion))
+            calls = list(completion.tool_calls)
+            if not calls:
+                return _Outcome("final", answer=(completion.text or "").strip())
+            outcome = await self._run_calls(run, step, calls)
+            if outcome is not None:
+                return outcome
+        return _Outcome("max_steps")
+
+    def _recorded_outcome(self, step: Step) -> _Outcome | None:
+        calls = self._calls_of(step)
+        if not calls:
+            return _Outcome("final", answer=(step.completion.text or "").strip())
+        by_id = {r.call_id: r for r in step.results}
+        for call in calls:
+            result = by_id.get(call.id)
+            if result is not None:
+                outcome = self._ending(call, result)
+                if outcome is not None:
+                    return outcome
+        return None
+
+    def _ending(self, call: ToolCall, result: ToolResult) -> _Outcome | None:
+        """The outcome when ``call`` (which produced ``result``) ends the turn."""
+        if result.is_error:
+            return None
+        tool = self.tools.get(call.name)
+        ends = tool.ends_turn if tool is not None else None
+        if ends == "final":
+            args = call.arguments
+            return _Outcome(
+                "final",
+                answer=as_text(args.get("answer")).strip(),
+                evidence=as_text(args.get("evidence")),
+                reasoning=as_text(args.get("reasoning")),
+            )
+        if ends == "ask":
+            return _Outcome("asked", question=as_text(call.arguments.get("question")))
+        return None
+
+    async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> _Outcome | None:
+        for call in calls:
+            self._check_stop(run)
+            tool = self.tools.get(call.name)
+            if tool is not None and tool.needs_approval and call.error is None:
+                decision: ApprovalDecision = "unavailable"
+                if run.approval is not None:
+                    decision = await self._guard(run, run.approval(call))
+                if decision == "rejected":
+                    raise _Stop("approval_rejected", f"{call.name} was rejected", pending_call=call)
+                if decision != "approved":
+                    raise _Stop("approval_required", f"{call.name} needs an approval", pending_call=call)
+            result = await self._guard(run, self.tools.execute(call, run.context))
+            step.results.append(result)
+            await self._report(run, ToolResultReport(step=step.index, call=call, result=result))
+            outcome = self._ending(call, result)
+            if outcome is not None:
+                return outcome
+        return None
+
+    # ------------------------------------------------------------------ plumbing
+
+    async def _report(self, run: _Run, report: Report) -> None:
+        if run.on_report is None:
+            return
+        try:
+            await run.on_report(report)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            raise _ReportFailed(exc) from exc
+
+    def _check_stop(self, run: _Run) -> None:
+        if run.cancel is not None and run.cancel.is_set():
+            raise _Stop("cancelled")
+        if run.deadline is not None and time.monotonic() >= run.deadline:
+            raise _Stop("timeout", "the turn's deadline passed")
+
+    async def _guard(self, run: _Run, awaitable: Awaitable[T]) -> T:
+        """Await ``awaitable`` unless ``cancel`` is set or the deadline passes
+        first; then cancel it and raise ``_Stop``. A sync tool running in a
+        worker thread cannot be interrupted: it finishes in the background and
+        its result is dropped."""
+        self._check_stop(run)
+        task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
+        if run.cancel is None and run.deadline is None:
+            return await task
+        waiter = asyncio.ensure_future(run.cancel.wait()) if run.cancel is not None else None
+        try:
+            timeout = None if run.deadline is None else max(0.0, run.deadline - time.monotonic())
+            pending = {task} | ({waiter} if waiter is not None else set())
+            done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if task in done:
+                return task.result()
+            if waiter is not None and waiter in done:
+                raise _Stop("cancelled")
+            raise _Stop("timeout", "the turn's deadline passed")
+        finally:
+            if waiter is not None and not waiter.done():
+                waiter.cancel()
+            if not task.done():
+                task.cancel()
+                # Give the inner call a moment to unwind (close its HTTP
+                # request); never wait long — cancel must be prompt.
+                await asyncio.wait({task}, timeout=0.5)
+            if task.done() and not task.cancelled():
+                task.exception()  # mark retrieved: no "exception never retrieved" noise

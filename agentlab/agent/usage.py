@@ -1,0 +1,127 @@
+"""Token and cost totals over many completions, per model.
+
+Unknown usage stays unknown: a completion whose provider did not report both
+token counts adds nothing to the token sums and is counted in
+``unknown_calls`` instead, so a total is never silently "0 because we did not
+know". ``cost`` stays ``None`` until some completion reports a cost.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentlab.agent.types import Completion
+
+
+@dataclass
+class _Bucket:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    calls: int = 0
+    unknown_calls: int = 0
+    cost: float | None = None
+
+    def add(self, completion: Completion) -> None:
+        self.calls += 1
+        usage = completion.usage
+        if usage.known:
+            self.input_tokens += int(usage.input_tokens or 0)
+            self.output_tokens += int(usage.output_tokens or 0)
+        else:
+            self.unknown_calls += 1
+        if completion.cost is not None:
+            self.cost = (self.cost or 0.0) + float(completion.cost)
+
+    def merge(self, other: _Bucket) -> None:
+        self.input_tokens += other.input_tokens
+        self.output_tokens += other.output_tokens
+        self.calls += other.calls
+        self.unknown_calls += other.unknown_calls
+        if other.cost is not None:
+            self.cost = (self.cost or 0.0) + other.cost
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "calls": self.calls,
+            "unknown_calls": self.unknown_calls,
+            "cost": self.cost,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> _Bucket:
+        cost = data.get("cost")
+        return cls(
+            input_tokens=int(data.get("input_tokens") or 0),
+            output_tokens=int(data.get("output_tokens") or 0),
+            calls=int(data.get("calls") or 0),
+            unknown_calls=int(data.get("unknown_calls") or 0),
+            cost=None if cost is None else float(cost),
+        )
+
+
+@dataclass
+class UsageTotals:
+    """Summed usage of many completions, overall and per model.
+
+    ``to_dict()`` shape (JSON-serialisable, stored on turns and runs)::
+
+        {"input_tokens": int, "output_tokens": int, "calls": int,
+         "unknown_calls": int, "cost": float | None,
+         "by_model": {model: {"input_tokens": …, "output_tokens": …, "calls": …,
+                              "unknown_calls": …, "cost": …}}}
+
+    Token sums cover only calls whose usage is known (both counts reported);
+    ``calls - unknown_calls`` of them. ``cost`` is US dollars, ``None`` when no
+    call had a cost.
+    """
+
+    _total: _Bucket = field(default_factory=_Bucket)
+    _by_model: dict[str, _Bucket] = field(default_factory=dict)
+
+    @property
+    def input_tokens(self) -> int:
+        return self._total.input_tokens
+
+    @property
+    def output_tokens(self) -> int:
+        return self._total.output_tokens
+
+    @property
+    def calls(self) -> int:
+        return self._total.calls
+
+    @property
+    def unknown_calls(self) -> int:
+        return self._total.unknown_calls
+
+    @property
+    def cost(self) -> float | None:
+        return self._total.cost
+
+    def add(self, completion: Completion) -> None:
+        """Count one completion (one LLM call)."""
+        self._total.add(completion)
+        self._by_model.setdefault(completion.model or "", _Bucket()).add(completion)
+
+    def merge(self, other: UsageTotals) -> None:
+        """Add ``other``'s totals into these (e.g. a review call into a turn)."""
+        self._total.merge(other._total)
+        for model, bucket in other._by_model.items():
+            self._by_model.setdefault(model, _Bucket()).merge(bucket)
+
+    def to_dict(self) -> dict[str, Any]:
+        data = self._total.to_dict()
+        data["by_model"] = {model: bucket.to_dict() for model, bucket in sorted(self._by_model.items())}
+        return data
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> UsageTotals:
+        """Inverse of ``to_dict``; ``None`` or ``{}`` gives empty totals."""
+        data = data or {}
+        totals = cls(_total=_Bucket.from_dict(data))
+        for model, bucket in (data.get("by_model") or {}).items():
+            totals._by_model[str(model)] = _Bucket.from_dict(bucket or {})
+        return totals

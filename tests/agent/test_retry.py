@@ -1,0 +1,63 @@
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from agentlab.agent.providers.scripted import ScriptedProvider, text
+from agentlab.agent.retry import complete_with_retries
+from agentlab.agent.types import ProviderError
+
+
+def _transient(n: int) -> ProviderError:
+    return ProviderError(f"HTTP 503: busy {n}", transient=True, kind="server_error", status=503)
+
+
+async def test_transient_errors_are_retried_until_success() -> None:
+    provider = ScriptedProvider([_transient(1), _transient(2), text("ok")])
+    completion = await complete_with_retries(
+        provider, [{"role": "user", "content": "hi"}], None, base_delay=0.001
+    )
+    assert completion.text == "ok"
+    assert len(provider.calls) == 3
+
+
+async def test_the_last_transient_error_is_raised_after_all_attempts() -> None:
+    provider = ScriptedProvider([_transient(1), _transient(2), _transient(3), text("never")])
+    with pytest.raises(ProviderError, match="busy 3"):
+        await complete_with_retries(provider, [], None, attempts=3, base_delay=0.001)
+    assert len(provider.calls) == 3
+
+
+async def test_permanent_errors_are_raised_at_once() -> None:
+    provider = ScriptedProvider(
+        [ProviderError("HTTP 401: bad key", transient=False, kind="auth"), text("never")]
+    )
+    with pytest.raises(ProviderError, match="bad key"):
+        await complete_with_retries(provider, [], None, base_delay=0.001)
+    assert len(provider.calls) == 1
+
+
+async def test_other_exceptions_are_not_retried() -> None:
+    def boom(messages: list[dict]) -> None:
+        raise KeyError("bug")
+
+    provider = ScriptedProvider([boom, text("never")])  # type: ignore[list-item]
+    with pytest.raises(KeyError):
+        await complete_with_retries(provider, [], None, base_delay=0.001)
+    assert len(provider.calls) == 1
+
+
+async def test_backoff_doubles_from_base_delay() -> None:
+    provider = ScriptedProvider([_transient(1), _transient(2), _transient(3), text("ok")])
+    started = time.monotonic()
+    await complete_with_retries(provider, [], None, attempts=4, base_delay=0.05, max_delay=1.0)
+    elapsed = time.monotonic() - started
+    # 0.05 + 0.10 + 0.20 at least, plus at most 3 × 0.025 of jitter.
+    assert 0.35 <= elapsed < 1.5
+
+
+async def test_max_tokens_and_temperature_are_passed_through() -> None:
+    provider = ScriptedProvider([text("ok")])
+    await complete_with_retries(provider, [], None, max_tokens=12, temperature=0.3)
+    assert provider.kwargs_seen == [{"max_tokens": 12, "temperature": 0.3}]

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from agentlab.agent.types import Completion, Usage
+from agentlab.agent.usage import UsageTotals
+
+
+def _c(model: str, inp: int | None, out: int | None, cost: float | None = None) -> Completion:
+    return Completion(text="x", usage=Usage(inp, out), model=model, cost=cost)
+
+
+def test_known_usage_is_summed_per_model_and_unknown_is_counted_apart() -> None:
+    totals = UsageTotals()
+    totals.add(_c("a", 100, 20))
+    totals.add(_c("a", 50, 5))
+    totals.add(_c("b", None, None))
+    totals.add(_c("b", 7, None))  # half-known is unknown: never guessed
+
+    assert totals.to_dict() == {
+        "input_tokens": 150,
+        "output_tokens": 25,
+        "calls": 4,
+        "unknown_calls": 2,
+        "cost": None,
+        "by_model": {
+            "a": {"input_tokens": 150, "output_tokens": 25, "calls": 2, "unknown_calls": 0, "cost": None},
+            "b": {"input_tokens": 0, "output_tokens": 0, "calls": 2, "unknown_calls": 2, "cost": None},
+        },
+    }
+
+
+def test_cost_is_none_until_a_call_has_a_cost() -> None:
+    totals = UsageTotals()
+    totals.add(_c("a", 1, 1))
+    assert totals.cost is None
+    totals.add(_c("a", 1, 1, cost=0.25))
+    totals.add(_c("b", 1, 1, cost=0.5))
+    assert totals.cost == 0.75
+    assert totals.to_dict()["by_model"]["a"]["cost"] == 0.25
+
+
+def test_merge_adds_both_sides_and_round_trips_through_dict() -> None:
+    turn = UsageTotals()
+    turn.add(_c("a", 10, 2))
+    review = UsageTotals()
+    review.add(_c("judge", 30, 3, cost=0.01))
+    review.add(_c("a", None, None))
+    turn.merge(review)
+
+    data = turn.to_dict()
+    assert data["input_tokens"] == 40
+    assert data["output_tokens"] == 5
+    assert data["calls"] == 3
+    assert data["unknown_calls"] == 1
+    assert data["cost"] == 0.01
+    assert data["by_model"]["a"] == {
+        "input_tokens": 10,
+        "output_tokens": 2,
+        "calls": 2,
+        "unknown_calls": 1,
+        "cost": None,
+    }
+    assert UsageTotals.from_dict(data).to_dict() == data
+    assert UsageTotals.from_dict(None).to_dict() == {
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "calls": 0,
+        "unknown_calls": 0,
+        "cost": None,
+        "by_model": {},
+    }
