@@ -15,7 +15,7 @@ from django.utils import timezone
 from agentlab.errors import StateConflict
 
 from .events import NewEvent, event_append_many
-from .models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
+from .models import ACTIVE_STATUSES, Approval, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
 
 
 def turn_create(
@@ -111,3 +111,247 @@ def turn_resume(*, turn_id: int) -> Turn:
         )
     turn.refresh_from_db()
     return turn
+
+
+#: A retry starts a new attempt; ``turn_resume`` continues the same one.
+RETRYABLE_STATUSES = frozenset({TurnStatus.FAILED, TurnStatus.INTERRUPTED, TurnStatus.CANCELLED})
+
+
+def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Start a failed, interrupted or cancelled turn over as a new attempt (``attempt.retry``).
+
+    ``turn_resume`` continues the current attempt from its event log; a retry
+    instead archives the current attempt's result and puts the turn back to
+    ``queued`` with ``attempts`` one higher, so the driver that claims it next
+    finds no recorded steps for the new attempt number and starts afresh
+    (``recorded_steps`` reads events by their ``attempt``). A turn that never
+    started (``attempts == 0``) counts as having had attempt 1.
+
+    In one transaction, under the turn's row lock: the attempt's status,
+    outcome, stop reason, answer, evidence, reasoning, clarifying question,
+    steps, usage, timings, failure cause/error and finish time are appended to
+    ``meta["attempts"]`` (a list of dicts, oldest first) and cleared on the
+    turn, and an ``attempt.retry`` event is written with data
+    ``{"attempt": new, "from": old status, "previous": {attempt, status,
+    outcome, stop_reason}, "by": username | None}``.
+
+    Raises ``StateConflict`` for a turn in any other status, changing nothing;
+    ``Turn.DoesNotExist`` for an unknown turn.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.status not in RETRYABLE_STATUSES:
+            raise StateConflict(
+                f"turn {turn_id} cannot be retried from status {turn.status}; "
+                f"only {', '.join(sorted(RETRYABLE_STATUSES))} turns can"
+            )
+        previous = max(turn.attempts, 1)
+        meta = dict(turn.meta or {})
+        archived = {
+            "attempt": previous, "status": turn.status, "outcome": turn.outcome, "stop_reason": turn.stop_reason,
+            "answer": turn.answer, "evidence": turn.evidence, "reasoning": turn.reasoning,
+            "clarifying_question": turn.clarifying_question, "steps": turn.steps, "usage": turn.usage or {},
+            "timings": turn.timings or {}, "failure_cause": meta.pop("failure_cause", None),
+            "failure_error": meta.pop("failure_error", None),
+            "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
+        }
+        meta["attempts"] = [*meta.get("attempts", []), archived]
+        by = acting_user.get_username() if acting_user is not None else None
+        event_append_many(
+            turn_id=turn_id,
+            events=[NewEvent(EventType.ATTEMPT_RETRY, {
+                "attempt": previous + 1, "from": turn.status, "by": by,
+                "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
+            })],
+            turn_fields={
+                "status": TurnStatus.QUEUED, "attempts": previous + 1, "phase": "", "outcome": "",
+                "stop_reason": "", "answer": "", "evidence": "", "reasoning": "", "clarifying_question": "",
+                "steps": 0, "usage": {}, "timings": {}, "meta": meta, "cancel_requested": False,
+                "finished_at": None,
+            },
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+# --- starting, resuming and sweeping background turns (issue 4) -----------------
+
+
+def turn_start(*, conversation: Conversation, question: str, acting_user: AbstractBaseUser) -> Turn:
+    """Create the next turn of ``conversation`` and run it in the background.
+
+    The turn belongs to the conversation's owner (DESIGN.md §8) and is handed
+    to ``turns.jobs.turn_enqueue`` after the commit. One active turn per
+    conversation: the conversation row is locked first, so two concurrent
+    starts cannot both see "no active turn" (check-then-act under a lock).
+
+    Raises ``NotFound`` when ``acting_user`` is neither the owner nor staff,
+    ``StateConflict`` when the conversation already has a queued, running or
+    waiting turn, ``ValueError`` for an empty question; nothing is written then.
+    """
+    from django.conf import settings
+
+    from agentlab.errors import NotFound
+
+    from .jobs import turn_enqueue
+
+    if conversation.owner_id != acting_user.pk and not getattr(acting_user, "is_staff", False):
+        raise NotFound(f"conversation {conversation.pk} not found")
+    with transaction.atomic():
+        locked = Conversation.objects.select_for_update().get(pk=conversation.pk)
+        active = locked.turns.filter(status__in=ACTIVE_STATUSES).values_list("pk", flat=True).first()
+        if active is not None:
+            raise StateConflict(f"conversation {conversation.pk} already has an active turn ({active})")
+        turn = turn_create(owner=locked.owner, question=question, conversation=locked,
+                           max_steps=int(settings.AGENTLAB_MAX_STEPS))
+        Conversation.objects.filter(pk=locked.pk).update(updated_at=timezone.now())
+        turn_enqueue(turn.pk)  # fires after the commit
+    return turn
+
+
+def turn_resume_and_enqueue(*, turn_id: int) -> Turn:
+    """``turn_resume`` and hand the turn to a job once that commits.
+
+    This is what interfaces (API, admin) call; ``turn_resume`` alone only
+    changes the state. Raises ``StateConflict`` like ``turn_resume``.
+    """
+    from .jobs import turn_enqueue
+
+    with transaction.atomic():
+        turn = turn_resume(turn_id=turn_id)
+        turn_enqueue(turn.pk)
+    return turn
+
+
+def turns_sweep_stale(*, stale_s: float) -> int:
+    """Mark running or waiting turns whose heartbeat is older than ``stale_s``
+    seconds (or missing) as interrupted, each with a ``turn.interrupted`` event.
+
+    Each candidate is re-checked under its row lock before it is marked, so a
+    driver that wrote a heartbeat after the first read is left alone. Safe to
+    run from several processes at once. Returns how many turns were marked.
+    (healthchecks ``sendalerts``: select candidates, then act under a lock.)
+    """
+    from datetime import timedelta
+
+    from django.db.models import Q
+
+    swept = (TurnStatus.RUNNING, TurnStatus.WAITING)
+    cutoff = timezone.now() - timedelta(seconds=stale_s)
+    stale = Q(status__in=swept) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    marked = 0
+    for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True)):
+        with transaction.atomic():
+            still_stale = bool(list(Turn.objects.select_for_update().filter(stale, pk=turn_id).values_list("pk")))
+            if still_stale and turn_interrupt(turn_id=turn_id, reason=f"no heartbeat for {stale_s:g} s"):
+                marked += 1
+    return marked
+
+
+# --- conversations, retries and approval decisions for the API and chat pages (issue 5) ---
+
+
+def conversation_create(*, owner: AbstractBaseUser, title: str = "") -> Conversation:
+    """Create an empty conversation owned by ``owner``; ``title`` is trimmed to 200 characters."""
+    return Conversation.objects.create(owner=owner, title=(title or "").strip()[:200])
+
+
+def conversation_delete(*, conversation_id: int) -> None:
+    """Delete a conversation with its turns and their events.
+
+    Its active turns are cancelled first (``turn_cancel``): a queued one ends
+    at once with ``turn.cancelled``, a running one gets its cancel flag — its
+    watchers are told by the doorbell of that event before the rows go, and a
+    driver still running finds its turn gone and stops. Predictions that
+    point at a deleted turn keep their row (``SET_NULL``). Raises
+    ``Conversation.DoesNotExist`` for an unknown conversation.
+    """
+    with transaction.atomic():
+        conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+        # Lock every turn row up front, in pk order, in one statement: a
+        # driver appends an event by updating its turn row first, so once we
+        # hold them no event can slip in between the cancel and the delete
+        # (a row inserted then would break the delete's foreign keys), and a
+        # fixed lock order leaves no cycle with other lockers. Seen under
+        # schemathesis: cancelling turn by turn while drivers appended
+        # deadlocked on PostgreSQL.
+        rows = list(conversation.turns.select_for_update().order_by("pk").values_list("pk", "status"))
+        for turn_id, status in rows:
+            if status in ACTIVE_STATUSES:
+                turn_cancel(turn_id=turn_id)
+        conversation.delete()
+
+
+def _conversation_other_active(*, turn: Turn) -> int | None:
+    """Lock the turn's conversation and return the id of another active turn in it, if any."""
+    if turn.conversation_id is None:
+        return None
+    locked = Conversation.objects.select_for_update().get(pk=turn.conversation_id)
+    return locked.turns.filter(status__in=ACTIVE_STATUSES).exclude(pk=turn.pk).values_list("pk", flat=True).first()
+
+
+def turn_resume_in_conversation(*, turn_id: int) -> Turn:
+    """``turn_resume_and_enqueue``, keeping one active turn per conversation:
+    resuming while another turn of the same conversation is queued, running
+    or waiting raises ``StateConflict`` (the API's resume route calls this)."""
+    with transaction.atomic():
+        turn = Turn.objects.get(pk=turn_id)
+        other = _conversation_other_active(turn=turn)
+        if other is not None:
+            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
+        return turn_resume_and_enqueue(turn_id=turn_id)
+
+
+def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """``turn_retry`` and hand the turn to a job once that commits.
+
+    Keeps one active turn per conversation: retrying while another turn of
+    the same conversation is queued, running or waiting raises
+    ``StateConflict`` (the conversation row is locked for the check, as in
+    ``turn_start``). Raises ``StateConflict`` like ``turn_retry`` otherwise.
+    """
+    from .jobs import turn_enqueue
+
+    with transaction.atomic():
+        turn = Turn.objects.get(pk=turn_id)
+        other = _conversation_other_active(turn=turn)
+        if other is not None:
+            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
+        turn = turn_retry(turn_id=turn_id, acting_user=acting_user)
+        turn_enqueue(turn.pk)
+    return turn
+
+
+def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBaseUser) -> Approval:
+    """Approve or reject a pending approval; exactly one decision counts.
+
+    The decision is a conditional update (``status = pending`` and the
+    deadline, if any, not passed), so of two concurrent decisions one updates
+    the row and the other finds nothing to update and gets ``StateConflict``
+    (healthchecks ``sendalerts``). The winner appends ``approval.resolved``
+    (``{"approval_id", "status", "by", "tool"}``) in the same transaction; the
+    driver waiting on the approval reads the row. Raises ``NotFound`` for an
+    unknown approval, ``StateConflict`` for one already decided or expired.
+    """
+    from django.db.models import Q
+
+    from agentlab.errors import NotFound
+
+    from .models import ApprovalStatus
+
+    now = timezone.now()
+    status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
+    with transaction.atomic():
+        open_ = Q(pk=approval_id, status=ApprovalStatus.PENDING) & (Q(deadline__isnull=True) | Q(deadline__gt=now))
+        updated = Approval.objects.filter(open_).update(status=status, decided_by=acting_user, decided_at=now)
+        approval = Approval.objects.filter(pk=approval_id).first()
+        if approval is None:
+            raise NotFound(f"approval {approval_id} not found")
+        if updated != 1:
+            state = approval.status if approval.status != ApprovalStatus.PENDING else "expired"
+            raise StateConflict(f"approval {approval_id} cannot be decided: it is {state}")
+        event_append_many(turn_id=approval.turn_id, events=[NewEvent(EventType.APPROVAL_RESOLVED, {
+            "approval_id": approval.pk, "status": status, "by": acting_user.get_username(),
+            "tool": (approval.tool_call or {}).get("name"),
+        })])
+    return approval

@@ -1,0 +1,43 @@
+"""The Celery app (DESIGN.md §2): turn jobs and the stale-turn sweeper.
+
+Configuration comes from Django settings under the ``CELERY_`` namespace;
+tasks are found in each app's ``tasks.py``. Importing this module connects to
+nothing and reads no settings, so it is safe without a broker.
+
+Run (see ``turns.tasks`` for why a threads pool)::
+
+    celery -A agentlab worker --pool threads --concurrency 16 --loglevel INFO
+    celery -A agentlab beat --loglevel INFO
+
+``CELERY_TASK_DEFAULT_QUEUE`` (environment, default ``celery``) names the
+queue; deployments (and the end-to-end test) sharing one broker use their own.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+
+app = Celery("agentlab")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+# Belongs with the other CELERY_* settings; read here so that this module
+# stays the only place that must know about it.
+app.conf.task_default_queue = os.environ.get("CELERY_TASK_DEFAULT_QUEUE") or "celery"
+
+
+@app.on_after_configure.connect
+def _beat_schedule(sender: Celery, **kwargs: Any) -> None:
+    """Sweep stale turns every ``TURN_STALE_S / 2`` seconds (at least 5 s).
+
+    Connected to ``on_after_configure`` so that settings are read only when
+    Celery itself first reads its configuration, never on import.
+    """
+    from django.conf import settings
+
+    every = max(5.0, float(settings.TURN_STALE_S) / 2)
+    sender.add_periodic_task(every, sender.signature("turns.tasks.turns_sweep"), name="sweep stale turns")

@@ -1,0 +1,86 @@
+"""Work done once when the ASGI server starts serving (DESIGN.md §2, §8).
+
+Daphne has no ASGI lifespan protocol, and ``AppConfig.ready`` must not touch
+the database (it runs for every management command, migrations included). So
+``RunAtServerStart`` wraps the ASGI application and, on the first connection
+the process receives (or on ``lifespan.startup`` from servers that send it),
+hands the server's event loop to the doorbell when the channel layer is the
+in-memory one (its queues belong to the loop the consumers run on; see
+``turns.events._Doorbell``) and starts ``server_start`` on a thread, so that
+the first request is not delayed by it:
+
+- no broker (embedded default): start the inline executor; it sweeps stale turns at once and then every ``TURN_STALE_S / 2``;
+- with a broker: sweep stale turns once (Celery beat does it periodically).
+
+``AGENTLAB_RUN_AT_START = False`` in settings turns this off (tests that do
+not want background threads touching the test database). For deployments
+that prefer it explicit, ``manage.py sweep_turns && daphne …`` is equivalent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from typing import Any
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+
+def server_start() -> None:
+    """Sweep stale turns once, or start the inline executor (which sweeps)."""
+    from django.db import connections
+
+    try:
+        if settings.CELERY_BROKER_URL:
+            from turns.services import turns_sweep_stale
+
+            count = turns_sweep_stale(stale_s=float(settings.TURN_STALE_S))
+            if count:
+                logger.warning("server start: marked %s stale turn(s) interrupted", count)
+        else:
+            from turns.jobs import inline_executor
+
+            inline_executor()
+    except Exception:  # noqa: BLE001 - serving must not depend on it; beat or cron sweeps again
+        logger.exception("server start tasks failed")
+    finally:
+        connections.close_all()  # this thread's connections would linger otherwise
+
+
+class RunAtServerStart:
+    """ASGI middleware: run ``server_start`` once per process (see the module docstring)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self._started = False
+        self._lock = threading.Lock()
+
+    def _start_once(self) -> None:
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        if not getattr(settings, "AGENTLAB_RUN_AT_START", True):
+            return
+        from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+        from turns.events import doorbell
+
+        if isinstance(get_channel_layer(), InMemoryChannelLayer):
+            doorbell.set_loop(asyncio.get_running_loop())
+        threading.Thread(target=server_start, name="agentlab-server-start", daemon=True).start()
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        self._start_once()
+        if scope["type"] == "lifespan":
+            while True:
+                message = await receive()
+                if message["type"] == "lifespan.startup":
+                    await send({"type": "lifespan.startup.complete"})
+                elif message["type"] == "lifespan.shutdown":
+                    await send({"type": "lifespan.shutdown.complete"})
+                    return
+        await self.app(scope, receive, send)

@@ -1,0 +1,270 @@
+"""Append-to-frame latency of the turn stream, on one daphne process (issue 4).
+
+    DATABASE_URL is not read: the script creates (and drops) its own PostgreSQL
+    database on 127.0.0.1:5432 and uses Redis on 127.0.0.1:6379/0.
+
+    /work/venv/bin/python bench/stream_latency.py [--events 200] [--interval 0.05]
+
+Prints, with p50/p99 in milliseconds of "time the event was handed to
+``event_append`` → time a websocket client had the frame":
+
+- raw: PostgreSQL insert+commit, then a Redis PUBLISH, received by 1 and 100
+  redis-py subscribers (no Channels, no daphne);
+- minimal forwarder: a Channels consumer that only forwards the doorbells
+  (``bench/asgi_bench.py``), 1 and 100 subscribers on one turn;
+- the real consumer (``ws/turns/<id>/``), 1 and 100 subscribers on one turn;
+- 1,000 open sockets each on its own turn, 100 of those turns streaming at once;
+- daphne's resident memory per idle socket.
+
+Appends are made from this process (like a worker), the clients run here too,
+and everything shares the machine's CPUs — figures are for comparison on one
+machine, not absolutes. A benchmark prints figures; it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import socket
+import resource
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] * 1000
+
+
+def line(name: str, values: list[float], extra: str = "") -> None:
+    print(f"{name:<52} n={len(values):>6}  p50={pct(values, 50):7.1f} ms  p99={pct(values, 99):7.1f} ms {extra}",
+          flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rss_kb(pid: int) -> int:
+    for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if row.startswith("VmRSS:"):
+            return int(row.split()[1])
+    return 0
+
+
+async def raw_baseline(dbname: str, subscribers: int, events: int, interval: float) -> list[float]:
+    import psycopg
+    import redis.asyncio as aioredis
+
+    channel = f"bench-raw-{uuid.uuid4().hex[:8]}"
+    latencies: list[float] = []
+    subs = []
+    for _ in range(subscribers):
+        client = aioredis.Redis.from_url("redis://127.0.0.1:6379/0")
+        pubsub = client.pubsub()
+        await pubsub.subscribe(channel)
+        await pubsub.get_message(timeout=1)  # the subscribe confirmation
+        subs.append((client, pubsub))
+
+    async def reader(pubsub) -> None:
+        got = 0
+        while got < events:
+            message = await pubsub.get_message(ignore_subscribe_messages=True, timeout=5)
+            if message is None:
+                continue
+            latencies.append(time.time() - json.loads(message["data"])["t0"])
+            got += 1
+
+    readers = [asyncio.create_task(reader(p)) for _, p in subs]
+    publisher = aioredis.Redis.from_url("redis://127.0.0.1:6379/0")
+    conn = psycopg.connect(host="127.0.0.1", user="postgres", dbname=dbname)
+    conn.execute("CREATE TABLE IF NOT EXISTS bench_raw (id bigserial primary key, data jsonb)")
+    conn.commit()
+
+    def commit(payload: str) -> None:
+        conn.execute("INSERT INTO bench_raw (data) VALUES (%s)", (payload,))
+        conn.commit()
+
+    for i in range(events):
+        payload = json.dumps({"t0": time.time(), "i": i})
+        await asyncio.to_thread(commit, payload)
+        await publisher.publish(channel, payload)
+        await asyncio.sleep(interval)
+    await asyncio.wait_for(asyncio.gather(*readers), 60)
+    conn.close()
+    await publisher.aclose()
+    for client, pubsub in subs:
+        await pubsub.aclose()
+        await client.aclose()
+    return latencies
+
+
+async def open_sockets(urls: list[str], headers: dict[str, str], origin: str) -> list:
+    from websockets.asyncio.client import connect
+
+    sockets = []
+    for start in range(0, len(urls), 50):
+        sockets += await asyncio.gather(*(connect(u, origin=origin, additional_headers=headers, max_queue=None,
+                                                  open_timeout=30) for u in urls[start:start + 50]))
+    return sockets
+
+
+async def stream(sockets: list, turn_ids: list[int], events_per_turn: int, interval: float) -> list[float]:
+    """Append ``events_per_turn`` events to each turn (turns in parallel) and
+    collect each socket's latency for each of its turn's events."""
+    from turns.events import event_append
+
+    latencies: list[float] = []
+
+    async def reader(ws) -> None:
+        got = 0
+        while got < events_per_turn:
+            frame = json.loads(await ws.recv())
+            if frame.get("type") == "thinking":
+                latencies.append(time.time() - frame["data"]["t0"])
+                got += 1
+
+    async def writer(turn_id: int) -> None:
+        await asyncio.sleep(random.random() * interval)
+        for i in range(events_per_turn):
+            await asyncio.to_thread(event_append, turn_id=turn_id, type="thinking", data={"t0": time.time(), "i": i})
+            await asyncio.sleep(interval)
+
+    readers = [asyncio.create_task(reader(ws)) for ws in sockets]
+    await asyncio.gather(*(writer(t) for t in turn_ids))
+    await asyncio.wait_for(asyncio.gather(*readers), 120)
+    return latencies
+
+
+async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str, dbname: str) -> None:
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    from turns.services import turn_create
+
+    base = f"ws://127.0.0.1:{port}"
+    headers = {"Cookie": f"sessionid={session}"}
+    origin = f"http://127.0.0.1:{port}"
+    user = await sync_to_async(get_user_model().objects.get)(username="bench")
+    new_turn = sync_to_async(lambda: turn_create(owner=user, question="bench").pk, thread_sensitive=False)
+
+    print(f"events per scenario: {args.events}, one every {args.interval * 1000:.0f} ms", flush=True)
+    for subscribers in (1, 100):
+        line(f"raw PG commit + Redis publish, {subscribers} subscriber(s)",
+             await raw_baseline(dbname, subscribers, args.events, args.interval))
+    results: dict[tuple[str, int], list[float]] = {}
+    for subscribers in (1, 100):
+        for name, path in (("minimal forwarder", "ws/bench/forward"), ("turn stream consumer", "ws/turns")):
+            turn_id = await new_turn()
+            suffix = "?after=1" if path == "ws/turns" else ""
+            sockets = await open_sockets([f"{base}/{path}/{turn_id}/{suffix}"] * subscribers, headers, origin)
+            await asyncio.sleep(0.5)
+            values = await stream(sockets, [turn_id], args.events, args.interval)
+            results[(name, subscribers)] = values
+            line(f"{name}, {subscribers} subscriber(s) on one turn", values)
+            await asyncio.gather(*(ws.close() for ws in sockets))
+    for subscribers in (1, 100):
+        fwd, real = results[("minimal forwarder", subscribers)], results[("turn stream consumer", subscribers)]
+        print(f"consumer/forwarder p99 ratio at {subscribers} subscriber(s): {pct(real, 99) / pct(fwd, 99):.2f}",
+              flush=True)
+
+    # 1,000 sockets, each on its own turn; 100 of the turns stream at once.
+    turn_ids = [await new_turn() for _ in range(1000)]
+    await asyncio.sleep(1)
+    before = rss_kb(daphne_pid)
+    sockets = await open_sockets([f"{base}/ws/turns/{t}/?after=1" for t in turn_ids], headers, origin)
+    await asyncio.sleep(3)
+    after = rss_kb(daphne_pid)
+    print(f"daphne RSS: {before / 1024:.1f} MB before, {after / 1024:.1f} MB with 1000 idle sockets → "
+          f"{(after - before) / 1000:.1f} KB per idle socket", flush=True)
+    streaming = 100
+    values = await stream(sockets[:streaming], turn_ids[:streaming], args.events_1000, args.interval_1000)
+    line(f"1000 sockets, {streaming} turns streaming at once", values,
+         f"({args.events_1000} events per turn, one every {args.interval_1000 * 1000:.0f} ms per turn)")
+    await asyncio.gather(*(ws.close() for ws in sockets))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--events", type=int, default=200, help="events per single-turn scenario")
+    parser.add_argument("--interval", type=float, default=0.05, help="seconds between appends")
+    parser.add_argument("--events-1000", type=int, default=20, help="events per streaming turn with 1000 sockets")
+    parser.add_argument("--interval-1000", type=float, default=0.5, help="seconds between appends per turn")
+    args = parser.parse_args()
+
+    import psycopg
+
+    # 1,000 sockets on each side: raise the open-file limit (daphne inherits it).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    dbname = f"agentlab_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "CELERY_"))}
+    env.update({
+        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
+        "REDIS_URL": "redis://127.0.0.1:6379/0",
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "HEARTBEAT_S": "15",
+        "LOG_LEVEL": "ERROR",
+    })
+    os.environ.update(env)
+    for key in [k for k in os.environ if k.startswith("CELERY_")]:
+        del os.environ[key]
+    daphne = None
+    try:
+        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+        with psycopg.connect(host="127.0.0.1", user="postgres", dbname=dbname, autocommit=True) as conn:
+            conn.execute(f"ALTER SEQUENCE turns_turn_id_seq RESTART WITH {random.randint(10**6, 10**9)}")
+        sys.path.insert(0, str(ROOT))
+        import django
+
+        django.setup()
+        from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+        from django.contrib.sessions.backends.db import SessionStore
+
+        user = get_user_model().objects.create_user("bench", password="pw-bench-123")
+        store = SessionStore()
+        store[SESSION_KEY] = str(user.pk)
+        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+        store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+        store.create()
+
+        port = free_port()
+        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+                                   "bench.asgi_bench:application"], cwd=ROOT, env=env)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+        asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
+    finally:
+        if daphne is not None:
+            daphne.terminate()
+            daphne.wait(10)
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{dbname}" WITH (FORCE)')
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,283 @@
+"""The turn stream consumer against the real database (DESIGN.md §5–§6)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.layers import get_channel_layer
+from channels.testing import WebsocketCommunicator
+from django.db import connections, transaction
+
+from agentlab.agent.providers.scripted import ScriptedProvider, Slow, final, tool_call
+from turns.consumers import TurnStreamConsumer
+from turns.driver import CHAT, drive_turn
+from turns.events import NewEvent, event_append, event_append_many, events_after
+from turns.models import Turn
+from turns.services import turn_cancel, turn_create
+
+from .conftest import ws_app
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("stream_settings")]
+
+
+@pytest.fixture(autouse=True)
+async def _doorbell_on_this_loop():
+    """As daphne does with the in-memory layer (``agentlab.startup``): doorbells
+    are delivered on the loop the consumers run on."""
+    from turns.events import doorbell
+
+    doorbell.set_loop(asyncio.get_running_loop())
+    yield
+
+
+async def connect(app, turn_id: int, after: int | None = None) -> WebsocketCommunicator:
+    path = f"/ws/turns/{turn_id}/" + (f"?after={after}" if after is not None else "")
+    communicator = WebsocketCommunicator(app, path)
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    return communicator
+
+
+async def read_until_end(communicator: WebsocketCommunicator, timeout: float = 10) -> tuple[list[dict], dict]:
+    """Frames until ``stream.end`` (heartbeats dropped); returns (events, end frame)
+    after checking that the server then closes normally."""
+    events: list[dict] = []
+    while True:
+        frame = json.loads(await communicator.receive_from(timeout=timeout))
+        if frame["type"] == "heartbeat":
+            continue
+        if frame["type"] == "stream.end":
+            close = await communicator.receive_output(timeout=timeout)
+            assert close == {"type": "websocket.close", "code": 1000}
+            return events, frame
+        events.append(frame)
+
+
+async def read_events(communicator: WebsocketCommunicator, count: int) -> list[dict]:
+    events: list[dict] = []
+    while len(events) < count:
+        frame = json.loads(await communicator.receive_from(timeout=5))
+        if frame["type"] != "heartbeat":
+            events.append(frame)
+    return events
+
+
+def db_frames(turn_id: int) -> list[dict]:
+    return [e.as_frame() for e in events_after(turn_id=turn_id)]
+
+
+def slow_script():
+    return [
+        Slow(0.3, tool_call("calculator", {"expression": "6*7"}, usage=(5, 2))),
+        Slow(0.3, tool_call("calculator", {"expression": "42+1"}, usage=(6, 2))),
+        Slow(0.3, final("43", evidence="calculator", usage=(7, 3))),
+    ]
+
+
+async def test_replay_then_live_sends_every_event_once_and_ends(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    await db_threads.run(event_append, turn_id=turn.pk, type="thinking", data={"text": "before"})
+    communicator = await connect(ws_app(owner), turn.pk, after=0)
+    replayed = await read_events(communicator, 2)
+    assert [(f["seq"], f["type"]) for f in replayed] == [(1, "turn.queued"), (2, "thinking")]
+
+    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()),
+                                             db=db_threads))
+    live, end = await read_until_end(communicator)
+    await driving
+
+    frames = replayed + live
+    assert frames == await db_threads.run(db_frames, turn.pk)
+    assert [f["seq"] for f in frames] == list(range(1, len(frames) + 1))
+    assert frames[-1]["type"] == "turn.answered" and frames[-1]["data"]["answer"] == "43"
+    assert end == {"type": "stream.end", "status": "succeeded"}
+    assert "at" in frames[0] and set(frames[0]) == {"seq", "type", "data", "at"}
+    await communicator.disconnect()
+
+
+async def test_reconnect_after_seq_gets_the_rest_exactly_once(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()),
+                                             db=db_threads))
+    first = await connect(ws_app(owner), turn.pk)
+    head = await read_events(first, 4)
+    await first.disconnect()
+    k = head[-1]["seq"]
+    await asyncio.sleep(0.4)  # more events are written while nobody watches
+
+    second = await connect(ws_app(owner), turn.pk, after=k)
+    tail, end = await read_until_end(second)
+    await driving
+
+    assert [f["seq"] for f in head] == [1, 2, 3, 4]
+    assert [f["seq"] for f in tail] == list(range(k + 1, k + 1 + len(tail)))
+    assert head + tail == await db_threads.run(db_frames, turn.pk)
+    assert end["status"] == "succeeded"
+
+
+async def test_joining_after_the_end_replays_everything_and_ends(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    await drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider([final("1")]), db=db_threads)
+
+    communicator = await connect(ws_app(owner), turn.pk)
+    events, end = await read_until_end(communicator)
+    assert events == await db_threads.run(db_frames, turn.pk)
+    assert end == {"type": "stream.end", "status": "succeeded"}
+
+    # a client that saw the terminal event but not the end frame just gets the end
+    again = await connect(ws_app(owner), turn.pk, after=events[-1]["seq"])
+    assert await read_until_end(again) == ([], end)
+
+
+async def test_an_event_committed_between_subscribe_and_replay_arrives_once(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    layer = get_channel_layer()
+    real_group_add = layer.group_add
+
+    async def group_add_then_append(group, channel):
+        await real_group_add(group, channel)
+        # committed (and rung) after we joined, before the replay reads
+        await db_threads.run(event_append, turn_id=turn.pk, type="thinking", data={"text": "in between"})
+
+    layer.group_add = group_add_then_append
+    try:
+        communicator = await connect(ws_app(owner), turn.pk)
+        events = await read_events(communicator, 2)
+    finally:
+        layer.group_add = real_group_add
+    await db_threads.run(turn_cancel, turn_id=turn.pk)
+    rest, end = await read_until_end(communicator)
+
+    assert [(f["seq"], f["type"]) for f in events + rest] == [(1, "turn.queued"), (2, "thinking"),
+                                                              (3, "turn.cancelled")]
+    assert end["status"] == "cancelled"
+
+
+class CountingConsumer(TurnStreamConsumer):
+    """Counts the doorbells that reached it (to show some were dropped)."""
+
+    doorbells = 0
+
+    async def turn_doorbell(self, message):
+        type(self).doorbells += 1
+        await super().turn_doorbell(message)
+
+
+@pytest.mark.parametrize("layer_fixture", ["stream_settings", "redis_layer"])
+async def test_a_burst_of_500_events_with_capacity_100_arrives_complete_and_in_order(
+        owner, db_threads, request, layer_fixture):
+    request.getfixturevalue(layer_fixture)
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    CountingConsumer.doorbells = 0
+    user = owner
+
+    async def app(scope, receive, send):
+        return await CountingConsumer.as_asgi()(dict(scope, user=user, url_route={"kwargs": {"turn_id": turn.pk}}),
+                                                receive, send)
+
+    communicator = WebsocketCommunicator(app, f"/ws/turns/{turn.pk}/")
+    assert (await communicator.connect(timeout=5))[0]
+    assert (await read_events(communicator, 1))[0]["seq"] == 1
+
+    def burst() -> None:
+        # 500 appends committed at once: their 500 doorbells are rung together,
+        # faster than the consumer drains its channel (capacity 100).
+        try:
+            with transaction.atomic():
+                for i in range(500):
+                    event_append_many(turn_id=turn.pk, events=[NewEvent("thinking", {"i": i})])
+            turn_cancel(turn_id=turn.pk)
+        finally:
+            connections.close_all()
+
+    writer = threading.Thread(target=burst)
+    writer.start()
+    events, end = await read_until_end(communicator, timeout=30)
+    await asyncio.to_thread(writer.join)
+
+    assert [f["seq"] for f in events] == list(range(2, 503))
+    assert [f["data"]["i"] for f in events[:-1]] == list(range(500))
+    assert events[-1]["type"] == "turn.cancelled" and end["status"] == "cancelled"
+    assert (await db_threads.run(Turn.objects.get, pk=turn.pk)).last_seq == 502
+    assert CountingConsumer.doorbells < 501  # some doorbells were dropped, none of the events
+
+
+async def test_heartbeats_arrive_while_the_llm_is_silent_and_carry_no_seq(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    provider = ScriptedProvider([Slow(1.5, final("late"))])
+    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads))
+    communicator = await connect(ws_app(owner), turn.pk)
+    frames = []
+    while not frames or frames[-1]["type"] != "stream.end":
+        frames.append(json.loads(await communicator.receive_from(timeout=5)))
+    await driving
+
+    heartbeats = [f for f in frames if f["type"] == "heartbeat"]
+    assert len(heartbeats) >= 4  # 1.5 s of silence, a heartbeat every 0.2 s
+    assert all(f == {"type": "heartbeat"} for f in heartbeats)
+    events = [f for f in frames if "seq" in f]
+    assert [f["seq"] for f in events] == list(range(1, len(events) + 1))
+    # the silence is between turn.started/phase and the answer
+    silent = [f["type"] for f in frames[frames.index(events[2]) + 1:]]
+    assert silent[:4] == ["heartbeat"] * 4
+
+
+@pytest.mark.parametrize(
+    ("who", "turn_exists", "code"),
+    [("anonymous", True, 4401), ("outsider", True, 4403), ("owner", False, 4404)],
+)
+async def test_refused_connections_get_distinct_close_codes(owner, outsider, db_threads, who, turn_exists, code):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    user = {"anonymous": None, "outsider": outsider, "owner": owner}[who]
+    communicator = WebsocketCommunicator(ws_app(user), f"/ws/turns/{turn.pk if turn_exists else turn.pk + 999}/")
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected  # accepted, then closed with a code the page can explain
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
+
+
+async def test_a_bad_after_is_refused(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    communicator = WebsocketCommunicator(ws_app(owner), f"/ws/turns/{turn.pk}/?after=x")
+    await communicator.connect(timeout=5)
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
+
+
+async def test_staff_may_watch_any_turn(owner, staff, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    communicator = await connect(ws_app(staff), turn.pk)
+    assert (await read_events(communicator, 1))[0]["type"] == "turn.queued"
+    await communicator.disconnect()
+
+
+async def test_the_asgi_application_authenticates_by_session_and_checks_the_origin(owner, outsider, client):
+    from agentlab.asgi import application
+
+    turn = await sync_to_async(turn_create)(owner=owner, question="q")
+
+    async def attempt(user, origin=b"http://localhost"):
+        headers = [(b"host", b"localhost")]
+        if origin:
+            headers.append((b"origin", origin))
+        if user is not None:
+            await sync_to_async(client.force_login)(user)
+            headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+        communicator = WebsocketCommunicator(application, f"/ws/turns/{turn.pk}/", headers=headers)
+        connected, code = await communicator.connect(timeout=5)
+        if not connected:
+            return ("rejected", code)
+        frame = await communicator.receive_output(timeout=5)
+        await communicator.disconnect()
+        return ("accepted", frame)
+
+    try:
+        kind, frame = await attempt(owner)
+        assert kind == "accepted" and json.loads(frame["text"])["seq"] == 1
+        assert await attempt(outsider) == ("accepted", {"type": "websocket.close", "code": 4403})
+        assert await attempt(None) == ("accepted", {"type": "websocket.close", "code": 4401})
+        assert (await attempt(owner, origin=b"http://evil.example"))[0] == "rejected"
+    finally:
+        await sync_to_async(connections.close_all, thread_sensitive=True)()

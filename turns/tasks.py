@@ -1,0 +1,68 @@
+"""Celery tasks: run one turn, sweep stale turns. Thin by design (STYLE.md §2).
+
+Pool: a turn spends nearly all its time waiting on the LLM, so one worker
+process runs many turns at once with the threads pool —
+``celery -A agentlab worker --pool threads --concurrency 16`` — rather than a
+~110 MB prefork child per turn (DESIGN.md §2). Each task thread runs the
+driver under its own ``asyncio.run``; the ORM pool (``DatabaseThreads``) is
+shared by all task threads of the process, while the LLM provider is built per
+task because its async HTTP client belongs to the event loop it first ran on.
+
+``acks_late``: the message is acknowledged only when the task returns, so a
+worker that dies before it claimed the turn leaves the message to be delivered
+again (``CELERY_TASK_REJECT_ON_WORKER_LOST``). Redelivery is always safe: the
+driver claims with a conditional update (``queued → running``), so a duplicate
+or late delivery of a turn that was claimed already does nothing and writes
+nothing. A worker that dies *after* the claim is not redelivered into the turn
+— the turn stays ``running`` without heartbeats until the sweeper marks it
+interrupted and someone resumes it (``turn_resume_and_enqueue``). Cancel never
+depends on revoke: the driver polls the turn's cancel flag.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from django.conf import settings
+
+from agentlab.celery import app
+from agentlab.db import DatabaseThreads
+
+_db: DatabaseThreads | None = None
+_db_lock = threading.Lock()
+
+
+def _shared_db() -> DatabaseThreads:
+    """The process's ORM thread pool, shared by every task thread (created on first use)."""
+    global _db
+    with _db_lock:
+        if _db is None:
+            _db = DatabaseThreads(max_workers=16)
+        return _db
+
+
+async def _run(turn_id: int, job_id: str) -> None:
+    from .jobs import make_job_provider, run_turn_job
+
+    provider = make_job_provider()
+    try:
+        await run_turn_job(turn_id, provider=provider, db=_shared_db(), job_id=job_id)
+    finally:
+        aclose = getattr(provider, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+@app.task(name="turns.tasks.turn_run", acks_late=True, ignore_result=True)
+def turn_run(turn_id: int) -> None:
+    """Drive turn ``turn_id`` (an id, never a model instance) to a terminal event."""
+    asyncio.run(_run(turn_id, job_id=turn_run.request.id or ""))
+
+
+@app.task(name="turns.tasks.turns_sweep", ignore_result=True)
+def turns_sweep() -> int:
+    """Celery beat: mark turns without a heartbeat for ``TURN_STALE_S`` as interrupted."""
+    from .services import turns_sweep_stale
+
+    return turns_sweep_stale(stale_s=float(settings.TURN_STALE_S))
