@@ -33,6 +33,7 @@ INSTALLED_APPS = [
     "channels",
     "turns",
     "evaluation",
+    "apikeys",
 ]
 
 MIDDLEWARE = [

@@ -1,10 +1,19 @@
-"""URL routes: the admin and the HTTP API."""
+"""URL routes: the admin, the HTTP API, log in/out and the chat pages."""
 
 from __future__ import annotations
 
 from django.contrib import admin
-from django.urls import path
+from django.contrib.staticfiles.urls import staticfiles_urlpatterns
+from django.urls import include, path
+
+from agentlab.api import api
 
 urlpatterns = [
     path("admin/", admin.site.urls),
+    path("api/", api.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("turns.urls")),
 ]
+# Static files straight from the apps when DEBUG is on (daphne serves no
+# static files itself; in production a proxy serves STATIC_ROOT).
+urlpatterns += staticfiles_urlpatterns()

@@ -1,0 +1,198 @@
+"""The chat pages in headless Chromium against a live daphne (issue 5).
+
+daphne runs in a subprocess on the test database with the inline executor
+(no Celery) and a stub OpenAI-compatible LLM on loopback; Chromium is Debian's
+``/usr/bin/chromium`` driven by playwright-python (no browser download).
+Screenshots go to ``/tmp/screens/``.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, text_reply, tool_call_reply
+from turns.models import Turn
+
+CHROMIUM = "/usr/bin/chromium"
+ROOT = Path(__file__).resolve().parents[1]
+SCREENS = Path("/tmp/screens")
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def stub_handler(body):
+    """First call: a calculator tool call; once a tool result is in the
+    messages: the final answer. Questions with "slow" wait 30 s (to be
+    cancelled); the others take 1.5 s per step, so a turn is visibly live."""
+    messages = body.get("messages") or []
+    question = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    delay = 30.0 if "slow" in question else 1.5
+    if not body.get("tools"):
+        return text_reply("ok", delay=delay)
+    if any(m.get("role") == "tool" for m in messages):
+        return final_answer_reply("42", "calculator: 6*7 = 42", "The calculator multiplied 6 by 7.", delay=delay)
+    return tool_call_reply("calculator", {"expression": "6*7"}, content="I will multiply with the calculator.",
+                           delay=delay)
+
+
+@pytest.fixture
+def live_server_url(transactional_db):
+    """daphne on the test database, in a subprocess."""
+    port = _free_port()
+    stub = StubLLMServer(stub_handler).start()
+    env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "DATABASE_URL")}
+    db = connection.settings_dict
+    if db["ENGINE"] == "django.db.backends.postgresql":
+        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
+                               f"{db['PORT'] or 5432}/{db['NAME']}")
+    else:
+        env["AGENTLAB_SQLITE_PATH"] = str(db["NAME"])
+    env.update({
+        "AGENTLAB_LLM_BASE_URL": stub.base_url, "AGENTLAB_LLM_API_KEY": "stub", "AGENTLAB_MODEL": "stub-model",
+        "DEBUG": "1", "HEARTBEAT_S": "1", "ALLOWED_HOSTS": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT),
+        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+    })
+    log = open("/tmp/h5-daphne.log", "w")  # noqa: SIM115 - closed below
+    server = subprocess.Popen(
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
+        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"daphne did not start; see /tmp/h5-daphne.log") from None
+                time.sleep(0.1)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.terminate()
+        try:
+            server.wait(10)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait(5)
+        log.close()
+        stub.stop()
+
+
+@pytest.fixture
+def browser_page(monkeypatch):
+    from playwright.sync_api import sync_playwright
+
+    # playwright's sync API keeps an event loop running in this thread; the
+    # test's own ORM reads are still plain blocking calls (Django's and
+    # playwright's documented way to combine them).
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                  "--disable-component-update", "--disable-sync"],
+        )
+        # a phone-sized window: the pages must be readable on a narrow screen
+        context = browser.new_context(viewport={"width": 430, "height": 900}, device_scale_factor=2)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
+        page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}")
+                if msg.type == "error" else None)
+        page.js_errors = errors  # type: ignore[attr-defined]
+        try:
+            yield page
+        finally:
+            context.close()
+            browser.close()
+
+
+def no_horizontal_scroll(page) -> bool:
+    return page.evaluate("document.documentElement.scrollWidth <= document.documentElement.clientWidth + 1")
+
+
+def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_page, django_user_model):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("alice", password="pw-alice-123")
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+
+    # log in with Django's auth views
+    page.goto(live_server_url + "/")
+    assert "/accounts/login/" in page.url
+    page.fill("input[name=username]", "alice")
+    page.fill("input[name=password]", "pw-alice-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server_url + "/")
+    expect(page.get_by_text("No conversations yet.")).to_be_visible()
+
+    # ask: the conversation page streams the turn
+    page.fill("textarea[name=question]", "What is 6*7?")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    turn = Turn.objects.get()
+    card = page.locator(f"#turn-{turn.pk}")
+    expect(card.locator("details.tool summary")).to_contain_text("calculator", timeout=15000)
+    expect(card.locator(".badge.status")).to_have_text("running")
+    expect(card.locator(".thinking")).to_contain_text("calculator")
+    page.screenshot(path=str(SCREENS / "turn-streaming.png"), full_page=True)
+    assert Turn.objects.get().status == "running"
+
+    # reload mid-turn: the page replays the log and the stream continues
+    reloaded_at = timezone.now()
+    page.reload()
+    card = page.locator(f"#turn-{turn.pk}")
+    expect(card.locator(".answer .text")).to_have_text("42", timeout=15000)
+    turn.refresh_from_db()
+    assert turn.status == "succeeded" and turn.finished_at > reloaded_at
+    expect(card.locator("details.tool")).to_have_count(1)  # replay + live, no step twice
+    expect(card.locator(".answer .evidence")).to_have_text("calculator: 6*7 = 42")
+    expect(card.locator(".answer .reasoning")).to_contain_text("multiplied")
+    expect(card.locator(".meta")).to_contain_text("tokens: 20 in / 10 out")
+    expect(card.locator(".badge.status")).to_have_text("succeeded")
+    expect(card.locator("details.tool")).not_to_have_attribute("open", "")  # collapsed by default
+    card.locator("details.tool summary").click()
+    expect(card.locator("details.tool pre.result")).to_contain_text("42")
+    assert no_horizontal_scroll(page)
+    page.screenshot(path=str(SCREENS / "turn-finished-tools-open.png"), full_page=True)
+
+    # a second, slow turn: a dropped socket reconnects visibly, then cancel it
+    page.fill("#question", "slow: what is 6*7 again?")
+    page.click("#ask button[type=submit]")
+    expect(page.locator(".turn")).to_have_count(2)
+    second = Turn.objects.exclude(pk=turn.pk).get()
+    card2 = page.locator(f"#turn-{second.pk}")
+    expect(card2.locator(".badge.status")).to_have_text("running", timeout=15000)
+    page.evaluate(f"window.agentlabChat.views[{second.pk}].ws.close(4000)")
+    expect(page.locator("#connection")).to_contain_text("Reconnecting")
+    expect(page.locator("#connection")).to_be_hidden(timeout=10000)  # back after the next frame
+    card2.locator("button[data-action=cancel]").click()
+    expect(card2.locator(".badge.status")).to_have_text("cancelled", timeout=15000)
+    expect(card2.locator("button[data-action=retry]")).to_be_visible()
+    second.refresh_from_db()
+    assert (second.status, second.stop_reason) == ("cancelled", "cancelled")
+    assert [e.type for e in second.events.order_by("seq")][-1] == "turn.cancelled"
+
+    assert page.js_errors == []  # type: ignore[attr-defined]

@@ -1,0 +1,116 @@
+"""Reads on conversations, turns, events and approvals that the API, the chat
+pages and tests share (HackSoft "selectors").
+
+Ownership is checked here, once: an object the user may not see raises
+``NotFound`` exactly as a missing one does (404, not 403, so ids do not leak
+which objects exist). Staff see everything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+
+from agentlab.errors import NotFound
+
+from .events import events_after
+from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
+
+
+def _sees_all(user: AbstractBaseUser) -> bool:
+    return bool(getattr(user, "is_staff", False))
+
+
+def conversation_list(*, user: AbstractBaseUser, everyone: bool = False) -> QuerySet[Conversation]:
+    """The user's conversations, newest activity first; ``everyone`` (staff only)
+    lists all owners' conversations."""
+    qs = Conversation.objects.select_related("owner").order_by("-updated_at", "-pk")
+    if everyone and _sees_all(user):
+        return qs
+    return qs.filter(owner=user)
+
+
+def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+    """The conversation if ``user`` owns it (or is staff); else ``NotFound``."""
+    qs = Conversation.objects.select_related("owner")
+    if not _sees_all(user):
+        qs = qs.filter(owner=user)
+    conversation = qs.filter(pk=conversation_id).first()
+    if conversation is None:
+        raise NotFound(f"conversation {conversation_id} not found")
+    return conversation
+
+
+def conversation_turns(*, conversation: Conversation) -> list[Turn]:
+    """The turns of a conversation, oldest first."""
+    return list(conversation.turns.order_by("position", "pk"))
+
+
+def turn_get(*, user: AbstractBaseUser, turn_id: int) -> Turn:
+    """The turn if ``user`` owns it (or is staff); else ``NotFound``."""
+    qs = Turn.objects.all()
+    if not _sees_all(user):
+        qs = qs.filter(owner=user)
+    turn = qs.filter(pk=turn_id).first()
+    if turn is None:
+        raise NotFound(f"turn {turn_id} not found")
+    return turn
+
+
+def approval_get(*, user: AbstractBaseUser, approval_id: int) -> Approval:
+    """The approval if ``user`` owns its turn (or is staff); else ``NotFound``."""
+    qs = Approval.objects.select_related("turn")
+    if not _sees_all(user):
+        qs = qs.filter(turn__owner=user)
+    approval = qs.filter(pk=approval_id).first()
+    if approval is None:
+        raise NotFound(f"approval {approval_id} not found")
+    return approval
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """``events``: seq > after, in order. ``ended``: the page includes (or the
+    client already has) the turn's last event and the turn is finished — the
+    HTTP twin of the websocket's ``stream.end``. ``status``: the turn's status
+    when the page was read."""
+
+    turn_id: int
+    events: list[TurnEvent]
+    status: str
+    last_seq: int
+    ended: bool
+    after_in: int = 0
+
+    @property
+    def next_after(self) -> int:
+        """The ``after`` to ask with next: the last seq in this page, or the one asked with."""
+        return self.events[-1].seq if self.events else self.after_in
+
+
+def turn_events_page(*, turn: Turn, after: int = 0, limit: int = 500) -> EventPage:
+    """Events of ``turn`` with ``seq > after`` (at most ``limit``), with the
+    websocket's contract (DESIGN.md §6).
+
+    The turn row is read *before* the events: its status and ``last_seq``
+    change in the same transaction as the terminal event is written, so a
+    turn read as finished has all its events visible to the read that
+    follows; reading in the other order could say "ended" without the
+    terminal event in the page.
+    """
+    status, last_seq = Turn.objects.filter(pk=turn.pk).values_list("status", "last_seq").get()
+    events = events_after(turn_id=turn.pk, after=after, limit=limit)
+    reached = events[-1].seq if events else after
+    ended = status in TERMINAL_STATUSES and reached >= last_seq
+    return EventPage(turn_id=turn.pk, events=events, status=status, last_seq=last_seq, ended=ended, after_in=after)
+
+
+def turn_summary(turn: Turn) -> dict[str, Any]:
+    """A plain dict of what the chat page shows of a turn before its events load."""
+    return {
+        "id": turn.pk, "position": turn.position, "question": turn.question, "status": turn.status,
+        "last_seq": turn.last_seq,
+    }

@@ -1,0 +1,411 @@
+/* AgentLab conversation page: ask through the HTTP API, watch each turn over
+ * its websocket (ws/turns/<id>/?after=<seq>, DESIGN.md §6).
+ *
+ * Every turn is drawn only from its event log: finished turns are read with
+ * GET /api/turns/<id>/events?after=, active ones are streamed. A dropped
+ * socket reconnects by itself with the last seq it applied (exponential back
+ * off, 0.5 s to 8 s) and the page says "Reconnecting…" meanwhile; frames with
+ * a seq already applied are ignored, so a reconnect never shows a step twice.
+ * No build step, no dependencies. */
+(function () {
+  "use strict";
+
+  var ACTIVE = { queued: 1, running: 1, waiting: 1 };
+  var TERMINAL = { "turn.answered": "succeeded", "turn.asked": "succeeded", "turn.failed": "failed", "turn.cancelled": "cancelled" };
+  var CLOSE_REASONS = {
+    4400: "The stream request was malformed.",
+    4401: "You are no longer logged in — reload the page to log in again.",
+    4403: "This turn belongs to someone else.",
+    4404: "This turn no longer exists."
+  };
+
+  var pageData = JSON.parse(document.getElementById("page-data").textContent);
+  var turnsEl = document.getElementById("turns");
+  var connectionEl = document.getElementById("connection");
+  var views = {};
+
+  function cookie(name) {
+    var m = document.cookie.match(new RegExp("(?:^|; )" + name + "=([^;]*)"));
+    return m ? decodeURIComponent(m[1]) : "";
+  }
+
+  function api(method, url, body) {
+    var opts = { method: method, credentials: "same-origin", headers: { "Accept": "application/json" } };
+    if (method !== "GET") {
+      opts.headers["X-CSRFToken"] = cookie("csrftoken");
+      opts.headers["Content-Type"] = "application/json";
+      opts.body = JSON.stringify(body || {});
+    }
+    return fetch(url, opts).then(function (res) {
+      return res.text().then(function (text) {
+        var data = null;
+        try { data = text ? JSON.parse(text) : null; } catch (e) { data = null; }
+        return { ok: res.ok, status: res.status, data: data };
+      });
+    });
+  }
+
+  function errorText(res) {
+    if (res.data && res.data.error) { return res.data.error.message; }
+    return "Request failed (HTTP " + res.status + ").";
+  }
+
+  function el(tag, cls, text) {
+    var node = document.createElement(tag);
+    if (cls) { node.className = cls; }
+    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    return node;
+  }
+
+  function pretty(value) {
+    if (typeof value === "string") { return value; }
+    try { return JSON.stringify(value, null, 2); } catch (e) { return String(value); }
+  }
+
+  function fmtMs(ms) {
+    if (ms < 1000) { return ms + " ms"; }
+    var s = ms / 1000;
+    return s < 60 ? s.toFixed(1) + " s" : Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
+  }
+
+  // --- connection banner: shown while any turn's socket is reconnecting ---------
+  var reconnecting = {};
+  function updateBanner() {
+    var ids = Object.keys(reconnecting);
+    connectionEl.hidden = ids.length === 0;
+    connectionEl.textContent = ids.length ? "Reconnecting… (live updates paused; nothing is lost)" : "";
+  }
+
+  // --- one turn -------------------------------------------------------------------
+  function TurnView(summary) {
+    this.id = summary.id;
+    this.lastSeq = 0;
+    this.status = summary.status;
+    this.phase = "";
+    this.ws = null;
+    this.ended = false;
+    this.closedFor = null;
+    this.backoff = 500;
+    this.calls = {};
+    this.tokens = { input: 0, output: 0, calls: 0, cost: 0 };
+    this.startedAt = null;
+    this.finishedAt = null;
+    this.build(summary);
+  }
+
+  TurnView.prototype.build = function (summary) {
+    var root = document.getElementById("turn-" + this.id);
+    if (!root) {
+      root = el("article", "turn");
+      root.id = "turn-" + this.id;
+      root.setAttribute("data-turn-id", this.id);
+      turnsEl.appendChild(root);
+    }
+    root.innerHTML = "";
+    this.root = root;
+    root.appendChild(el("div", "question", summary.question));
+    var bar = el("div", "bar");
+    this.statusEl = el("span", "badge status", "");
+    this.phaseEl = el("span", "badge phase", "");
+    this.liveEl = el("span", "badge live", "reconnecting…");
+    this.liveEl.hidden = true;
+    bar.appendChild(this.statusEl);
+    bar.appendChild(this.phaseEl);
+    bar.appendChild(this.liveEl);
+    bar.appendChild(el("span", "spacer"));
+    var actions = el("span", "actions");
+    var self = this;
+    this.buttons = {};
+    [["cancel", "Cancel", "danger small"], ["retry", "Retry", "small"], ["resume", "Resume", "small"]].forEach(function (b) {
+      var btn = el("button", b[2], b[1]);
+      btn.type = "button";
+      btn.setAttribute("data-action", b[0]);
+      btn.hidden = true;
+      btn.addEventListener("click", function () { self.act(b[0], btn); });
+      actions.appendChild(btn);
+      self.buttons[b[0]] = btn;
+    });
+    bar.appendChild(actions);
+    root.appendChild(bar);
+    this.stepsEl = el("div", "steps");
+    root.appendChild(this.stepsEl);
+    this.outcomeEl = el("div", "outcome");
+    root.appendChild(this.outcomeEl);
+    this.errorEl = el("p", "error");
+    this.errorEl.hidden = true;
+    root.appendChild(this.errorEl);
+    this.metaEl = el("div", "meta");
+    root.appendChild(this.metaEl);
+    this.render();
+  };
+
+  TurnView.prototype.setStatus = function (status) {
+    this.status = status;
+    this.render();
+  };
+
+  TurnView.prototype.render = function () {
+    this.root.setAttribute("data-status", this.status);
+    this.statusEl.textContent = this.status;
+    this.statusEl.className = "badge status status-" + this.status;
+    this.phaseEl.textContent = this.phase ? "phase: " + this.phase : "";
+    this.phaseEl.hidden = !this.phase || !ACTIVE[this.status];
+    var s = this.status;
+    this.buttons.cancel.hidden = !(ACTIVE[s] || s === "interrupted");
+    this.buttons.retry.hidden = !(s === "failed" || s === "interrupted" || s === "cancelled");
+    this.buttons.resume.hidden = !(s === "interrupted" || s === "failed");
+    this.renderMeta();
+  };
+
+  TurnView.prototype.renderMeta = function () {
+    var t = this.tokens, parts = [];
+    if (t.calls) {
+      parts.push("tokens: " + t.input + " in / " + t.output + " out");
+      parts.push(t.calls + " LLM call" + (t.calls === 1 ? "" : "s"));
+      if (t.cost) { parts.push("cost $" + t.cost.toFixed(4)); }
+    }
+    if (this.startedAt) {
+      var end = this.finishedAt || (ACTIVE[this.status] ? new Date() : this.lastAt);
+      if (end) { parts.push("time: " + fmtMs(Math.max(0, end - this.startedAt))); }
+    }
+    this.metaEl.innerHTML = "";
+    var self = this;
+    parts.forEach(function (p) { self.metaEl.appendChild(el("span", null, p)); });
+  };
+
+  TurnView.prototype.note = function (text, cls) {
+    this.stepsEl.appendChild(el("div", "step note" + (cls ? " " + cls : ""), text));
+  };
+
+  TurnView.prototype.apply = function (frame) {
+    if (typeof frame.seq !== "number" || frame.seq <= this.lastSeq) { return; }
+    this.lastSeq = frame.seq;
+    this.root.setAttribute("data-last-seq", String(frame.seq));
+    var d = frame.data || {};
+    var at = frame.at ? new Date(frame.at) : null;
+    this.lastAt = at;
+    switch (frame.type) {
+      case "turn.queued": this.status = "queued"; break;
+      case "turn.started":
+        this.status = "running";
+        if (!this.startedAt) { this.startedAt = at; }
+        this.finishedAt = null;
+        break;
+      case "phase": this.phase = d.phase || ""; break;
+      case "thinking": this.stepsEl.appendChild(el("div", "step thinking", d.text)); break;
+      case "llm.usage":
+        this.tokens.calls += 1;
+        this.tokens.input += d.input_tokens || 0;
+        this.tokens.output += d.output_tokens || 0;
+        this.tokens.cost += d.cost || 0;
+        break;
+      case "tool.call": this.toolCall(d.call || {}); break;
+      case "tool.result": this.toolResult(d.result || {}); break;
+      case "approval.requested": this.approvalRequested(d); this.status = "waiting"; break;
+      case "approval.resolved":
+        this.note("Approval " + (d.approval_id || "") + " " + (d.status || "resolved") + (d.by ? " by " + d.by : ""));
+        if (this.approvalEls && this.approvalEls[d.approval_id]) { this.approvalEls[d.approval_id].remove(); }
+        break;
+      case "review":
+        this.note("Review: " + (d.verdict || d.decision || "") + (d.instruction ? " — " + d.instruction : ""));
+        break;
+      case "attempt.retry":
+        this.status = "queued";
+        this.outcomeEl.innerHTML = "";
+        this.finishedAt = null;
+        this.stepsEl.appendChild(el("div", "step note", "— attempt " + (d.attempt || "") + (d.by ? " (retried by " + d.by + ")" : "") + " —"));
+        break;
+      case "turn.answered": this.answered(d); break;
+      case "turn.asked":
+        this.outcomeEl.innerHTML = "";
+        this.outcomeEl.appendChild(el("div", "asked", "The agent asks: " + (d.question || "")));
+        break;
+      case "turn.failed":
+        this.outcomeEl.innerHTML = "";
+        this.outcomeEl.appendChild(el("div", "failure", "Failed (" + (d.cause || d.stop_reason || "error") + ")" + (d.error ? ": " + d.error : "")));
+        break;
+      case "turn.cancelled":
+        this.outcomeEl.innerHTML = "";
+        this.outcomeEl.appendChild(el("div", "failure", d.reason ? "Cancelled: " + d.reason : "Cancelled" + (d.tool ? " (tool " + d.tool + " needs approval)" : "")));
+        break;
+      case "turn.interrupted":
+        this.status = "interrupted";
+        this.note("Interrupted: " + (d.reason || "the job stopped") + ". Resume to continue where it stopped.", "bad");
+        break;
+      case "turn.resumed": this.status = "queued"; this.note("Resumed"); break;
+      default: break;
+    }
+    if (TERMINAL[frame.type]) {
+      this.status = TERMINAL[frame.type];
+      this.finishedAt = at;
+      this.phase = "";
+    }
+    this.render();
+  };
+
+  // The turn-ending tools are shown as the answer / the clarifying question, not as steps.
+  var ENDING_TOOLS = { final_answer: 1, ask_user: 1 };
+
+  TurnView.prototype.toolCall = function (call) {
+    if (ENDING_TOOLS[call.name] && !call.error) { return; }
+    var box = el("details", "step tool");
+    var summary = el("summary", null, "tool · " + (call.name || "tool") + " — running…");
+    box.appendChild(summary);
+    box.appendChild(el("h5", "muted", "arguments"));
+    box.appendChild(el("pre", "args", pretty(call.arguments !== undefined && call.arguments !== null ? call.arguments : call.raw_arguments)));
+    if (call.error) { box.appendChild(el("p", "error", call.error)); }
+    this.stepsEl.appendChild(box);
+    this.calls[call.id] = { box: box, summary: summary, name: call.name };
+  };
+
+  TurnView.prototype.toolResult = function (result) {
+    var entry = this.calls[result.call_id];
+    if (!entry && ENDING_TOOLS[result.name]) { return; }
+    if (!entry) { this.toolCall({ id: result.call_id, name: result.name }); entry = this.calls[result.call_id]; }
+    entry.summary.textContent = "tool · " + (entry.name || result.name || "tool") + (result.is_error ? " — error" : " — done");
+    if (result.is_error) { entry.box.classList.add("error"); }
+    entry.box.appendChild(el("h5", "muted", "result"));
+    entry.box.appendChild(el("pre", "result", result.output));
+  };
+
+  TurnView.prototype.approvalRequested = function (d) {
+    var box = el("div", "step approval");
+    box.appendChild(el("div", null, "Tool " + ((d.call && d.call.name) || d.tool || "") + " needs your approval."));
+    if (d.call && d.call.arguments) { box.appendChild(el("pre", null, pretty(d.call.arguments))); }
+    var self = this, id = d.approval_id;
+    if (id) {
+      ["approve", "reject"].forEach(function (verb) {
+        var btn = el("button", "small" + (verb === "reject" ? " danger" : ""), verb === "approve" ? "Approve" : "Reject");
+        btn.type = "button";
+        btn.addEventListener("click", function () {
+          btn.disabled = true;
+          api("POST", "/api/approvals/" + id + "/" + verb).then(function (res) {
+            if (!res.ok) { self.showError(errorText(res)); btn.disabled = false; }
+          });
+        });
+        box.appendChild(btn);
+      });
+      this.approvalEls = this.approvalEls || {};
+      this.approvalEls[id] = box;
+    }
+    this.stepsEl.appendChild(box);
+  };
+
+  TurnView.prototype.answered = function (d) {
+    this.outcomeEl.innerHTML = "";
+    var box = el("div", "answer");
+    box.appendChild(el("h4", null, "Answer"));
+    box.appendChild(el("div", "text", d.answer));
+    if (d.evidence) { box.appendChild(el("h4", null, "Evidence")); box.appendChild(el("div", "evidence", d.evidence)); }
+    if (d.reasoning) { box.appendChild(el("h4", null, "Reasoning")); box.appendChild(el("div", "reasoning", d.reasoning)); }
+    this.outcomeEl.appendChild(box);
+  };
+
+  TurnView.prototype.showError = function (text) {
+    this.errorEl.textContent = text || "";
+    this.errorEl.hidden = !text;
+  };
+
+  TurnView.prototype.act = function (action, btn) {
+    var self = this;
+    btn.disabled = true;
+    this.showError("");
+    api("POST", "/api/turns/" + this.id + "/" + action).then(function (res) {
+      btn.disabled = false;
+      if (!res.ok) { self.showError(errorText(res)); return; }
+      if (res.data && res.data.status) { self.setStatus(res.data.status); }
+      self.follow();
+    }, function () { btn.disabled = false; self.showError("The server could not be reached."); });
+  };
+
+  // Read the log over HTTP until it ends or stops growing (finished or interrupted turns).
+  TurnView.prototype.load = function () {
+    var self = this;
+    return api("GET", "/api/turns/" + this.id + "/events?after=" + this.lastSeq).then(function (res) {
+      if (!res.ok) { self.showError(errorText(res)); return; }
+      res.data.events.forEach(function (f) { self.apply(f); });
+      self.status = res.data.ended ? self.status : res.data.status;
+      self.render();
+      if (res.data.events.length && !res.data.ended && self.lastSeq < res.data.last_seq) { return self.load(); }
+      if (ACTIVE[res.data.status]) { self.follow(); }
+    });
+  };
+
+  // Stream the turn over its websocket from the last seq applied.
+  TurnView.prototype.follow = function () {
+    if (this.ws && this.ws.readyState <= 1) { return; }
+    this.ended = false;
+    this.closedFor = null;
+    var self = this;
+    var proto = location.protocol === "https:" ? "wss://" : "ws://";
+    var ws = new WebSocket(proto + location.host + "/ws/turns/" + this.id + "/?after=" + this.lastSeq);
+    this.ws = ws;
+    ws.onopen = function () {
+      self.backoff = 500;
+    };
+    ws.onmessage = function (msg) {
+      var frame;
+      try { frame = JSON.parse(msg.data); } catch (e) { return; }
+      if (self.liveEl.hidden === false) { self.setReconnecting(false); }
+      if (frame.type === "heartbeat") { self.renderMeta(); return; }
+      if (frame.type === "stream.end") { self.ended = true; if (frame.status) { self.setStatus(frame.status); } return; }
+      self.apply(frame);
+    };
+    ws.onclose = function (ev) {
+      if (self.ws !== ws) { return; }
+      self.ws = null;
+      if (self.ended) { self.setReconnecting(false); return; }
+      if (CLOSE_REASONS[ev.code]) {
+        self.setReconnecting(false);
+        self.showError(CLOSE_REASONS[ev.code]);
+        return;
+      }
+      self.setReconnecting(true);
+      var wait = self.backoff;
+      self.backoff = Math.min(self.backoff * 2, 8000);
+      setTimeout(function () { self.follow(); }, wait);
+    };
+  };
+
+  TurnView.prototype.setReconnecting = function (on) {
+    this.liveEl.hidden = !on;
+    if (on) { reconnecting[this.id] = true; } else { delete reconnecting[this.id]; }
+    updateBanner();
+  };
+
+  // A ticking clock for running turns.
+  setInterval(function () {
+    Object.keys(views).forEach(function (id) { if (ACTIVE[views[id].status]) { views[id].renderMeta(); } });
+  }, 1000);
+
+  // --- the page -------------------------------------------------------------------
+  var chain = Promise.resolve();
+  pageData.turns.forEach(function (summary) {
+    var view = new TurnView(summary);
+    views[summary.id] = view;
+    chain = chain.then(function () { return view.load(); });
+  });
+
+  var form = document.getElementById("ask");
+  var question = document.getElementById("question");
+  var askError = document.getElementById("ask-error");
+  form.addEventListener("submit", function (ev) {
+    ev.preventDefault();
+    var text = question.value.trim();
+    if (!text) { return; }
+    var button = form.querySelector("button[type=submit]");
+    button.disabled = true;
+    askError.hidden = true;
+    api("POST", "/api/conversations/" + pageData.conversationId + "/turns", { question: text }).then(function (res) {
+      button.disabled = false;
+      if (!res.ok) { askError.textContent = errorText(res); askError.hidden = false; return; }
+      question.value = "";
+      var view = new TurnView({ id: res.data.turn_id, question: text, status: "queued" });
+      views[view.id] = view;
+      view.follow();
+      view.root.scrollIntoView({ block: "nearest" });
+    }, function () { button.disabled = false; askError.textContent = "The server could not be reached."; askError.hidden = false; });
+  });
+
+  window.agentlabChat = { views: views };
+})();

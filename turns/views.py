@@ -1,0 +1,65 @@
+"""The chat pages (issue 5): thin views over ``turns.selectors`` and ``turns.services``.
+
+The conversation page is server-rendered; its script (``turns/static/turns/chat.js``)
+asks questions and presses buttons through the HTTP API and watches turns over
+the websocket (DESIGN.md §6), so reloading it replays every turn from its log.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.csrf import ensure_csrf_cookie
+from django.views.decorators.http import require_http_methods, require_POST
+
+from agentlab.errors import NotFound
+
+from . import selectors, services
+from .events import clean_text
+
+
+@login_required
+@require_http_methods(["GET", "POST"])
+def conversation_list(request: HttpRequest) -> HttpResponse:
+    """My conversations; POST ``question`` starts a new conversation with it."""
+    error = ""
+    if request.method == "POST":
+        question = clean_text(request.POST.get("question", "")).strip()
+        if question:
+            conversation = services.conversation_create(owner=request.user, title=question[:80])  # type: ignore[arg-type]
+            services.turn_start(conversation=conversation, question=question, acting_user=request.user)  # type: ignore[arg-type]
+            return redirect("chat:conversation_detail", conversation_id=conversation.pk)
+        error = "Type a question first."
+    conversations = selectors.conversation_list(user=request.user)[:200]  # type: ignore[arg-type]
+    return render(request, "chat/conversation_list.html", {"conversations": conversations, "error": error})
+
+
+@login_required
+@ensure_csrf_cookie
+def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    """One conversation: its turns, replayed and streamed by the page's script."""
+    try:
+        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+    turns = selectors.conversation_turns(conversation=conversation)
+    return render(request, "chat/conversation_detail.html", {
+        "conversation": conversation,
+        "turns": turns,
+        "page_data": {
+            "conversationId": conversation.pk,
+            "turns": [selectors.turn_summary(t) for t in turns],
+        },
+    })
+
+
+@login_required
+@require_POST
+def conversation_delete(request: HttpRequest, conversation_id: int) -> HttpResponse:
+    try:
+        conversation = selectors.conversation_get(user=request.user, conversation_id=conversation_id)  # type: ignore[arg-type]
+    except NotFound as exc:
+        raise Http404(str(exc)) from exc
+    services.conversation_delete(conversation_id=conversation.pk)
+    return redirect("chat:conversation_list")
