@@ -213,14 +213,14 @@ def turn_events(
              summary="Cancel a turn (a running one stops at its next step)")
 def turn_cancel(request: HttpRequest, turn_id: Id) -> Turn:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
-    return services.turn_cancel(turn_id=turn.pk)
+    return services.turn_cancel(turn_id=turn.pk, acting_user=request.user)
 
 
 @router.post("/turns/{turn_id}/resume", response={202: TurnOut, 409: ErrorOut, **ERRORS},
              summary="Resume an interrupted or failed turn where it stopped")
 def turn_resume(request: HttpRequest, turn_id: Id) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
-    return Status(202, services.turn_resume_in_conversation(turn_id=turn.pk))
+    return Status(202, services.turn_resume_and_enqueue(turn_id=turn.pk, acting_user=request.user))
 
 
 @router.post("/turns/{turn_id}/retry", response={202: TurnOut, 409: ErrorOut, **ERRORS},

@@ -186,13 +186,18 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
         async with self._lock:
             if self._ended:
                 return
-            frames = [f for f in message.get("events") or () if f.get("seq", 0) > self.last_sent]
+            # A doorbell may carry the frames of several coalesced rings, not
+            # necessarily in seq order: use only the run that continues the
+            # stream exactly, and read anything beyond it from the database.
+            frames = sorted((f for f in message.get("events") or () if f.get("seq", 0) > self.last_sent),
+                            key=lambda f: f["seq"])
             if not frames:
                 return  # all of it was sent already (replayed, or read on a tick)
+            run = [f for i, f in enumerate(frames) if f["seq"] == self.last_sent + 1 + i]
             try:
-                if frames[0]["seq"] == self.last_sent + 1:
-                    await self._send_frames(frames)
-                else:
+                if run:
+                    await self._send_frames(run)
+                if len(run) < len(frames) and not self._ended:
                     await self._catch_up()  # a doorbell went missing: read the gap
             except DatabaseError:
                 logger.warning("turn %s stream: gap read failed; the next tick retries", self.turn_id,

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,8 +139,14 @@ def turn_claim(*, turn_id: int, job_id: str = "") -> tuple[Turn, bool] | None:
     update. Returns ``(turn, fresh)`` — ``fresh`` when the turn never ran
     before, so there is no recorded step to rebuild — or ``None`` when someone
     else has it (or it is no longer queued); then nothing is written.
-    (healthchecks ``sendalerts``.)"""
+    (healthchecks ``sendalerts``.)
+
+    The claim stores a token unique to this claim in ``turn.job_id`` (the job
+    id plus a random suffix); every later write of this driver is conditional
+    on it (``event_append_many(holder=…)``).
+    """
     now = timezone.now()
+    job_id = f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
     with transaction.atomic():
         claimed = Turn.objects.filter(pk=turn_id, status=TurnStatus.QUEUED).update(
             status=TurnStatus.RUNNING, heartbeat_at=now, job_id=job_id, updated_at=now, phase=TurnPhase.ACT,
@@ -204,14 +211,18 @@ def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
     return steps
 
 
-def _heartbeat(*, turn_id: int) -> bool:
-    """Write the turn's heartbeat; return its cancel flag."""
-    Turn.objects.filter(pk=turn_id).update(heartbeat_at=timezone.now())
-    return bool(Turn.objects.filter(pk=turn_id).values_list("cancel_requested", flat=True).first())
+def _current_meta(*, turn_id: int) -> dict[str, Any]:
+    return dict(Turn.objects.values_list("meta", flat=True).get(pk=turn_id) or {})
 
 
-def _cancel_requested(*, turn_id: int) -> bool:
-    return bool(Turn.objects.filter(pk=turn_id).values_list("cancel_requested", flat=True).first())
+def _poll(*, turn_id: int, holder: str, beat: bool) -> tuple[bool, bool]:
+    """Read the turn's cancel flag and whether ``holder`` still holds it;
+    with ``beat``, also write the heartbeat (only while held)."""
+    held = Turn.objects.filter(pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
+    if beat:
+        held.update(heartbeat_at=timezone.now())
+    row = held.values_list("cancel_requested", flat=True).first()
+    return bool(row), row is not None
 
 
 # --- finishing -----------------------------------------------------------------
@@ -263,7 +274,7 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
 
 def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict[str, Any],
             timings: dict[str, int], meta: dict[str, Any], pending: Sequence[NewEvent] = (),
-            policy: TurnPolicy) -> None:
+            policy: TurnPolicy, holder: str) -> None:
     """Write the terminal event (after any ``pending`` step events) and the
     turn's final fields in one transaction. ``timings`` and ``meta`` are the
     turn's values as claimed: only the driver that holds the turn writes them."""
@@ -277,20 +288,21 @@ def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict
             turn_id=turn_id,
             events=[*pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
             turn_fields={**fields, "meta": meta, "timings": timings},
+            holder=holder,
         )
         policy.on_finish(turn_id=turn_id)
 
 
 def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int],
-                     meta: dict[str, Any], pending: list[NewEvent], policy: TurnPolicy) -> None:
-    """End a turn whose driver itself raised; only if it is still ours (running)."""
-    if not Turn.objects.filter(pk=turn_id, status=TurnStatus.RUNNING).exists():
+                     meta: dict[str, Any], pending: list[NewEvent], policy: TurnPolicy, holder: str) -> None:
+    """End a turn whose driver itself raised; only if it is still ours."""
+    if not Turn.objects.filter(pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)).exists():
         return
     fields = {"status": TurnStatus.FAILED, "outcome": TurnOutcome.FAILED, "stop_reason": "error",
               "phase": TurnPhase.FINISH, "finished_at": timezone.now(), "usage": usage, "steps": steps}
     _finish(turn_id=turn_id, event_type=EventType.TURN_FAILED,
             data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
-            fields=fields, timings=timings, meta=meta, pending=pending, policy=policy)
+            fields=fields, timings=timings, meta=meta, pending=pending, policy=policy, holder=holder)
 
 
 # --- driving -------------------------------------------------------------------
@@ -300,9 +312,10 @@ class _Recorder:
     """Persists each loop report as events before the loop takes its next step,
     keeping the turn's running usage and step count on the same write."""
 
-    def __init__(self, *, turn_id: int, attempt: int, db: DatabaseThreads, usage: UsageTotals, steps: int,
-                 tools: ToolRegistry) -> None:
+    def __init__(self, *, turn_id: int, holder: str, attempt: int, db: DatabaseThreads, usage: UsageTotals,
+                 steps: int, tools: ToolRegistry) -> None:
         self.turn_id = turn_id
+        self.holder = holder
         self.tools = tools
         #: step events held back for the finishing transaction (see below)
         self.pending: list[NewEvent] = []
@@ -339,12 +352,15 @@ class _Recorder:
                 self.pending.append(event)
                 return
             events, fields = [event], {}
-        await self.db.run(event_append_many, turn_id=self.turn_id, events=events, turn_fields=fields)
+        await self.db.run(event_append_many, turn_id=self.turn_id, events=events, turn_fields=fields,
+                          holder=self.holder)
 
 
-async def _watch(*, turn_id: int, cancel: asyncio.Event, db: DatabaseThreads) -> None:
+async def _watch(*, turn_id: int, holder: str, cancel: asyncio.Event, db: DatabaseThreads) -> None:
     """Poll the cancel flag every ``CANCEL_POLL_S`` and write the heartbeat
-    every ``HEARTBEAT_S``, until cancelled."""
+    every ``HEARTBEAT_S``, until cancelled. A turn no longer held (swept to
+    interrupted while this driver was merely slow) is cancelled too: its
+    appends would be refused anyway, and the loop should stop spending."""
     beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
     last_beat = time.monotonic()
     while not cancel.is_set():
@@ -352,13 +368,15 @@ async def _watch(*, turn_id: int, cancel: asyncio.Event, db: DatabaseThreads) ->
         try:
             if time.monotonic() - last_beat >= beat_every:
                 last_beat = time.monotonic()
-                flagged = await db.run(_heartbeat, turn_id=turn_id)
+                flagged, held = await db.run(_poll, turn_id=turn_id, holder=holder, beat=True)
             else:
-                flagged = await db.run(_cancel_requested, turn_id=turn_id)
+                flagged, held = await db.run(_poll, turn_id=turn_id, holder=holder, beat=False)
         except Exception:  # noqa: BLE001 - a missed tick is retried on the next one
             logger.warning("turn %s: heartbeat failed", turn_id, exc_info=True)
             continue
-        if flagged:
+        if flagged or not held:
+            if not held:
+                logger.warning("turn %s: the claim %s was lost; stopping", turn_id, holder)
             cancel.set()
 
 
@@ -387,15 +405,16 @@ async def drive_turn(
     if claim is None:
         return None
     turn, fresh = claim
+    holder = turn.job_id
     attempt = turn.attempts
     recorded = [] if fresh else await db.run(recorded_steps, turn_id=turn_id, attempt=attempt)
     usage = UsageTotals()
     for step in recorded:
         usage.add(step.completion)
     tools = tools or shared_default_tools()
-    recorder = _Recorder(turn_id=turn_id, attempt=attempt, db=db, usage=usage, steps=len(recorded), tools=tools)
+    recorder = _Recorder(turn_id=turn_id, holder=holder, attempt=attempt, db=db, usage=usage, steps=len(recorded), tools=tools)
     cancel = asyncio.Event()
-    watcher = asyncio.create_task(_watch(turn_id=turn_id, cancel=cancel, db=db))
+    watcher = asyncio.create_task(_watch(turn_id=turn_id, holder=holder, cancel=cancel, db=db))
 
     async def gate(call: ToolCall) -> ApprovalDecision:
         return await policy.approval(turn_id=turn_id, call=call, db=db)
@@ -418,9 +437,14 @@ async def drive_turn(
         timings["act_ms"] = int((time.monotonic() - act_started) * 1000)
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         event_type, data, fields = finish_fields(result)
+        meta = turn.meta or {}
+        if result.stop_reason == "cancelled":
+            # turn_cancel wrote who asked into meta after this driver claimed
+            meta = await db.run(_current_meta, turn_id=turn_id)
+            data["by"] = (meta.get("cancel") or {}).get("by")
         await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields,
-                     timings={**(turn.timings or {}), **timings}, meta=turn.meta or {}, pending=recorder.pending,
-                     policy=policy)
+                     timings={**(turn.timings or {}), **timings}, meta=meta, pending=recorder.pending,
+                     policy=policy, holder=holder)
         return DriveResult(
             turn_id=turn_id, status=fields["status"], outcome=fields["outcome"], stop_reason=result.stop_reason,
             answer=result.answer, evidence=result.evidence, reasoning=result.reasoning, steps=result.steps_used,
@@ -435,7 +459,7 @@ async def drive_turn(
         try:
             await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=usage.to_dict(),
                          steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=turn.meta or {},
-                         pending=recorder.pending, policy=policy)
+                         pending=recorder.pending, policy=policy, holder=holder)
         except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
             logger.exception("turn %s: could not record the failure", turn_id)
         return DriveResult(

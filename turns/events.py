@@ -25,7 +25,9 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from .models import EventType, Turn, TurnEvent
+from agentlab.errors import StateConflict
+
+from .models import EventType, Turn, TurnEvent, TurnStatus
 
 logger = logging.getLogger(__name__)
 
@@ -76,9 +78,17 @@ class NewEvent:
     data: Mapping[str, Any]
 
 
-def event_append(*, turn_id: int, type: str, data: Mapping[str, Any] | None = None, turn_fields: Mapping[str, Any] | None = None) -> TurnEvent:
+class TurnNotHeld(StateConflict):
+    """The appender's claim on the turn is gone: the turn was marked
+    interrupted (or finished, or claimed again by another job) meanwhile.
+    Nothing was written."""
+
+
+def event_append(*, turn_id: int, type: str, data: Mapping[str, Any] | None = None,
+                 turn_fields: Mapping[str, Any] | None = None, holder: str | None = None) -> TurnEvent:
     """Append one event to a turn's log; see ``event_append_many``."""
-    return event_append_many(turn_id=turn_id, events=[NewEvent(type, data or {})], turn_fields=turn_fields)[-1]
+    return event_append_many(turn_id=turn_id, events=[NewEvent(type, data or {})], turn_fields=turn_fields,
+                             holder=holder)[-1]
 
 
 def event_append_many(
@@ -86,6 +96,7 @@ def event_append_many(
     turn_id: int,
     events: Sequence[NewEvent],
     turn_fields: Mapping[str, Any] | None = None,
+    holder: str | None = None,
 ) -> list[TurnEvent]:
     """Append events to a turn's log in one transaction and ring its doorbell.
 
@@ -95,9 +106,15 @@ def event_append_many(
     the turn in the same transaction (status, answer …), so the log and the
     turn row never disagree. Payloads pass through ``json_safe``.
 
+    ``holder`` is a driver's claim token (``Turn.job_id`` as set by the
+    claim): the append then happens only while the turn is still running or
+    waiting under that claim, so a driver that was presumed dead (its turn
+    swept to interrupted, maybe resumed by another job) cannot write into the
+    log any more — it gets ``TurnNotHeld``.
+
     Returns the new events with their seqs. Raises ``ValueError`` for an
-    unknown event type and ``Turn.DoesNotExist`` for an unknown turn; nothing
-    is written then.
+    unknown event type, ``Turn.DoesNotExist`` for an unknown turn and
+    ``TurnNotHeld`` (see above); nothing is written then.
     """
     if not events:
         raise ValueError("event_append_many needs at least one event")
@@ -107,7 +124,7 @@ def event_append_many(
     now = timezone.now()
     fields = {k: clean_text(v) if isinstance(v, str) else v for k, v in (turn_fields or {}).items()}
     with transaction.atomic():
-        last_seq = _advance_seq(turn_id=turn_id, count=len(events), now=now, fields=fields)
+        last_seq = _advance_seq(turn_id=turn_id, count=len(events), now=now, fields=fields, holder=holder)
         rows = [
             TurnEvent(turn_id=turn_id, seq=last_seq + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
             for i, e in enumerate(events, start=1)
@@ -128,6 +145,11 @@ class _Doorbell:
     the database threads' time. Rings are instead handed to a loop and not
     awaited: the doorbell is best effort, and subscribers read gaps by seq.
 
+    Rings for the same turn that arrive before its previous ring was sent are
+    coalesced into one doorbell carrying all their frames, so a burst of
+    appends costs a few ``group_send`` calls, not one per event (a burst of
+    500 used to exhaust channels_redis's connection pool).
+
     The loop is a daemon thread started on first use, unless a server adopts
     its own running loop with ``set_loop`` (daphne with the in-memory channel
     layer must, because that layer's queues belong to the server's loop).
@@ -136,6 +158,8 @@ class _Doorbell:
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._lock = threading.Lock()
+        #: frames waiting to be sent, per turn; only touched on the loop
+        self._pending: dict[int, list[dict[str, Any]]] = {}
 
     def set_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
@@ -151,15 +175,26 @@ class _Doorbell:
 
     def ring(self, turn_id: int, frames: list[dict[str, Any]]) -> None:
         loop = self._get_loop()
-        message = {"type": "turn.doorbell", "events": frames}
         try:
             running = asyncio.get_running_loop()
         except RuntimeError:
             running = None
         if running is loop:
-            loop.create_task(_group_send(turn_id, message))
+            self._add(turn_id, frames)
         else:
-            asyncio.run_coroutine_threadsafe(_group_send(turn_id, message), loop)
+            loop.call_soon_threadsafe(self._add, turn_id, frames)
+
+    def _add(self, turn_id: int, frames: list[dict[str, Any]]) -> None:
+        pending = self._pending.get(turn_id)
+        if pending is not None:
+            pending.extend(frames)
+            return
+        self._pending[turn_id] = list(frames)
+        asyncio.get_running_loop().create_task(self._send(turn_id))
+
+    async def _send(self, turn_id: int) -> None:
+        frames = self._pending.pop(turn_id)
+        await _group_send(turn_id, {"type": "turn.doorbell", "events": frames})
 
 
 async def _group_send(turn_id: int, message: dict[str, Any]) -> None:
@@ -176,7 +211,7 @@ async def _group_send(turn_id: int, message: dict[str, Any]) -> None:
 doorbell = _Doorbell()
 
 
-def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str, Any]) -> int:
+def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str, Any], holder: str | None) -> int:
     """Lock the turn row, add ``count`` to its ``last_seq`` and write
     ``fields``, in one ``UPDATE … RETURNING`` statement; return the seq the
     new events start after.
@@ -200,12 +235,17 @@ def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str
         assignments.append(f"{qn(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
     params.append(turn_id)
-    sql = (f"UPDATE {qn(meta.db_table)} SET {', '.join(assignments)} "
-           f"WHERE {qn(meta.pk.column)} = %s RETURNING {qn('last_seq')}")
+    where = f"{qn(meta.pk.column)} = %s"
+    if holder is not None:
+        where += f" AND {qn('job_id')} = %s AND {qn('status')} IN (%s, %s)"
+        params.extend([holder, TurnStatus.RUNNING, TurnStatus.WAITING])
+    sql = f"UPDATE {qn(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {qn('last_seq')}"
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
+        if holder is not None and Turn.objects.filter(pk=turn_id).exists():
+            raise TurnNotHeld(f"turn {turn_id} is no longer held by {holder}")
         raise Turn.DoesNotExist(f"turn {turn_id} does not exist")
     return int(row[0]) - count
 

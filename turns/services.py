@@ -50,27 +50,36 @@ def turn_create(
     return turn
 
 
-def turn_cancel(*, turn_id: int) -> Turn:
+def _by(user: AbstractBaseUser | None) -> str | None:
+    """How an event names the user who acted (``None`` for the system)."""
+    return user.get_username() if user is not None else None
+
+
+def turn_cancel(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
     """Ask a turn to stop.
 
     A queued or interrupted turn is cancelled at once (``turn.cancelled``); a
     running or waiting one gets its cancel flag set, which its driver sees
-    within ``CANCEL_POLL_S`` and ends with ``turn.cancelled`` itself. Raises
-    ``StateConflict`` for a finished turn, changing nothing.
+    within ``CANCEL_POLL_S`` and ends with ``turn.cancelled`` itself. Who asked
+    is kept in ``meta["cancel"]`` and named (``by``) in the ``turn.cancelled``
+    event. Raises ``StateConflict`` for a finished turn, changing nothing.
     """
     with transaction.atomic():
         turn = Turn.objects.select_for_update().get(pk=turn_id)
         if turn.is_terminal:
             raise StateConflict(f"turn {turn_id} has already finished ({turn.status})")
+        meta = {**(turn.meta or {}), "cancel": {"by": _by(acting_user), "at": timezone.now().isoformat()}}
         if turn.status in (TurnStatus.QUEUED, TurnStatus.INTERRUPTED):
             event_append_many(
                 turn_id=turn_id,
-                events=[NewEvent(EventType.TURN_CANCELLED, {"stop_reason": "cancelled", "steps": turn.steps})],
+                events=[NewEvent(EventType.TURN_CANCELLED,
+                                 {"stop_reason": "cancelled", "steps": turn.steps, "by": _by(acting_user)})],
                 turn_fields={"status": TurnStatus.CANCELLED, "outcome": TurnOutcome.CANCELLED,
-                             "stop_reason": "cancelled", "cancel_requested": True, "finished_at": timezone.now()},
+                             "stop_reason": "cancelled", "cancel_requested": True, "finished_at": timezone.now(),
+                             "meta": meta},
             )
         else:
-            Turn.objects.filter(pk=turn_id).update(cancel_requested=True)
+            Turn.objects.filter(pk=turn_id).update(cancel_requested=True, meta=meta)
     turn.refresh_from_db()
     return turn
 
@@ -92,7 +101,7 @@ def turn_interrupt(*, turn_id: int, reason: str) -> bool:
     return True
 
 
-def turn_resume(*, turn_id: int) -> Turn:
+def turn_resume(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
     """Put an interrupted or failed turn back to ``queued`` (``turn.resumed``).
 
     The driver that claims it next rebuilds the agent's state from the event
@@ -105,7 +114,7 @@ def turn_resume(*, turn_id: int) -> Turn:
             raise StateConflict(f"turn {turn_id} cannot be resumed from status {turn.status}")
         event_append_many(
             turn_id=turn_id,
-            events=[NewEvent(EventType.TURN_RESUMED, {"from": turn.status})],
+            events=[NewEvent(EventType.TURN_RESUMED, {"from": turn.status, "by": _by(acting_user)})],
             turn_fields={"status": TurnStatus.QUEUED, "outcome": "", "stop_reason": "", "cancel_requested": False,
                          "finished_at": None},
         )
@@ -209,16 +218,22 @@ def turn_start(*, conversation: Conversation, question: str, acting_user: Abstra
     return turn
 
 
-def turn_resume_and_enqueue(*, turn_id: int) -> Turn:
-    """``turn_resume`` and hand the turn to a job once that commits.
+def turn_resume_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """``turn_resume`` and hand the turn to a job once that commits, keeping
+    one active turn per conversation.
 
     This is what interfaces (API, admin) call; ``turn_resume`` alone only
-    changes the state. Raises ``StateConflict`` like ``turn_resume``.
+    changes the state. Raises ``StateConflict`` like ``turn_resume``, and when
+    another turn of the same conversation is queued, running or waiting.
     """
     from .jobs import turn_enqueue
 
     with transaction.atomic():
-        turn = turn_resume(turn_id=turn_id)
+        turn = Turn.objects.get(pk=turn_id)
+        other = _conversation_other_active(turn=turn)
+        if other is not None:
+            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
+        turn = turn_resume(turn_id=turn_id, acting_user=acting_user)
         turn_enqueue(turn.pk)
     return turn
 
@@ -288,18 +303,6 @@ def _conversation_other_active(*, turn: Turn) -> int | None:
         return None
     locked = Conversation.objects.select_for_update().get(pk=turn.conversation_id)
     return locked.turns.filter(status__in=ACTIVE_STATUSES).exclude(pk=turn.pk).values_list("pk", flat=True).first()
-
-
-def turn_resume_in_conversation(*, turn_id: int) -> Turn:
-    """``turn_resume_and_enqueue``, keeping one active turn per conversation:
-    resuming while another turn of the same conversation is queued, running
-    or waiting raises ``StateConflict`` (the API's resume route calls this)."""
-    with transaction.atomic():
-        turn = Turn.objects.get(pk=turn_id)
-        other = _conversation_other_active(turn=turn)
-        if other is not None:
-            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
-        return turn_resume_and_enqueue(turn_id=turn_id)
 
 
 def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:

@@ -281,3 +281,32 @@ async def test_the_asgi_application_authenticates_by_session_and_checks_the_orig
         assert (await attempt(owner, origin=b"http://evil.example"))[0] == "rejected"
     finally:
         await sync_to_async(connections.close_all, thread_sensitive=True)()
+
+
+async def test_a_coalesced_doorbell_out_of_order_or_with_a_gap_sends_each_seq_once(owner, db_threads, monkeypatch):
+    """A doorbell may carry several rings' frames in any order; only the run
+    that continues the stream is used, the rest is read from the database."""
+    import turns.events as events_module
+
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    communicator = await connect(ws_app(owner), turn.pk)
+    assert [f["seq"] for f in await read_events(communicator, 1)] == [1]
+    monkeypatch.setattr(events_module, "ring_turn", lambda *a, **k: None)  # we ring by hand
+    for i in range(4):
+        await db_threads.run(event_append, turn_id=turn.pk, type="thinking", data={"i": i})
+    frames = await db_threads.run(db_frames, turn.pk)  # seqs 1..5
+    layer = get_channel_layer()
+    # seqs 3 and 2 (out of order) and 5 (after a gap): 2, 3 from the doorbell, 4, 5 from the database
+    await layer.group_send(f"turn.{turn.pk}", {"type": "turn.doorbell", "events": [frames[2], frames[1], frames[4]]})
+    got = await read_events(communicator, 4)
+    assert [f["seq"] for f in got] == [2, 3, 4, 5]
+    assert got == frames[1:]
+    await layer.group_send(f"turn.{turn.pk}", {"type": "turn.doorbell", "events": frames})
+    later = []
+    loop = asyncio.get_running_loop()
+    until = loop.time() + 1.0
+    while loop.time() < until:  # heartbeats keep coming: read for a bounded time
+        if not await communicator.receive_nothing(timeout=0.2):
+            later.append(json.loads(await communicator.receive_from()))
+    assert [f for f in later if f["type"] != "heartbeat"] == []  # nothing sent twice
+    await communicator.disconnect()

@@ -178,7 +178,7 @@ async def test_cancel_stops_a_slow_llm_call_and_keeps_usage(owner, db_threads, m
     provider.complete = complete  # type: ignore[method-assign]
     task = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads))
     await asyncio.sleep(0.5)
-    await db_threads.run(turn_cancel, turn_id=turn.pk)
+    await db_threads.run(turn_cancel, turn_id=turn.pk, acting_user=owner)
     loop = asyncio.get_running_loop()
     started = loop.time()
     result = await asyncio.wait_for(task, timeout=5)
@@ -187,7 +187,9 @@ async def test_cancel_stops_a_slow_llm_call_and_keeps_usage(owner, db_threads, m
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.status, turn.outcome) == ("cancelled", "cancelled")
     assert turn.usage["input_tokens"] == 3 and turn.usage["calls"] == 1
-    assert (await db_threads.run(types, turn.pk))[-1] == "turn.cancelled"
+    assert turn.meta["cancel"]["by"] == "owner"
+    last = (await db_threads.run(events_after, turn_id=turn.pk))[-1]
+    assert (last.type, last.data["by"]) == ("turn.cancelled", "owner")
 
 
 async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads):
@@ -242,3 +244,35 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
         "llm.usage", "tool.call", "tool.result", "phase", "turn.answered",
     ]
     assert await db_threads.run(TurnEvent.objects.filter(turn_id=turn.pk, type="tool.result").count) == 3
+
+
+async def test_a_driver_whose_turn_was_swept_writes_nothing_more(owner, db_threads, monkeypatch):
+    """A slow driver presumed dead (its turn marked interrupted, then resumed
+    and claimed by another job) cannot append to the log any more."""
+    monkeypatch.setattr(driver_module, "CANCEL_POLL_S", 0.1)
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    release = asyncio.Event()
+    slow = ScriptedProvider([tool_call("calculator", {"expression": "2"}), final("late")])
+    original = slow.complete
+
+    async def complete(messages, tools=None, **kw):
+        if len(slow.calls) == 1:
+            await release.wait()  # the LLM hangs; the loop cannot see the cancel until it returns
+        return await original(messages, tools, **kw)
+
+    slow.complete = complete  # type: ignore[method-assign]
+    zombie = asyncio.create_task(drive_turn(turn.pk, policy=EVALUATION, provider=slow, db=db_threads))
+    while (await db_threads.run(Turn.objects.get, pk=turn.pk)).steps < 1:
+        await asyncio.sleep(0.05)
+    assert await db_threads.run(turn_interrupt, turn_id=turn.pk, reason="heartbeat stale")
+    await db_threads.run(turn_resume, turn_id=turn.pk)
+    fresh = await drive_turn(turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("fresh")]), db=db_threads)
+    assert fresh is not None and fresh.answer == "fresh"
+    seqs_before = [e.seq for e in await db_threads.run(events_after, turn_id=turn.pk)]
+    release.set()
+    await asyncio.wait_for(zombie, timeout=5)
+    events = await db_threads.run(events_after, turn_id=turn.pk)
+    assert [e.seq for e in events] == seqs_before  # the zombie added nothing
+    turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
+    assert (turn.status, turn.answer) == ("succeeded", "fresh")
+    assert events[-1].type == "turn.answered"
