@@ -3,7 +3,7 @@
     DATABASE_URL is not read: the script creates (and drops) its own PostgreSQL
     database on 127.0.0.1:5432 and uses Redis on 127.0.0.1:6379/0.
 
-    /work/venv/bin/python bench/stream_latency.py [--events 200] [--interval 0.05]
+    .venv/bin/python bench/stream_latency.py [--events 200] [--interval 0.05]
 
 Prints, with p50/p99 in milliseconds of "time the event was handed to
 ``event_append`` → time a websocket client had the frame":

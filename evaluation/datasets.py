@@ -5,7 +5,7 @@ returns writes the Dataset and Example rows. The whole file is validated before
 anything is returned, so a bad line means nothing is written (DESIGN.md §10:
 "a bad line is a clear error naming the line, and nothing is written").
 
-Line format (one JSON object per line; layout of /work/shared/datasets/README.md):
+Line format (one JSON object per line; layout of shared/datasets/README.md):
 
 =============== =========== ==================================================
 field           required    rule

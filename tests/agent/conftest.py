@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,16 +13,11 @@ from pydantic import BaseModel
 
 from agentlab.agent.tools import Tool, ToolContext, ToolRegistry, default_registry
 from agentlab.testing.stub_llm import StubLLMServer, StubReply
-
-DATASETS = Path("/work/shared/datasets")
-if not DATASETS.is_dir():  # CI lays shared/ beside the clone
-    DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
+from tests.shared_data import dataset_path
 
 
 def dataset_rows(name: str) -> list[dict[str, Any]]:
-    path = DATASETS / name
-    if not path.is_file():
-        pytest.skip(f"dataset {name} not found under {DATASETS}")
+    path = dataset_path(name)
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 

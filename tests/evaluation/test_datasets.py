@@ -4,7 +4,6 @@ temporary files, and the demo dataset (evaluation/demo.py). No Django needed."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -14,15 +13,11 @@ import pytest
 from evaluation.datasets import DatasetFormatError, ExampleSpec, parse_jsonl, parse_records
 from evaluation.demo import DEMO_DATASET_NAME, demo_examples
 from evaluation.scoring import score, scorer_for
-
-DATASETS_DIR = Path(os.environ.get("AGENTLAB_DATASETS_DIR", "/work/shared/datasets"))
+from tests.shared_data import dataset_path
 
 
 def _shared(name: str) -> Path:
-    path = DATASETS_DIR / name
-    if not path.exists():
-        pytest.skip(f"shared dataset {path} not available")
-    return path
+    return dataset_path(name)
 
 
 def _line(**fields: Any) -> str:

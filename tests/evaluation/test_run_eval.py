@@ -15,15 +15,21 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text, text_reply
+from agentlab.testing.stub_llm import (
+    StubLLMServer,
+    error_reply,
+    final_answer_reply,
+    last_user_text,
+    text_reply,
+)
 from evaluation.models import Dataset, Example, Prediction, Run
+from tests.shared_data import dataset_path
 from turns.models import Turn, TurnEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-DATASETS = Path(__file__).resolve().parents[3] / "shared" / "datasets"
-GSM8K = DATASETS / "gsm8k-test-200.jsonl"
-ARC = DATASETS / "arc-challenge-test-100.jsonl"
+GSM8K = dataset_path("gsm8k-test-200.jsonl")
+ARC = dataset_path("arc-challenge-test-100.jsonl")
 ROOT = Path(__file__).resolve().parents[2]
 
 

@@ -5,8 +5,6 @@ Pure functions: no Django settings needed (run with ``-p no:django``)."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,14 +20,11 @@ from evaluation.scoring import (
     score,
     scorer_for,
 )
-
-DATASETS_DIR = Path(os.environ.get("AGENTLAB_DATASETS_DIR", "/work/shared/datasets"))
+from tests.shared_data import dataset_path
 
 
 def _rows(name: str) -> list[dict[str, Any]]:
-    path = DATASETS_DIR / name
-    if not path.exists():
-        pytest.skip(f"shared dataset {path} not available")
+    path = dataset_path(name)
     with path.open(encoding="utf-8") as fh:
         return [json.loads(line) for line in fh if line.strip()]
 
