@@ -38,6 +38,9 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # daphne serves no static files: WhiteNoise does, in every mode, so the
+    # chat pages work under a plain `runserver` with DEBUG off too.
+    "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -105,6 +108,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = env.path("STATIC_ROOT", default=BASE_DIR / "var" / "static")
+# Serve straight from the apps' static folders, so no collectstatic step is
+# needed; a deployment that runs collectstatic may turn this off.
+WHITENOISE_USE_FINDERS = env.bool("WHITENOISE_USE_FINDERS", default=True)
+Path(STATIC_ROOT).mkdir(parents=True, exist_ok=True)  # WhiteNoise warns about a missing one
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django.contrib import admin
-from django.contrib.staticfiles.urls import staticfiles_urlpatterns
 from django.urls import include, path
 
 from agentlab.api import api
@@ -14,6 +13,3 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("turns.urls")),
 ]
-# Static files straight from the apps when DEBUG is on (daphne serves no
-# static files itself; in production a proxy serves STATIC_ROOT).
-urlpatterns += staticfiles_urlpatterns()
