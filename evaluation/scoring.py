@@ -313,6 +313,9 @@ _ANSWER_PREFIX_RE = re.compile(
 )
 
 
+_LISTED_OPTION_RE = re.compile(r"^\s*[(\[]?([A-Za-z])[.):\]]\s+\S", re.M)
+
+
 def _valid_letters(choices: Sequence[str] | None) -> str:
     return string.ascii_uppercase[: len(choices)] if choices else string.ascii_uppercase
 
@@ -380,11 +383,17 @@ def extract_choice(prediction: str, choices: Sequence[str] | None = None) -> tup
 
     Explicit forms only, so that ``"A planet rotates..."`` (article) or
     ``"I think..."`` (pronoun) is never taken as an option letter.
+
+    A prediction that lists two or more lettered options, one per line
+    (``"A. …\nB. …"`` — the model echoing the question), picks nothing unless
+    an answer marker (rule 2) says which: otherwise echoing the options would
+    score as choosing the first one.
     """
     text = _MARKDOWN_RE.sub("", prediction).strip()
     letters = _valid_letters(choices)
     if not text:
         return [], "empty"
+    listed = {m.group(1).upper() for m in _LISTED_OPTION_RE.finditer(text)} & set(letters)
     m = _LETTER_ONLY_RE.fullmatch(text)
     if m:
         letter = m.group(1).upper()
@@ -396,6 +405,8 @@ def extract_choice(prediction: str, choices: Sequence[str] | None = None) -> tup
             found = letter
     if found is not None:
         return [found], "answer marker"
+    if len(listed) >= 2:
+        return [], "several options listed"
     letter = _letter_at_start(text, letters, choices)
     if letter is not None:
         return [letter], "leading letter"

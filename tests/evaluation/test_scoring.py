@@ -454,3 +454,13 @@ def test_sql_result_explanation_and_unscored_gold() -> None:
     assert _sql("spider-dev-8", '["France"]').explanation == "unordered result differs from gold (3 rows)"
     result = score(prediction="[1]", gold='{"a": 1}', scorer="sql_result")
     assert (result.value, result.correct) == (None, None)
+
+
+def test_echoing_the_lettered_options_picks_nothing() -> None:
+    """A 135M model often repeats the options; that must not score as option A."""
+    echoed = "A. Planetary density will decrease\nB. Planetary years will become longer\nC. Planetary days"
+    assert extract_choice(echoed) == ([], "several options listed")
+    result = score(prediction=echoed, gold="A", scorer="choice", choices=["a", "b", "c", "d"])
+    assert (result.correct, result.value) == (False, 0.0)
+    assert extract_choice("A. foo\nB. bar\nThe answer is B.") == (["B"], "answer marker")
+    assert extract_choice("B. saprophytism\nbecause the fungus feeds on dead wood") == (["B"], "leading letter")
