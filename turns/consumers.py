@@ -127,7 +127,8 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
     last_sent: int
 
     async def connect(self) -> None:
-        self.turn_id = int(self.scope["url_route"]["kwargs"]["turn_id"])
+        raw_id = str(self.scope["url_route"]["kwargs"]["turn_id"])
+        self.turn_id = int(raw_id) if raw_id.isdigit() and len(raw_id) <= 18 else 0
         self.last_sent = 0
         self._ended = False
         self._joined = False
@@ -143,7 +144,7 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
         if after is None:
             await self._refuse(CLOSE_BAD_REQUEST)
             return
-        access = await stream_db().run(_reading, _turn_access, self.turn_id)
+        access = await stream_db().run(_reading, _turn_access, self.turn_id) if self.turn_id else None
         if access is None:
             await self._refuse(CLOSE_NOT_FOUND)
             return

@@ -7,5 +7,7 @@ from django.urls import path
 from .consumers import TurnStreamConsumer
 
 websocket_urlpatterns = [
-    path("ws/turns/<int:turn_id>/", TurnStreamConsumer.as_asgi()),
+    # Any id reaches the consumer, which refuses a malformed one with 4404 like
+    # an unknown turn; an unrouted path would be an HTTP 500 from daphne.
+    path("ws/turns/<str:turn_id>/", TurnStreamConsumer.as_asgi()),
 ]

@@ -310,3 +310,11 @@ async def test_a_coalesced_doorbell_out_of_order_or_with_a_gap_sends_each_seq_on
             later.append(json.loads(await communicator.receive_from()))
     assert [f for f in later if f["type"] != "heartbeat"] == []  # nothing sent twice
     await communicator.disconnect()
+
+
+@pytest.mark.parametrize("bad_id", ["abc", "-1", "0", "99999999999999999999999"])
+async def test_a_malformed_turn_id_is_refused_like_an_unknown_turn(owner, bad_id):
+    communicator = WebsocketCommunicator(ws_app(owner), f"/ws/turns/{bad_id}/")
+    connected, _ = await communicator.connect(timeout=5)
+    assert connected
+    assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
