@@ -153,6 +153,8 @@ AGENTLAB_TURN_TIMEOUT_S = env.float("AGENTLAB_TURN_TIMEOUT_S", default=600.0)
 HEARTBEAT_S = env.float("HEARTBEAT_S", default=15.0)
 TURN_STALE_S = env.float("TURN_STALE_S", default=120.0)
 REVIEW_WAIT_S = env.float("REVIEW_WAIT_S", default=25.0)
+#: Review answered attempts with a second LLM call (DESIGN.md §4); run_eval has --review/--no-review.
+AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
 APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=0.0) or None
 
 LOGGING = {

@@ -20,7 +20,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-__all__ = ["PredictionRow", "compute_metrics", "format_table", "percentile"]
+__all__ = ["PredictionRow", "compute_metrics", "format_table", "percentile", "review_metrics"]
 
 
 @dataclass(frozen=True)
@@ -48,6 +48,14 @@ class PredictionRow:
     stop_reason: str
     latency_ms: int | None
     error: str | None = None
+    #: the first attempt's correctness when a review retried the turn (else
+    #: the same as ``correct``); ``review_retried``: a review asked for a retry
+    first_correct: bool | None = None
+    review_retried: bool = False
+
+    @property
+    def first(self) -> bool | None:
+        return self.first_correct if self.review_retried else self.correct
 
 
 def percentile(sorted_values: Sequence[float], q: float) -> float:
@@ -97,6 +105,9 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
       known latency, by :func:`percentile` (linear interpolation); each ``None``
       when no row has one.
 
+    - ``review``: reviewer metrics (:func:`review_metrics`), overall and
+      ``per_task_type``.
+
     Empty input gives zeros and ``None`` s, never ``ZeroDivisionError``.
     """
     rows = list(rows)
@@ -137,7 +148,41 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
             "p95": percentile(latencies, 95) if latencies else None,
             "mean": (sum(latencies) / len(latencies)) if latencies else None,
         },
+        "review": review_metrics(rows),
     }
+
+
+def _review_bucket(rows: Sequence[PredictionRow]) -> dict[str, Any]:
+    first_scored = [r for r in rows if r.first is not None]
+    final_scored = [r for r in rows if r.correct is not None]
+    retried = [r for r in rows if r.review_retried]
+    return {
+        "first_attempt_accuracy": _accuracy(sum(1 for r in first_scored if r.first), len(first_scored)),
+        "final_accuracy": _accuracy(sum(1 for r in final_scored if r.correct), len(final_scored)),
+        "review_retries": len(retried),
+        "review_retry_rate": (len(retried) / len(rows)) if rows else None,
+        "retry_fixed": sum(1 for r in retried if r.first is False and r.correct is True),
+        "retry_broke": sum(1 for r in retried if r.first is True and r.correct is False),
+    }
+
+
+def review_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
+    """What the reviewer did to a run's answers.
+
+    ``first_attempt_accuracy`` scores each row's first attempt (``first_correct``
+    when a review retried it, else ``correct``); ``final_accuracy`` is the
+    accuracy of what was kept (same as ``accuracy``); ``review_retries`` counts
+    rows a review retried, ``review_retry_rate`` is that over all rows;
+    ``retry_fixed`` counts retried rows that went wrong → right and
+    ``retry_broke`` right → wrong. Unscored attempts stay out of the
+    denominators. The same keys per task type under ``per_task_type``.
+    """
+    rows = list(rows)
+    by_type: dict[str, list[PredictionRow]] = {}
+    for r in rows:
+        by_type.setdefault(r.task_type, []).append(r)
+    return {**_review_bucket(rows),
+            "per_task_type": {tt: _review_bucket(by_type[tt]) for tt in sorted(by_type)}}
 
 
 # --------------------------------------------------------------------------- table
@@ -187,6 +232,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     summary.add_row("latency p50 (ms)", _num(latency.get("p50")))
     summary.add_row("latency p95 (ms)", _num(latency.get("p95")))
     summary.add_row("latency mean (ms)", _num(latency.get("mean")))
+    review = metrics.get("review") or {}
+    if review.get("review_retries"):
+        summary.add_row("first-attempt accuracy", _pct(review.get("first_attempt_accuracy")))
+        summary.add_row("review retries (fixed/broke)",
+                        f"{review['review_retries']} ({review.get('retry_fixed', 0)}/{review.get('retry_broke', 0)})")
 
     per_task = Table(title="Per task type")
     for name, justify in (

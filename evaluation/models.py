@@ -107,6 +107,11 @@ class Prediction(models.Model):
     stop_reason = models.CharField(max_length=32, default="error", db_index=True)
     error = models.TextField(blank=True, default="")
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    #: whether the first attempt's answer was correct (``None``: unscored or
+    #: not completed); equals ``correct`` when no review retry happened
+    first_correct = models.BooleanField(null=True, blank=True)
+    #: whether a review asked for, and got, a retry (``None``: not completed)
+    review_retried = models.BooleanField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -28,11 +28,13 @@ async def drive_examples(
     db: DatabaseThreads,
     concurrency: int,
     on_done: Callable[[PlannedExample], None] | None = None,
+    review: bool = True,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
     ``on_done`` is called (in the event loop) after each prediction is stored —
-    the progress bar hangs off it. Raises ``ValueError`` for ``concurrency < 1``.
+    the progress bar hangs off it. ``review`` runs the review phase (one more
+    LLM call per answered example, waited for). Raises ``ValueError`` for ``concurrency < 1``.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -50,7 +52,7 @@ async def drive_examples(
             error: str | None = None
             try:
                 # the prediction is completed in the terminal event's transaction
-                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=record), provider=provider, db=db)
+                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=record, review=review), provider=provider, db=db)
             except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
                 error = f"{type(exc).__name__}: {exc}"

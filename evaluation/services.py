@@ -217,7 +217,7 @@ def prediction_record(*, prediction_id: int, error: str | None = None, latency_m
     answer = turn.answer if answered and turn is not None else None
     result = score(prediction=answer, gold=example.answer, scorer=scorer, choices=example.choices,
                    metadata=example.metadata)
-    usage = (turn.usage if turn is not None else None) or {}
+    usage = _turn_usage_total(turn)
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0
@@ -240,9 +240,43 @@ def prediction_record(*, prediction_id: int, error: str | None = None, latency_m
     if latency_ms is None and turn is not None:
         latency_ms = (turn.timings or {}).get("total_ms")
     prediction.latency_ms = latency_ms
+    first = _first_attempt_review(turn)
+    prediction.review_retried = first is not None
+    if first is None:
+        prediction.first_correct = result.correct
+    else:
+        first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
+        prediction.first_correct = score(prediction=first_answer, gold=example.answer, scorer=scorer,
+                                         choices=example.choices, metadata=example.metadata).correct
     prediction.completed_at = timezone.now()
     prediction.save()
     return prediction
+
+
+def _first_attempt_review(turn: Turn | None) -> dict[str, Any] | None:
+    """The turn's first archived attempt when a review retried the turn
+    (some archived attempt has ``reason == "review"``), else ``None``."""
+    attempts = ((turn.meta or {}).get("attempts") or []) if turn is not None else []
+    if not any(a.get("reason") == "review" for a in attempts):
+        return None
+    return attempts[0]
+
+
+def _turn_usage_total(turn: Turn | None) -> dict[str, Any]:
+    """The usage of every attempt of the turn: the current attempt's
+    (``turn.usage``) plus the archived ones' (a review retry's first attempt
+    cost tokens too). Same shape as ``UsageTotals.to_dict()``."""
+    if turn is None:
+        return {}
+    archived = [a.get("usage") or {} for a in (turn.meta or {}).get("attempts") or []]
+    if not archived:
+        return turn.usage or {}
+    from agentlab.agent.usage import UsageTotals
+
+    total = UsageTotals.from_dict(turn.usage)
+    for usage in archived:
+        total.merge(UsageTotals.from_dict(usage))
+    return total.to_dict()
 
 
 def run_metrics(*, run: Run) -> dict[str, Any]:
@@ -251,7 +285,9 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
     rows = [
         PredictionRow(task_type=p.task_type, correct=p.correct, steps=p.steps, input_tokens=p.input_tokens,
                       output_tokens=p.output_tokens, cost=p.cost, stop_reason=p.stop_reason,
-                      latency_ms=p.latency_ms, error=p.error or None)
+                      latency_ms=p.latency_ms, error=p.error or None,
+                      first_correct=p.first_correct if p.review_retried else p.correct,
+                      review_retried=bool(p.review_retried))
         for p in run.predictions.all()
     ]
     return compute_metrics(rows)

@@ -33,3 +33,12 @@ def db_threads():
     pool = DatabaseThreads(max_workers=4)
     yield pool
     pool.close()
+
+
+@pytest.fixture(autouse=True)
+def _review_off_unless_asked(settings):
+    """Review is on by default (``AGENTLAB_REVIEW``), but the scripted
+    providers of the tests written before it hold no reviewer replies: tests
+    that exercise review turn it on (``settings.AGENTLAB_REVIEW = True`` or a
+    policy with ``review=True``)."""
+    settings.AGENTLAB_REVIEW = False

@@ -57,9 +57,13 @@ from .services import (
     RETRYABLE_STATUSES,
     approval_decide,
     turn_cancel,
+    turn_continue_and_enqueue,
     turn_resume_and_enqueue,
     turn_retry_and_enqueue,
 )
+
+#: Steps the admin's "continue" action adds to a turn that hit max_steps.
+CONTINUE_EXTRA_STEPS = 4
 
 #: Events shown per page of a turn's event log.
 EVENTS_PER_PAGE = 100
@@ -399,6 +403,8 @@ _VERBS: dict[str, tuple[_VerbFn, str]] = {
     "resume": (lambda turn_id, user: turn_resume_and_enqueue(turn_id=turn_id, acting_user=user), "resumed"),
     "cancel": (lambda turn_id, user: turn_cancel(turn_id=turn_id, acting_user=user), "cancelled"),
     "retry": (lambda turn_id, user: turn_retry_and_enqueue(turn_id=turn_id, acting_user=user), "retried"),
+    "continue": (lambda turn_id, user: turn_continue_and_enqueue(turn_id=turn_id, extra_steps=CONTINUE_EXTRA_STEPS,
+                                                                 acting_user=user), "continued"),
 }
 
 
@@ -419,7 +425,7 @@ class TurnAdmin(StaffReadOnlyAdmin):
     # A filtered page counts its results; counting the whole table as well is
     # one more full scan of the biggest table for a "(N total)" nobody needs.
     show_full_result_count = False
-    actions = ("resume_turns", "cancel_turns", "retry_turns")
+    actions = ("resume_turns", "cancel_turns", "retry_turns", "continue_turns")
     readonly_fields = (
         "status_display", "phase", "outcome", "stop_reason", "kind", "model", "steps_of_max", "attempts",
         "conversation_link", "owner_name", "run_link", "created_at", "started_at", "finished_at",
@@ -674,6 +680,11 @@ class TurnAdmin(StaffReadOnlyAdmin):
                   permissions=["operate"])
     def retry_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
         self._apply(request, queryset.order_by("pk").values_list("pk", flat=True), "retry")
+
+    @admin.action(description=f"Continue selected turns that hit max_steps, with {CONTINUE_EXTRA_STEPS} more steps",
+                  permissions=["operate"])
+    def continue_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
+        self._apply(request, queryset.order_by("pk").values_list("pk", flat=True), "continue")
 
     def _apply(self, request: HttpRequest, turn_ids: Iterable[int], verb: str) -> None:
         """Run one service per turn; a conflict on one turn is reported (with

@@ -230,6 +230,18 @@ def turn_retry(request: HttpRequest, turn_id: Id) -> Status:
     return Status(202, services.turn_retry_and_enqueue(turn_id=turn.pk, acting_user=request.auth))
 
 
+class ContinueIn(Schema):
+    extra_steps: int = Field(..., ge=1, le=100)
+
+
+@router.post("/turns/{turn_id}/continue", response={202: TurnOut, 409: ErrorOut, **ERRORS},
+             summary="Continue a turn that failed with max_steps, with more steps (a new attempt)")
+def turn_continue(request: HttpRequest, turn_id: Id, payload: ContinueIn) -> Status:
+    turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
+    return Status(202, services.turn_continue_and_enqueue(turn_id=turn.pk, extra_steps=payload.extra_steps,
+                                                          acting_user=request.auth))
+
+
 # --- approvals ----------------------------------------------------------------------------
 
 

@@ -26,6 +26,7 @@ import logging
 import time
 import uuid
 from collections import defaultdict
+from datetime import timedelta
 from collections.abc import Sequence
 from dataclasses import dataclass
 from collections.abc import Callable
@@ -38,39 +39,54 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, CompletionReport, LoopResult, Report, ToolResultReport
+from agentlab.agent.review import Review, retry_question, review_answer
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall, ToolResult, Usage
 from agentlab.agent.usage import UsageTotals
 from agentlab.db import DatabaseThreads
 
-from .events import NewEvent, event_append_many
-from .models import EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
+from .events import NewEvent, TurnNotHeld, event_append_many, json_safe
+from .models import Approval, ApprovalStatus, EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
 
 logger = logging.getLogger(__name__)
 
 
 class TurnPolicy:
-    """What differs between a chat turn and an evaluation turn.
+    """What differs between a chat turn and an evaluation turn (DESIGN.md §8).
 
     ``approval`` decides a tool call that needs approval: ``"approved"`` runs
     it, ``"rejected"`` ends the turn as rejected, ``"unavailable"`` stops the
     loop with stop reason ``approval_required``.
+
+    ``review`` turns the review phase on or off; ``None`` follows the
+    ``AGENTLAB_REVIEW`` setting. ``review_wait_s()`` is how long the driver
+    waits for a review before finishing without it (``None``: until it comes).
     """
 
     name = "base"
+
+    def __init__(self, *, review: bool | None = None) -> None:
+        self._review = review
+
+    def review_enabled(self) -> bool:
+        return bool(settings.AGENTLAB_REVIEW) if self._review is None else self._review
+
+    def review_wait_s(self) -> float | None:
+        return None
 
     def on_finish(self, *, turn_id: int) -> None:
         """Called inside the transaction that writes the turn's terminal event,
         after the turn row has its final fields: what the caller records here
         commits or rolls back with the end of the turn."""
 
-    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads) -> ApprovalDecision:
+    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
         return "unavailable"
 
 
 class EvaluationPolicy(TurnPolicy):
     """Evaluation: nobody is there to approve, so a tool that needs approval
-    cancels the turn with stop reason ``approval_required``.
+    cancels the turn with stop reason ``approval_required``; a review is
+    waited for however long it takes.
 
     ``finish`` (``turn_id -> None``), when given, runs in the terminal event's
     transaction — ``run_eval`` completes the example's prediction there, so a
@@ -79,7 +95,8 @@ class EvaluationPolicy(TurnPolicy):
 
     name = "evaluation"
 
-    def __init__(self, finish: Callable[..., None] | None = None) -> None:
+    def __init__(self, finish: Callable[..., None] | None = None, *, review: bool | None = None) -> None:
+        super().__init__(review=review)
         self._finish = finish
 
     def on_finish(self, *, turn_id: int) -> None:
@@ -88,11 +105,18 @@ class EvaluationPolicy(TurnPolicy):
 
 
 class ChatPolicy(TurnPolicy):
-    """Chat: the turn's owner is watching. Waiting for a human decision on an
-    approval (status ``waiting``) arrives with the approvals work; until then a
-    tool that needs approval stops the turn with ``approval_required``."""
+    """Chat: the turn's owner is watching. A tool that needs approval waits
+    for a human decision (status ``waiting``, see ``approval_wait``); a review
+    is waited for at most ``REVIEW_WAIT_S`` seconds, and a late one is still
+    recorded after the turn has finished."""
 
     name = "chat"
+
+    def review_wait_s(self) -> float | None:
+        return float(settings.REVIEW_WAIT_S)
+
+    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
+        return await approval_wait(turn_id=turn_id, call=call, db=db, holder=holder)
 
 
 EVALUATION = EvaluationPolicy()
@@ -223,6 +247,95 @@ def _poll(*, turn_id: int, holder: str, beat: bool) -> tuple[bool, bool]:
         held.update(heartbeat_at=timezone.now())
     row = held.values_list("cancel_requested", flat=True).first()
     return bool(row), row is not None
+
+
+# --- approvals (chat) ------------------------------------------------------------
+
+
+def approval_open(*, turn_id: int, call: ToolCall, holder: str) -> tuple[int, str]:
+    """Find the approval of ``call`` (by tool call id) or create it; return
+    ``(approval_id, status)``.
+
+    A decided approval (the turn was resumed after a human decided) is
+    returned as it is and nothing is written. Otherwise, in one transaction,
+    a new approval row (deadline ``APPROVAL_TIMEOUT_S`` from now, or none) is
+    created and ``approval.requested`` ``{"approval_id", "call", "deadline"}``
+    appended with the turn set to ``waiting`` — only while ``holder`` holds
+    the turn (``TurnNotHeld`` otherwise, and the row is rolled back). A pending
+    approval found again on resume gets the event again, with ``"resumed": true``.
+    """
+    with transaction.atomic():
+        approval = Approval.objects.filter(turn_id=turn_id, tool_call__id=call.id).order_by("pk").first()
+        if approval is not None and approval.status != ApprovalStatus.PENDING:
+            return approval.pk, approval.status
+        data: dict[str, Any] = {}
+        if approval is None:
+            timeout = settings.APPROVAL_TIMEOUT_S
+            deadline = timezone.now() + timedelta(seconds=float(timeout)) if timeout else None
+            approval = Approval.objects.create(turn_id=turn_id, tool_call=json_safe(call.to_dict()),
+                                               deadline=deadline)
+        else:
+            data["resumed"] = True
+        data.update(approval_id=approval.pk, call=call.to_dict(),
+                    deadline=approval.deadline.isoformat() if approval.deadline else None)
+        event_append_many(turn_id=turn_id, events=[NewEvent(EventType.APPROVAL_REQUESTED, data)],
+                          turn_fields={"status": TurnStatus.WAITING}, holder=holder)
+    return approval.pk, ApprovalStatus.PENDING
+
+
+def approval_poll(*, approval_id: int, turn_id: int, holder: str) -> str:
+    """The approval's status; a pending one past its deadline is expired here.
+
+    Expiry is a conditional update (``pending → expired``), so it and a
+    concurrent human decision cannot both count: whichever updates the row
+    first wins and the other finds nothing to update (``approval_decide``
+    then answers 409). The expiry's ``approval.resolved`` ``{"approval_id",
+    "status": "expired", "by": None, "tool"}`` is written in the same
+    transaction, holder-guarded. Human decisions write their own
+    ``approval.resolved`` (``approval_decide``); this never writes a second.
+    """
+    approval = Approval.objects.get(pk=approval_id)
+    now = timezone.now()
+    if approval.status == ApprovalStatus.PENDING and approval.deadline is not None and approval.deadline <= now:
+        with transaction.atomic():
+            expired = Approval.objects.filter(pk=approval_id, status=ApprovalStatus.PENDING).update(
+                status=ApprovalStatus.EXPIRED, decided_at=now)
+            if expired == 1:
+                event_append_many(turn_id=turn_id, events=[NewEvent(EventType.APPROVAL_RESOLVED, {
+                    "approval_id": approval_id, "status": ApprovalStatus.EXPIRED, "by": None,
+                    "tool": (approval.tool_call or {}).get("name"),
+                })], holder=holder)
+                return ApprovalStatus.EXPIRED
+        approval.refresh_from_db()
+    return approval.status
+
+
+def _running_again(*, turn_id: int, holder: str) -> None:
+    """``waiting → running`` once the approval is decided (holder-guarded)."""
+    updated = Turn.objects.filter(pk=turn_id, job_id=holder, status=TurnStatus.WAITING).update(
+        status=TurnStatus.RUNNING, heartbeat_at=timezone.now())
+    if updated != 1 and not Turn.objects.filter(pk=turn_id, job_id=holder, status=TurnStatus.RUNNING).exists():
+        raise TurnNotHeld(f"turn {turn_id} is no longer held by {holder}")
+
+
+async def approval_wait(*, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
+    """The chat policy's approval gate: open (or find) the approval of
+    ``call``, then poll it every ``CANCEL_POLL_S`` until it is decided or
+    expires. ``approved`` → the tool runs; ``rejected`` or ``expired`` →
+    ``"rejected"``. The agent loop awaits this under its cancel guard, and the
+    driver's watcher keeps writing heartbeats and reading the cancel flag
+    meanwhile, so a cancel ends the wait within ``CANCEL_POLL_S``.
+    """
+    approval_id, status = await db.run(approval_open, turn_id=turn_id, call=call, holder=holder)
+    while status == ApprovalStatus.PENDING:
+        await asyncio.sleep(CANCEL_POLL_S)
+        status = await db.run(approval_poll, approval_id=approval_id, turn_id=turn_id, holder=holder)
+    await db.run(_running_again, turn_id=turn_id, holder=holder)
+    return "approved" if status == ApprovalStatus.APPROVED else "rejected"
+
+
+def _approval_status_of(*, turn_id: int, call_id: str) -> str | None:
+    return Approval.objects.filter(turn_id=turn_id, tool_call__id=call_id).values_list("status", flat=True).first()
 
 
 # --- finishing -----------------------------------------------------------------
@@ -380,6 +493,111 @@ async def _watch(*, turn_id: int, holder: str, cancel: asyncio.Event, db: Databa
             cancel.set()
 
 
+# --- attempts and review ---------------------------------------------------------
+
+
+def _attempt_question(*, question: str, meta: dict[str, Any]) -> str:
+    """The question an attempt is asked: the turn's own, or — after a review
+    asked for a retry — with the previous answer and the instruction
+    (``meta["retry_context"]``, kept for resumes and continued attempts)."""
+    context = meta.get("retry_context")
+    if not context:
+        return question
+    return retry_question(question=question, previous_answer=str(context.get("previous_answer") or ""),
+                          instruction=str(context.get("instruction") or ""))
+
+
+def _continued_attempts(*, meta: dict[str, Any], attempt: int) -> list[int]:
+    """The earlier attempts whose steps attempt ``attempt`` continues from
+    (``turn_continue`` archives them with ``reason == "continue"``), oldest first."""
+    archived = {int(a.get("attempt", 0)): a for a in meta.get("attempts", [])}
+    chain: list[int] = []
+    current = attempt
+    while archived.get(current - 1, {}).get("reason") == "continue":
+        current -= 1
+        chain.insert(0, current)
+    return chain
+
+
+def attempt_steps(*, turn_id: int, attempt: int, meta: dict[str, Any]) -> tuple[list[Step], list[Step]]:
+    """``(inherited, own)`` recorded steps of ``attempt``: steps of the attempts
+    it continues (not re-run, not counted in its usage) and its own."""
+    inherited: list[Step] = []
+    for earlier in _continued_attempts(meta=meta, attempt=attempt):
+        inherited.extend(recorded_steps(turn_id=turn_id, attempt=earlier))
+    return inherited, recorded_steps(turn_id=turn_id, attempt=attempt)
+
+
+def _auto_retries(meta: dict[str, Any]) -> int:
+    return sum(1 for a in meta.get("attempts", []) if a.get("reason") == "review")
+
+
+def _completion_usage(completion: Completion | None) -> dict[str, Any] | None:
+    if completion is None:
+        return None
+    return {"model": completion.model, "input_tokens": completion.usage.input_tokens,
+            "output_tokens": completion.usage.output_tokens, "cost": completion.cost}
+
+
+def _review_data(*, attempt: int, review: Review, completion: Completion | None, late: bool) -> dict[str, Any]:
+    data: dict[str, Any] = {"attempt": attempt, "verdict": review.verdict, "note": review.note,
+                            "retry_instruction": review.retry_instruction,
+                            "usage": _completion_usage(completion), "late": late}
+    if review.error:
+        data["error"] = review.error
+    return data
+
+
+async def _run_review(provider: LLMProvider, *, question: str, result: LoopResult) -> tuple[Review, Completion | None]:
+    """One review call; any failure becomes a ``failed`` review (the turn does not fail)."""
+    try:
+        return await review_answer(provider, question=question, answer=result.answer, evidence=result.evidence,
+                                   reasoning=result.reasoning, steps=result.steps)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - a reviewer error is recorded, never fatal
+        logger.warning("review failed", exc_info=True)
+        return Review("failed", error=f"{type(exc).__name__}: {exc}"), None
+
+
+def review_append_late(*, turn_id: int, attempt: int, data: dict[str, Any], completion: Completion | None) -> bool:
+    """Record a review that arrived after its turn finished (``late: true``).
+
+    The turn is no longer held by anyone, so this appends without a holder;
+    it is guarded instead by the turn's row lock and a check that attempt
+    ``attempt`` has no ``review`` event yet, so it is written at most once.
+    The review's usage is added to the turn's usage (by model) when the turn
+    is still on that attempt, and the verdict is kept in ``meta["review"]``.
+    Returns whether it was written.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if TurnEvent.objects.filter(turn_id=turn_id, type=EventType.REVIEW, data__attempt=attempt).exists():
+            return False
+        fields: dict[str, Any] = {}
+        if turn.attempts == attempt:
+            if completion is not None:
+                totals = UsageTotals.from_dict(turn.usage)
+                totals.add(completion)
+                fields["usage"] = totals.to_dict()
+            fields["meta"] = {**(turn.meta or {}), "review": data}
+        event_append_many(turn_id=turn_id, events=[NewEvent(EventType.REVIEW, data)], turn_fields=fields)
+    return True
+
+
+@dataclass
+class _Attempt:
+    """The driver's running state of the current attempt."""
+
+    number: int
+    question: str
+    recorder: _Recorder
+    act_ms: int = 0
+
+
+# --- driving the turn --------------------------------------------------------------
+
+
 async def drive_turn(
     turn_id: int,
     *,
@@ -399,6 +617,18 @@ async def drive_turn(
     unexpected exceptions in the driver (re-raised after recording only if they
     are ``asyncio.CancelledError``, which leaves the turn running for the
     sweeper to mark interrupted).
+
+    Phases (DESIGN.md §4): **act** (the agent loop) → **review** when the
+    attempt answered and ``policy.review_enabled()`` — one reviewer call
+    (``agentlab.agent.review``), recorded as a ``review`` event whose usage is
+    added to the turn's — → at most one automatic retry on a ``retry``
+    verdict with an instruction (the attempt is archived in
+    ``meta["attempts"]``, ``attempt.retry`` ``{"attempt", "reason": "review",
+    "instruction"}``, then a new act phase whose steps carry the new attempt
+    number) → finish. A chat review that is later than
+    ``policy.review_wait_s()`` is left running: the turn finishes without it,
+    and this coroutine returns only after the late review is recorded
+    (``review_append_late``), so a Celery task keeps it alive.
     """
     started = time.monotonic()
     claim = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
@@ -406,49 +636,80 @@ async def drive_turn(
         return None
     turn, fresh = claim
     holder = turn.job_id
-    attempt = turn.attempts
-    recorded = [] if fresh else await db.run(recorded_steps, turn_id=turn_id, attempt=attempt)
-    usage = UsageTotals()
-    for step in recorded:
-        usage.add(step.completion)
+    meta: dict[str, Any] = dict(turn.meta or {})
     tools = tools or shared_default_tools()
-    recorder = _Recorder(turn_id=turn_id, holder=holder, attempt=attempt, db=db, usage=usage, steps=len(recorded), tools=tools)
+    inherited, own = ([], []) if fresh else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts,
+                                                         meta=meta)
+
+    def new_attempt(number: int, steps_before: int, own_steps: list[Step]) -> _Attempt:
+        usage = UsageTotals()
+        for step in own_steps:
+            usage.add(step.completion)
+        recorder = _Recorder(turn_id=turn_id, holder=holder, attempt=number, db=db, usage=usage,
+                             steps=steps_before + len(own_steps), tools=tools)
+        return _Attempt(number=number, question=_attempt_question(question=turn.question, meta=meta),
+                        recorder=recorder)
+
+    current = new_attempt(turn.attempts, len(inherited), own)
+    recorded = [*inherited, *own]
     cancel = asyncio.Event()
     watcher = asyncio.create_task(_watch(turn_id=turn_id, holder=holder, cancel=cancel, db=db))
+    late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
 
     async def gate(call: ToolCall) -> ApprovalDecision:
-        return await policy.approval(turn_id=turn_id, call=call, db=db)
+        return await policy.approval(turn_id=turn_id, call=call, db=db, holder=holder)
 
     timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
-    loop = AgentLoop(provider, tools, max_steps=turn.max_steps)
+    deadline = time.monotonic() + timeout if timeout else None
     timings: dict[str, int] = {}
     try:
-        act_started = time.monotonic()
-        result = await loop.run(
-            turn.question,
-            context=ToolContext(documents=list((turn.context or {}).get("documents") or []),
-                                metadata=dict(turn.context or {})),
-            on_report=recorder,
-            cancel=cancel,
-            recorded=recorded,
-            approval=gate,
-            deadline=time.monotonic() + timeout if timeout else None,
-        )
-        timings["act_ms"] = int((time.monotonic() - act_started) * 1000)
+        while True:
+            loop = AgentLoop(provider, tools, max_steps=turn.max_steps)
+            act_started = time.monotonic()
+            result = await loop.run(
+                current.question,
+                context=ToolContext(documents=list((turn.context or {}).get("documents") or []),
+                                    metadata=dict(turn.context or {})),
+                on_report=current.recorder,
+                cancel=cancel,
+                recorded=recorded,
+                approval=gate,
+                deadline=deadline,
+            )
+            timings["act_ms"] = timings.get("act_ms", 0) + int((time.monotonic() - act_started) * 1000)
+            if result.stop_reason != "final" or not policy.review_enabled() or cancel.is_set():
+                break
+            review_started = time.monotonic()
+            review, late_review = await _review_phase(turn_id=turn_id, holder=holder, attempt=current,
+                                                      provider=provider, policy=policy, question=turn.question,
+                                                      result=result, cancel=cancel, db=db, meta=meta)
+            timings["review_ms"] = timings.get("review_ms", 0) + int((time.monotonic() - review_started) * 1000)
+            if review is None or not review.wants_retry or _auto_retries(meta) >= 1 or cancel.is_set():
+                break
+            meta = await _retry_after_review(turn_id=turn_id, holder=holder, attempt=current, result=result,
+                                             review=review, db=db, meta=meta)
+            current = new_attempt(current.number + 1, 0, [])
+            recorded = []
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         event_type, data, fields = finish_fields(result)
-        meta = turn.meta or {}
+        fields["usage"] = current.recorder.usage.to_dict()
         if result.stop_reason == "cancelled":
             # turn_cancel wrote who asked into meta after this driver claimed
-            meta = await db.run(_current_meta, turn_id=turn_id)
+            meta = {**meta, "cancel": (await db.run(_current_meta, turn_id=turn_id)).get("cancel")}
             data["by"] = (meta.get("cancel") or {}).get("by")
+        if result.stop_reason == "approval_rejected" and result.pending_call is not None:
+            status = await db.run(_approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
+            if status == ApprovalStatus.EXPIRED:
+                data["reason"] = "the approval expired"
         await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields,
-                     timings={**(turn.timings or {}), **timings}, meta=meta, pending=recorder.pending,
+                     timings={**(turn.timings or {}), **timings}, meta=meta, pending=current.recorder.pending,
                      policy=policy, holder=holder)
+        if late_review is not None:
+            await _record_late_review(turn_id=turn_id, attempt=current.number, task=late_review, db=db)
         return DriveResult(
             turn_id=turn_id, status=fields["status"], outcome=fields["outcome"], stop_reason=result.stop_reason,
             answer=result.answer, evidence=result.evidence, reasoning=result.reasoning, steps=result.steps_used,
-            usage=result.usage.to_dict(), error=result.error, latency_ms=timings["total_ms"],
+            usage=fields["usage"], error=result.error, latency_ms=timings["total_ms"],
         )
     except asyncio.CancelledError:
         raise
@@ -456,17 +717,104 @@ async def drive_turn(
         logger.exception("turn %s: driver failed", turn_id)
         error = f"{type(exc).__name__}: {exc}"
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
+        recorder = current.recorder
         try:
-            await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=usage.to_dict(),
-                         steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=turn.meta or {},
+            await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=recorder.usage.to_dict(),
+                         steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=meta,
                          pending=recorder.pending, policy=policy, holder=holder)
         except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
             logger.exception("turn %s: could not record the failure", turn_id)
         return DriveResult(
             turn_id=turn_id, status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED, stop_reason="error",
-            answer="", evidence="", reasoning="", steps=recorder.steps, usage=usage.to_dict(), error=error,
+            answer="", evidence="", reasoning="", steps=recorder.steps, usage=recorder.usage.to_dict(), error=error,
             latency_ms=timings["total_ms"],
         )
     finally:
         cancel.set()
         watcher.cancel()
+        if late_review is not None and not late_review.done():
+            late_review.cancel()
+
+
+async def _review_phase(*, turn_id: int, holder: str, attempt: _Attempt, provider: LLMProvider,
+                        policy: TurnPolicy, question: str, result: LoopResult, cancel: asyncio.Event,
+                        db: DatabaseThreads, meta: dict[str, Any],
+                        ) -> tuple[Review | None, asyncio.Task[tuple[Review, Completion | None]] | None]:
+    """Review an answered attempt; returns ``(review, None)`` when it came in
+    time (its ``review`` event written, its usage added to the attempt's),
+    ``(None, task)`` when the policy's wait ran out first (the caller records
+    the task's result after finishing), ``(None, None)`` when the turn was
+    cancelled meanwhile (the review is abandoned; the answer stands).
+
+    The held-back ``tool.result`` of ``final_answer`` is written with the
+    ``phase: review`` event, so the log shows the answer before its review.
+    """
+    recorder = attempt.recorder
+    await db.run(event_append_many, turn_id=turn_id,
+                 events=[*recorder.pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.REVIEW})],
+                 turn_fields={"phase": TurnPhase.REVIEW}, holder=holder)
+    recorder.pending = []
+    task = asyncio.create_task(_run_review(provider, question=question, result=result))
+    stop = asyncio.ensure_future(cancel.wait())
+    try:
+        done, _ = await asyncio.wait({task, stop}, timeout=policy.review_wait_s(),
+                                     return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stop.cancel()
+    if task not in done:
+        if cancel.is_set():
+            task.cancel()
+            return None, None
+        return None, task
+    review, completion = task.result()
+    if completion is not None:
+        recorder.usage.add(completion)
+    data = _review_data(attempt=attempt.number, review=review, completion=completion, late=False)
+    meta["review"] = data
+    await db.run(event_append_many, turn_id=turn_id, events=[NewEvent(EventType.REVIEW, data)],
+                 turn_fields={"usage": recorder.usage.to_dict()}, holder=holder)
+    return review, None
+
+
+async def _retry_after_review(*, turn_id: int, holder: str, attempt: _Attempt, result: LoopResult, review: Review,
+                              db: DatabaseThreads, meta: dict[str, Any]) -> dict[str, Any]:
+    """Archive the reviewed attempt and start the next one (one transaction,
+    holder-guarded): ``attempt.retry`` ``{"attempt": next, "reason": "review",
+    "instruction", "previous": {…}}`` then ``phase: act``. Returns the new meta."""
+    number = attempt.number
+    own = [s for s in result.steps]
+    archived = {
+        "attempt": number, "reason": "review", "status": TurnStatus.SUCCEEDED, "outcome": TurnOutcome.ANSWERED,
+        "stop_reason": result.stop_reason, "answer": result.answer, "evidence": result.evidence,
+        "reasoning": result.reasoning, "question": attempt.question, "steps": result.steps_used,
+        "usage": attempt.recorder.usage.to_dict(), "review": meta.get("review"),
+        "trace": [s.to_dict() for s in own], "finished_at": timezone.now().isoformat(),
+    }
+    current = await db.run(_current_meta, turn_id=turn_id)
+    new_meta = {**current, **{k: v for k, v in meta.items() if k not in current}}
+    new_meta.pop("review", None)
+    new_meta["attempts"] = [*current.get("attempts", []), json_safe(archived)]
+    new_meta["retry_context"] = {"previous_answer": result.answer, "instruction": review.retry_instruction}
+    await db.run(event_append_many, turn_id=turn_id, events=[
+        NewEvent(EventType.ATTEMPT_RETRY, {
+            "attempt": number + 1, "reason": "review", "instruction": review.retry_instruction,
+            "previous": {"attempt": number, "status": TurnStatus.SUCCEEDED, "outcome": TurnOutcome.ANSWERED,
+                         "stop_reason": result.stop_reason, "answer": result.answer},
+        }),
+        NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+    ], turn_fields={"attempts": number + 1, "meta": new_meta, "usage": {}, "steps": 0, "phase": TurnPhase.ACT},
+        holder=holder)
+    return new_meta
+
+
+async def _record_late_review(*, turn_id: int, attempt: int, task: asyncio.Task[tuple[Review, Completion | None]],
+                              db: DatabaseThreads) -> None:
+    """Wait for a review that missed the chat wait and append it (``late: true``)."""
+    try:
+        review, completion = await task
+        data = _review_data(attempt=attempt, review=review, completion=completion, late=True)
+        await db.run(review_append_late, turn_id=turn_id, attempt=attempt, data=data, completion=completion)
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # noqa: BLE001 - the turn is finished; a lost late review is only logged
+        logger.exception("turn %s: could not record the late review", turn_id)

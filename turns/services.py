@@ -157,7 +157,7 @@ def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> 
         previous = max(turn.attempts, 1)
         meta = dict(turn.meta or {})
         archived = {
-            "attempt": previous, "status": turn.status, "outcome": turn.outcome, "stop_reason": turn.stop_reason,
+            "attempt": previous, "reason": "retry", "status": turn.status, "outcome": turn.outcome, "stop_reason": turn.stop_reason,
             "answer": turn.answer, "evidence": turn.evidence, "reasoning": turn.reasoning,
             "clarifying_question": turn.clarifying_question, "steps": turn.steps, "usage": turn.usage or {},
             "timings": turn.timings or {}, "failure_cause": meta.pop("failure_cause", None),
@@ -165,11 +165,13 @@ def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> 
             "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
         }
         meta["attempts"] = [*meta.get("attempts", []), archived]
+        meta.pop("retry_context", None)  # the same question again, afresh
+        meta.pop("review", None)
         by = acting_user.get_username() if acting_user is not None else None
         event_append_many(
             turn_id=turn_id,
             events=[NewEvent(EventType.ATTEMPT_RETRY, {
-                "attempt": previous + 1, "from": turn.status, "by": by,
+                "attempt": previous + 1, "reason": "retry", "from": turn.status, "by": by,
                 "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
             })],
             turn_fields={
@@ -358,3 +360,70 @@ def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBas
             "tool": (approval.tool_call or {}).get("name"),
         })])
     return approval
+
+
+def turn_continue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Give a turn that failed with stop reason ``max_steps`` ``extra_steps``
+    more steps, as a new attempt that continues from the previous one's
+    recorded steps (no LLM call or tool is repeated).
+
+    In one transaction, under the turn's row lock: the attempt is archived in
+    ``meta["attempts"]`` as ``turn_retry`` does, with ``reason: "continue"``
+    (which tells the driver to rebuild the new attempt on top of it, see
+    ``turns.driver.attempt_steps``); ``max_steps`` grows by ``extra_steps``;
+    ``attempt.retry`` ``{"attempt", "reason": "continue", "extra_steps",
+    "max_steps", "previous", "by"}`` is written and the turn is ``queued``.
+    The caller enqueues it (``turn_continue_and_enqueue``).
+
+    Raises ``ValueError`` for ``extra_steps < 1``, ``StateConflict`` for a
+    turn that is not failed with ``max_steps``; nothing is written then.
+    """
+    if extra_steps < 1:
+        raise ValueError(f"extra_steps must be at least 1, got {extra_steps}")
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.status != TurnStatus.FAILED or turn.stop_reason != "max_steps":
+            raise StateConflict(f"turn {turn_id} can only be continued after failing with max_steps "
+                                f"(it is {turn.status}, stop reason {turn.stop_reason or 'none'})")
+        previous = max(turn.attempts, 1)
+        meta = dict(turn.meta or {})
+        archived = {
+            "attempt": previous, "reason": "continue", "status": turn.status, "outcome": turn.outcome,
+            "stop_reason": turn.stop_reason, "answer": turn.answer, "evidence": turn.evidence,
+            "reasoning": turn.reasoning, "steps": turn.steps, "max_steps": turn.max_steps,
+            "usage": turn.usage or {}, "timings": turn.timings or {},
+            "failure_cause": meta.pop("failure_cause", None), "failure_error": meta.pop("failure_error", None),
+            "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
+        }
+        meta["attempts"] = [*meta.get("attempts", []), archived]
+        max_steps = turn.max_steps + extra_steps
+        event_append_many(
+            turn_id=turn_id,
+            events=[NewEvent(EventType.ATTEMPT_RETRY, {
+                "attempt": previous + 1, "reason": "continue", "extra_steps": extra_steps, "max_steps": max_steps,
+                "from": turn.status, "by": _by(acting_user),
+                "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
+            })],
+            turn_fields={
+                "status": TurnStatus.QUEUED, "attempts": previous + 1, "max_steps": max_steps, "phase": "",
+                "outcome": "", "stop_reason": "", "usage": {}, "timings": {}, "meta": meta,
+                "cancel_requested": False, "finished_at": None,
+            },
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+def turn_continue_and_enqueue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """``turn_continue`` and hand the turn to a job once that commits, keeping
+    one active turn per conversation (``StateConflict`` otherwise)."""
+    from .jobs import turn_enqueue
+
+    with transaction.atomic():
+        turn = Turn.objects.get(pk=turn_id)
+        other = _conversation_other_active(turn=turn)
+        if other is not None:
+            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
+        turn = turn_continue(turn_id=turn_id, extra_steps=extra_steps, acting_user=acting_user)
+        turn_enqueue(turn.pk)
+    return turn

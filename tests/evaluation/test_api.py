@@ -42,7 +42,7 @@ def run_id(tmp_path, settings):
         settings.AGENTLAB_LLM_BASE_URL = server.base_url
         settings.AGENTLAB_LLM_API_KEY = "test-key"
         settings.AGENTLAB_MODEL = "stub-model"
-        call_command("run_eval", str(path), "--run-id", "tiny", "--concurrency", "2")
+        call_command("run_eval", "--no-review", str(path), "--run-id", "tiny", "--concurrency", "2")
     return "tiny"
 
 

@@ -59,6 +59,11 @@ def test_compute_metrics_on_a_known_set_of_rows() -> None:
     metrics = compute_metrics(ROWS)
     cost = metrics.pop("cost")
     assert cost == pytest.approx(0.035)
+    # added with the reviewer metrics (issue 7); no row here was retried by a review
+    review = metrics.pop("review")
+    assert {k: v for k, v in review.items() if k != "per_task_type"} == {
+        "first_attempt_accuracy": 0.6, "final_accuracy": 0.6, "review_retries": 0, "review_retry_rate": 0.0,
+        "retry_fixed": 0, "retry_broke": 0}
     assert metrics == {
         "total": 6,
         "scored": 5,
@@ -110,6 +115,9 @@ def test_empty_input_gives_zeros_and_nones_without_dividing_by_zero() -> None:
         "cost": None,
         "stop_reasons": {},
         "latency_ms": {"p50": None, "p95": None, "mean": None},
+        # added with the reviewer metrics (issue 7)
+        "review": {"first_attempt_accuracy": None, "final_accuracy": None, "review_retries": 0,
+                   "review_retry_rate": None, "retry_fixed": 0, "retry_broke": 0, "per_task_type": {}},
     }
 
 
@@ -178,3 +186,29 @@ def test_format_table_of_empty_metrics_shows_dashes() -> None:
     accuracy_line = next(line for line in text.splitlines() if "accuracy" in line)
     assert "— (0/0 scored)" in accuracy_line
     assert "\x1b" not in text
+
+
+def _reviewed(task_type: str, first: bool | None, final: bool | None, retried: bool) -> PredictionRow:
+    return PredictionRow(task_type=task_type, correct=final, steps=1, input_tokens=1, output_tokens=1, cost=None,
+                         stop_reason="final", latency_ms=1, first_correct=first, review_retried=retried)
+
+
+def test_reviewer_metrics_count_fixes_and_breaks_overall_and_per_task_type() -> None:
+    rows = [
+        _reviewed("math", False, True, True),    # fixed
+        _reviewed("math", True, False, True),    # broke
+        _reviewed("math", True, True, False),    # not retried (first_correct ignored)
+        _reviewed("qa", False, False, True),     # retried, still wrong
+        _reviewed("qa", None, True, False),      # not retried: first = final = right
+        _reviewed("qa", None, None, False),      # unscored
+    ]
+    review = compute_metrics(rows)["review"]
+    assert review["per_task_type"] == {
+        "math": {"first_attempt_accuracy": 2 / 3, "final_accuracy": 2 / 3, "review_retries": 2,
+                 "review_retry_rate": 2 / 3, "retry_fixed": 1, "retry_broke": 1},
+        "qa": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 1,
+               "review_retry_rate": 1 / 3, "retry_fixed": 0, "retry_broke": 0},
+    }
+    del review["per_task_type"]
+    assert review == {"first_attempt_accuracy": 3 / 5, "final_accuracy": 3 / 5, "review_retries": 3,
+                      "review_retry_rate": 0.5, "retry_fixed": 1, "retry_broke": 1}

@@ -75,12 +75,12 @@ def test_gsm8k_and_arc_scores_are_exact(endpoint, tmp_path, capsys):
     right_arc = set(range(0, 20, 2)) | {3}      # 11 of 20
     with StubLLMServer(oracle(gsm, right=right_gsm)) as server:
         endpoint(server)
-        call_command("run_eval", str(GSM8K), "--run-id", "gsm", "--limit", "20", "--concurrency", "8",
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "gsm", "--limit", "20", "--concurrency", "8",
                      "--json", str(tmp_path / "gsm.json"))
         assert server.request_count == 20
     with StubLLMServer(oracle(arc, right=right_arc)) as server:
         endpoint(server)
-        call_command("run_eval", str(ARC), "--run-id", "arc", "--limit", "20", "--concurrency", "4")
+        call_command("run_eval", "--no-review", str(ARC), "--run-id", "arc", "--limit", "20", "--concurrency", "4")
 
     gsm_run = Run.objects.get(run_id="gsm")
     assert gsm_run.status == "success"
@@ -113,7 +113,7 @@ def test_an_erroring_example_still_has_its_prediction(endpoint):
     gsm = rows(GSM8K, 6)
     with StubLLMServer(oracle(gsm, right=set(range(6)), broken={2, 4})) as server:
         endpoint(server)
-        call_command("run_eval", str(GSM8K), "--run-id", "broken", "--limit", "6")
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "broken", "--limit", "6")
     run = Run.objects.get(run_id="broken")
     assert run.predictions.count() == 6
     assert (run.metrics["total"], run.metrics["correct"], run.metrics["accuracy"]) == (6, 4, 4 / 6)
@@ -133,7 +133,7 @@ def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoi
     with StubLLMServer(lambda body: text_reply("2")) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", str(path), "--run-id", "bad")
+            call_command("run_eval", "--no-review", str(path), "--run-id", "bad")
         assert server.request_count == 0
     assert excinfo.value.returncode == 2
     assert "bad.jsonl, line 3" in str(excinfo.value)
@@ -143,7 +143,7 @@ def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoi
 @pytest.mark.parametrize("args", [["--limit", "0"], ["--concurrency", "0"], ["--run-id", " "], ["--fail-under", "2"]])
 def test_bad_options_are_exit_2(args):
     with pytest.raises(CommandError) as excinfo:
-        call_command("run_eval", "demo", *args)
+        call_command("run_eval", "--no-review", "demo", *args)
     assert excinfo.value.returncode == 2
     assert Run.objects.count() == 0
 
@@ -153,7 +153,7 @@ def test_fail_under_is_exit_1_and_the_run_is_still_stored(endpoint):
     with StubLLMServer(oracle(gsm, right={0})) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", str(GSM8K), "--run-id", "low", "--limit", "4", "--fail-under", "0.5")
+            call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "low", "--limit", "4", "--fail-under", "0.5")
     assert excinfo.value.returncode == 1
     assert "0.250 is below --fail-under 0.5" in str(excinfo.value)
     assert Run.objects.get(run_id="low").metrics["accuracy"] == 0.25
@@ -163,9 +163,9 @@ def test_same_run_id_again_skips_finished_examples(endpoint):
     gsm = rows(GSM8K, 8)
     with StubLLMServer(oracle(gsm, right=set(range(8)))) as server:
         endpoint(server)
-        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "5")
-        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "8")
-        call_command("run_eval", str(GSM8K), "--run-id", "again", "--limit", "8")
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "again", "--limit", "5")
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "again", "--limit", "8")
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "again", "--limit", "8")
         assert server.request_count == 8
     run = Run.objects.get(run_id="again")
     assert (run.metrics["total"], run.metrics["correct"]) == (8, 8)
@@ -187,7 +187,7 @@ def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
 def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
     gsm = rows(GSM8K, 20)
     with StubLLMServer(oracle(gsm, right=set(range(0, 20, 2)), latency=0.15)) as server:
-        cmd = [sys.executable, "manage.py", "run_eval", str(GSM8K), "--run-id", "killed", "--limit", "20",
+        cmd = [sys.executable, "manage.py", "run_eval", "--no-review", str(GSM8K), "--run-id", "killed", "--limit", "20",
                "--concurrency", "3"]
         proc = subprocess.Popen(cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)

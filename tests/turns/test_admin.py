@@ -466,7 +466,7 @@ def test_retry_action_starts_a_new_attempt_and_archives_the_old_one(staff_client
     assert archived["usage"]["input_tokens"] == 5 and archived["steps"] == 1
     last = events_after(turn_id=failed.pk)[-1]
     assert last.type == "attempt.retry" and last.seq == failed.last_seq
-    assert last.data == {"attempt": 2, "from": "failed", "by": staff.username,
+    assert last.data == {"attempt": 2, "reason": "retry", "from": "failed", "by": staff.username,
                          "previous": {"attempt": 1, "status": "failed", "outcome": "failed",
                                       "stop_reason": "max_steps"}}
     assert enqueued == [failed.pk]

@@ -5,6 +5,7 @@ Exit codes: 0 done, 1 accuracy below ``--fail-under``, 2 bad input.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import sys
@@ -39,6 +40,9 @@ class Command(BaseCommand):
         parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
         parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
         parser.add_argument("--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)")
+        parser.add_argument("--review", action=argparse.BooleanOptionalAction, default=True,
+                            help="review each answer with a second LLM call, retrying once on its "
+                                 "instruction (default on; --no-review halves the LLM calls)")
         parser.add_argument("--json", dest="json_path", default=None, help="also write run and metrics to FILE")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -49,7 +53,7 @@ class Command(BaseCommand):
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
-             **_: Any) -> None:
+             review: bool = True, **_: Any) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"--limit must be at least 1, got {limit}")
         if not 1 <= concurrency <= 256:
@@ -68,7 +72,7 @@ class Command(BaseCommand):
         config = {
             "provider": provider.name, "model": provider.model, "max_steps": max_steps,
             "concurrency": concurrency, "limit": limit, "scorer": "per example, else per task type",
-            "dataset": ds.name, "code_version": code_version(),
+            "dataset": ds.name, "code_version": code_version(), "review": review,
         }
         run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
         planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model)
@@ -83,7 +87,7 @@ class Command(BaseCommand):
         self._driven = 0
         started = time.monotonic()
         try:
-            asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar))
+            asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar, review=review))
         except KeyboardInterrupt:
             status = RunStatus.CANCELLED
             raise
@@ -105,7 +109,8 @@ class Command(BaseCommand):
             shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
             raise CommandError(f"accuracy {shown} is below --fail-under {fail_under}", returncode=1)
 
-    async def _drive(self, planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm) -> None:
+    async def _drive(self, planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm,
+                     review: bool = True) -> None:
         def done(_item: Any) -> None:
             self._driven += 1
             bar.update(1)
@@ -113,7 +118,7 @@ class Command(BaseCommand):
         with DatabaseThreads(max_workers=min(concurrency, 8)) as db:
             try:
                 await drive_examples(planned, provider=provider, db=db, concurrency=concurrency,
-                                     on_done=done)
+                                     on_done=done, review=review)
             finally:
                 close = getattr(provider, "aclose", None)
                 if close is not None:
