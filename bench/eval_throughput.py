@@ -56,8 +56,9 @@ def ensure_pg_database(url: str) -> None:
 
 
 def run_eval(env: dict[str, str], dataset: Path, run_id: str, concurrency: int, out: Path) -> dict:
+    # one LLM call per example, as the benchmark is defined: no review call
     cmd = [sys.executable, "manage.py", "run_eval", str(dataset), "--run-id", run_id,
-           "--concurrency", str(concurrency), "--json", str(out)]
+           "--concurrency", str(concurrency), "--no-review", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")

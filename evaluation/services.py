@@ -6,6 +6,7 @@ Scoring and metrics are pure functions (``evaluation.scoring``,
 
 from __future__ import annotations
 
+import re
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -19,7 +20,7 @@ from django.utils import timezone
 
 from agentlab.errors import BadInput, StateConflict
 from turns.models import Turn, TurnKind, TurnOutcome, TurnStatus
-from turns.services import turn_create, turn_interrupt, turn_resume
+from turns.services import RETRYABLE_STATUSES, turn_create, turn_interrupt, turn_resume, turn_retry
 
 from .datasets import ExampleSpec, parse_jsonl
 from .demo import DEMO_DATASET_NAME, demo_examples
@@ -31,10 +32,12 @@ from .scoring import score, scorer_for
 def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = "") -> Dataset:
     """Register ``examples`` under dataset ``name``, in one transaction.
 
-    Examples are matched by external id: new ones are added, changed ones
-    updated, so importing the same file again is a no-op and runs that refer
-    to its examples stay valid. Raises ``BadInput`` for an empty name or no
-    examples (nothing is written).
+    Importing the same examples again under the same name is a no-op, so
+    runs that refer to them stay valid. A name that already holds *different*
+    examples is refused (``BadInput``): silently merging two files that share
+    a name (two ``test.jsonl`` files, or a file called like a registered
+    dataset) would change what earlier runs measured. Raises ``BadInput`` for
+    an empty name or no examples too; nothing is written then.
     """
     name = (name or "").strip()
     if not name:
@@ -44,10 +47,7 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
     for spec in examples:  # fail before writing anything
         scorer_for(example_scorer=spec.scorer, task_type=spec.task_type)
     with transaction.atomic():
-        dataset, _ = Dataset.objects.get_or_create(name=name, defaults={"source": source})
-        if source and dataset.source != source:
-            dataset.source = source
-            dataset.save(update_fields=["source"])
+        dataset, created = Dataset.objects.get_or_create(name=name, defaults={"source": source})
         existing = {e.external_id: e for e in dataset.examples.all()}
         new, changed = [], []
         for position, spec in enumerate(examples):
@@ -63,9 +63,12 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
                 for k, v in values.items():
                     setattr(row, k, v)
                 changed.append(row)
+        if not created and (new or changed or len(existing) != len(examples)):
+            raise BadInput(
+                f"a dataset named {name!r} already exists with different examples"
+                + (f" (from {dataset.source})" if dataset.source else "")
+                + "; import this file under another name: manage.py import_dataset FILE --name NEW_NAME")
         Example.objects.bulk_create(new, batch_size=500)
-        if changed:
-            Example.objects.bulk_update(changed, list(values), batch_size=500)
     return dataset
 
 
@@ -105,6 +108,26 @@ def _system_user(run_id: str) -> AbstractBaseUser:
     return user
 
 
+_RUN_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
+RUN_ID_MAX = 200
+
+
+def run_id_check(run_id: str | None) -> str:
+    """A valid run id, stripped: non-empty, at most ``RUN_ID_MAX`` characters,
+    no control characters and none of ``/ \\ ? # %`` (a run id appears in URLs:
+    ``/api/runs/{run_id}``). Raises ``BadInput`` saying what is wrong."""
+    run_id = (run_id or "").strip()
+    if not run_id:
+        raise BadInput("run id must not be empty or blank")
+    if len(run_id) > RUN_ID_MAX:
+        raise BadInput(f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX} are allowed")
+    bad = _RUN_ID_FORBIDDEN.search(run_id)
+    if bad:
+        raise BadInput(f"run id {run_id!r} contains {bad.group()!r}; control characters and / \\ ? # % "
+                       "are not allowed")
+    return run_id
+
+
 def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
               started_by: AbstractBaseUser | None = None) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
@@ -114,9 +137,7 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
     ``StateConflict`` when the run id exists on another dataset.
     """
-    run_id = (run_id or "").strip()
-    if not run_id:
-        raise BadInput("run id must not be empty or blank")
+    run_id = run_id_check(run_id)
     with transaction.atomic():
         run = Run.objects.select_for_update().filter(run_id=run_id).first()
         if run is None:
@@ -125,6 +146,11 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
             return run, False
         if run.dataset_id != dataset.pk:
             raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
+        for key in ("provider", "model"):
+            if key in run.config and key in config and run.config[key] != config[key]:
+                raise StateConflict(
+                    f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
+                    "one run measures one model; start a new run id")
         resumes = list(run.config.get("resumes", []))
         resumes.append({"at": timezone.now().isoformat(), "config": config})
         run.config = {**run.config, "resumes": resumes}
@@ -154,7 +180,8 @@ def _turn_context(example: Example) -> dict[str, Any]:
     return context
 
 
-def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str) -> tuple[list[PlannedExample], int]:
+def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
+             retry_errors: bool = False) -> tuple[list[PlannedExample], int]:
     """Decide what a (possibly resumed) run still has to do.
 
     For the first ``limit`` examples of the run's dataset (all when ``None``):
@@ -163,6 +190,9 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str) -> tupl
     driver continues from its event log; one with nothing yet gets a queued
     turn and a pessimistic prediction row (stop reason ``error``, wrong), in
     one transaction, so a prediction exists even if the turn never finishes.
+    With ``retry_errors``, a completed prediction that recorded an error (a
+    provider outage, say) is planned again: its turn gets a new attempt
+    (``turn_retry``, the failed one archived) and the row is completed anew.
     Returns the planned examples and the number skipped.
     """
     examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
@@ -171,6 +201,13 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str) -> tupl
     skipped = 0
     for example in examples:
         prediction = predictions.get(example.pk)
+        if (retry_errors and prediction is not None and prediction.completed_at is not None and prediction.error
+                and prediction.turn is not None and prediction.turn.status in RETRYABLE_STATUSES):
+            with transaction.atomic():
+                turn_retry(turn_id=prediction.turn_id)
+                Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
+            planned.append(PlannedExample(prediction.pk, prediction.turn_id, example.pk, resumed=True))
+            continue
         if prediction is not None and prediction.completed_at is not None:
             skipped += 1
             continue

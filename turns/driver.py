@@ -298,6 +298,8 @@ def approval_poll(*, approval_id: int, turn_id: int, holder: str) -> str:
     now = timezone.now()
     if approval.status == ApprovalStatus.PENDING and approval.deadline is not None and approval.deadline <= now:
         with transaction.atomic():
+            # turn row first, as approval_decide does: one lock order, no deadlock
+            list(Turn.objects.select_for_update().filter(pk=turn_id).values_list("pk", flat=True))
             expired = Approval.objects.filter(pk=approval_id, status=ApprovalStatus.PENDING).update(
                 status=ApprovalStatus.EXPIRED, decided_at=now)
             if expired == 1:
@@ -714,7 +716,12 @@ async def drive_turn(
     except asyncio.CancelledError:
         raise
     except Exception as exc:  # noqa: BLE001 - every path reaches a terminal event
-        logger.exception("turn %s: driver failed", turn_id)
+        if isinstance(exc, TurnNotHeld | Turn.DoesNotExist):
+            # swept and resumed elsewhere, or deleted with its conversation:
+            # not a failure of this turn, and nothing more to write
+            logger.warning("turn %s: driver stopped: %s", turn_id, exc)
+        else:
+            logger.exception("turn %s: driver failed", turn_id)
         error = f"{type(exc).__name__}: {exc}"
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         recorder = current.recorder

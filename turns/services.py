@@ -15,7 +15,17 @@ from django.utils import timezone
 from agentlab.errors import StateConflict
 
 from .events import NewEvent, event_append_many
-from .models import ACTIVE_STATUSES, Approval, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
+from .models import (
+    ACTIVE_STATUSES,
+    TERMINAL_STATUSES,
+    Approval,
+    Conversation,
+    EventType,
+    Turn,
+    TurnKind,
+    TurnOutcome,
+    TurnStatus,
+)
 
 
 def turn_create(
@@ -347,12 +357,21 @@ def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBas
     now = timezone.now()
     status = ApprovalStatus.APPROVED if approve else ApprovalStatus.REJECTED
     with transaction.atomic():
-        open_ = Q(pk=approval_id, status=ApprovalStatus.PENDING) & (Q(deadline__isnull=True) | Q(deadline__gt=now))
-        updated = Approval.objects.filter(open_).update(status=status, decided_by=acting_user, decided_at=now)
-        approval = Approval.objects.filter(pk=approval_id).first()
-        if approval is None:
+        found = Approval.objects.filter(pk=approval_id).values_list("turn_id", flat=True).first()
+        if found is None:
             raise NotFound(f"approval {approval_id} not found")
+        # Lock the turn first: a turn that ended some other way (cancelled,
+        # failed) takes no decision, and it cannot end while we decide.
+        turn = Turn.objects.select_for_update().get(pk=found)
+        open_ = Q(pk=approval_id, status=ApprovalStatus.PENDING) & (Q(deadline__isnull=True) | Q(deadline__gt=now))
+        updated = 0
+        if not turn.is_terminal:
+            updated = Approval.objects.filter(open_).update(status=status, decided_by=acting_user, decided_at=now)
+        approval = Approval.objects.get(pk=approval_id)
         if updated != 1:
+            if approval.status == ApprovalStatus.PENDING and turn.is_terminal:
+                raise StateConflict(f"approval {approval_id} cannot be decided: its turn has finished "
+                                    f"({turn.status})")
             state = approval.status if approval.status != ApprovalStatus.PENDING else "expired"
             raise StateConflict(f"approval {approval_id} cannot be decided: it is {state}")
         event_append_many(turn_id=approval.turn_id, events=[NewEvent(EventType.APPROVAL_RESOLVED, {

@@ -223,3 +223,71 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
         assert seqs == list(range(1, len(seqs) + 1))
         assert turn.status == "succeeded"
     assert TurnEvent.objects.filter(turn__predictions__run=run, type="turn.resumed").count() == cut_off
+
+
+def test_a_file_named_like_a_registered_dataset_is_refused_not_merged(tmp_path, endpoint):
+    call_command("import_dataset", str(ARC), "--name", "arc")
+    clash = tmp_path / "arc.jsonl"
+    clash.write_text(json.dumps({"question_id": "x1", "question": "1+1?", "answer": "2", "task_type": "math"})
+                     + "\n", encoding="utf-8")
+    with StubLLMServer(lambda body: text_reply("2")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(clash), "--run-id", "clash", "--no-review")
+    assert excinfo.value.returncode == 2
+    assert "a dataset named 'arc' already exists with different examples" in str(excinfo.value)
+    assert Dataset.objects.get(name="arc").examples.count() == 100
+    assert Run.objects.count() == 0
+    call_command("import_dataset", str(ARC), "--name", "arc")  # the same file again is a no-op
+    assert Dataset.objects.get(name="arc").examples.count() == 100
+
+
+def test_resuming_with_another_model_is_refused(endpoint, settings):
+    gsm = rows(GSM8K, 2)
+    with StubLLMServer(oracle(gsm, right={0, 1})) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "one-model", "--limit", "1", "--no-review")
+        settings.AGENTLAB_MODEL = "another-model"
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(GSM8K), "--run-id", "one-model", "--limit", "2", "--no-review")
+    assert excinfo.value.returncode == 2
+    assert "was started with model 'stub-model', not 'another-model'" in str(excinfo.value)
+    assert Run.objects.get(run_id="one-model").predictions.count() == 1
+
+
+@pytest.mark.parametrize(("run_id", "message"), [
+    ("a/b", "contains '/'"), ("tab\there", "contains '\\t'"), ("x" * 201, "at most 200"),
+])
+def test_run_ids_that_cannot_live_in_a_url_are_exit_2(run_id, message):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "demo", "--run-id", run_id)
+    assert excinfo.value.returncode == 2 and message in str(excinfo.value)
+    assert Run.objects.count() == 0
+
+
+def test_a_json_file_in_a_missing_folder_is_refused_before_running(tmp_path):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "demo", "--json", str(tmp_path / "nope" / "x.json"))
+    assert excinfo.value.returncode == 2 and "does not exist" in str(excinfo.value)
+    assert Run.objects.count() == 0 and Turn.objects.count() == 0
+
+
+def test_retry_errors_runs_failed_examples_again_as_a_new_attempt(endpoint):
+    gsm = rows(GSM8K, 4)
+    with StubLLMServer(oracle(gsm, right=set(range(4)), broken={1, 2})) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review")
+    assert Run.objects.get(run_id="outage").metrics["correct"] == 2
+    with StubLLMServer(oracle(gsm, right=set(range(4)))) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review")
+        assert server.request_count == 0  # without the flag, errored rows stay as they are
+        call_command("run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review",
+                     "--retry-errors")
+        assert server.request_count == 2
+    run = Run.objects.get(run_id="outage")
+    assert (run.metrics["total"], run.metrics["correct"], run.metrics["errors"]) == (4, 4, 0)
+    assert run.predictions.count() == 4
+    retried = Prediction.objects.get(run=run, example__external_id=gsm[1]["question_id"])
+    assert (retried.correct, retried.error, retried.turn.attempts) == (True, "", 2)
+    assert retried.turn.meta["attempts"][0]["stop_reason"] == "provider_error"

@@ -391,6 +391,16 @@ async def test_cancel_while_waiting_for_an_approval(owner, db_threads, fast_poll
     result = await asyncio.wait_for(task, timeout=5)
     assert result is not None and result.stop_reason == "cancelled"
     assert (await db_threads.run(Turn.objects.get, pk=turn.pk)).outcome == "cancelled"
+    # the approval left pending by the cancel can no longer be decided
+    from agentlab.errors import StateConflict
+    from turns.models import Approval
+    from turns.services import approval_decide
+
+    approval = await db_threads.run(Approval.objects.get, turn_id=turn.pk)
+    last_seq = (await db_threads.run(Turn.objects.get, pk=turn.pk)).last_seq
+    with pytest.raises(StateConflict, match="its turn has finished"):
+        await db_threads.run(approval_decide, approval_id=approval.pk, approve=True, acting_user=owner)
+    assert (await db_threads.run(Turn.objects.get, pk=turn.pk)).last_seq == last_seq
 
 
 async def test_continue_through_the_api_and_409_when_not_max_steps(owner, db_threads):

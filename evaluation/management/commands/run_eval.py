@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import secrets
 import sys
 import time
 from pathlib import Path
@@ -25,7 +26,7 @@ from evaluation.datasets import DatasetFormatError
 from evaluation.metrics import format_table
 from evaluation.models import RunStatus
 from evaluation.runner import drive_examples
-from evaluation.services import dataset_resolve, run_finish, run_plan, run_start
+from evaluation.services import dataset_resolve, run_finish, run_id_check, run_plan, run_start
 from turns.llm import get_provider
 
 
@@ -43,6 +44,9 @@ class Command(BaseCommand):
         parser.add_argument("--review", action=argparse.BooleanOptionalAction, default=True,
                             help="review each answer with a second LLM call, retrying once on its "
                                  "instruction (default on; --no-review halves the LLM calls)")
+        parser.add_argument("--retry-errors", action="store_true",
+                            help="when resuming, run again the examples whose turn ended in an error "
+                                 "(a provider outage, say) as a new attempt")
         parser.add_argument("--json", dest="json_path", default=None, help="also write run and metrics to FILE")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -53,7 +57,7 @@ class Command(BaseCommand):
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
-             review: bool = True, **_: Any) -> None:
+             review: bool = True, retry_errors: bool = False, **_: Any) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"--limit must be at least 1, got {limit}")
         if not 1 <= concurrency <= 256:
@@ -63,19 +67,25 @@ class Command(BaseCommand):
             raise ValueError(f"--max-steps must be at least 1, got {max_steps}")
         if fail_under is not None and not 0 <= fail_under <= 1:
             raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
-        if run_id is not None and not run_id.strip():
-            raise ValueError("--run-id must not be empty or blank")
+        if run_id is not None:
+            run_id = run_id_check(run_id)
+        if json_path:
+            parent = Path(json_path).resolve().parent
+            if not parent.is_dir():
+                raise ValueError(f"--json {json_path}: folder {parent} does not exist")
 
         ds = dataset_resolve(name_or_path=dataset)
         provider = get_provider(model=model)
-        run_id = run_id or f"{ds.name}-{timezone.now():%Y%m%d-%H%M%S}"
+        # the random part keeps two runs started in the same second apart
+        run_id = run_id or f"{ds.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         config = {
             "provider": provider.name, "model": provider.model, "max_steps": max_steps,
             "concurrency": concurrency, "limit": limit, "scorer": "per example, else per task type",
             "dataset": ds.name, "code_version": code_version(), "review": review,
         }
         run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
-        planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model)
+        planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model,
+                                    retry_errors=retry_errors)
         self.stderr.write(
             f"run {run.run_id} on {ds.name}: {len(planned)} to do, {skipped} already done"
             + (" (resumed)" if resumed else "")
@@ -90,7 +100,9 @@ class Command(BaseCommand):
             asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar, review=review))
         except KeyboardInterrupt:
             status = RunStatus.CANCELLED
-            raise
+            bar.close()
+            self.stderr.write(f"\ninterrupted; run again with --run-id {run.run_id} to resume")
+            raise SystemExit(130) from None
         except BaseException:
             status = RunStatus.ERROR
             raise
