@@ -117,11 +117,23 @@ LOGIN_REDIRECT_URL = "/"
 
 # --- channel layer ------------------------------------------------------------
 REDIS_URL = env.str("REDIS_URL", default="")
+#: Options for each channels_redis host. redis-py ≥ 8 reads with a 5 s socket
+#: timeout by default — the same 5 s channels_redis blocks in BZPOPMIN — so a
+#: busy process lost that race ("Timeout reading from …") and the consumer died
+#: with 1011. Its pool also raises "Too many connections" past its limit
+#: instead of waiting (100 sockets leaving at once reached the default 100).
+REDIS_CHANNEL_HOST_OPTIONS = {
+    "socket_timeout": env.float("REDIS_SOCKET_TIMEOUT_S", default=30.0),
+    "max_connections": env.int("REDIS_MAX_CONNECTIONS", default=2000),
+}
 if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "capacity": env.int("CHANNEL_CAPACITY", default=100)},
+            "CONFIG": {
+                "hosts": [{"address": REDIS_URL, **REDIS_CHANNEL_HOST_OPTIONS}],
+                "capacity": env.int("CHANNEL_CAPACITY", default=100),
+            },
         }
     }
 else:
