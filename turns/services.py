@@ -17,7 +17,6 @@ from agentlab.errors import StateConflict
 from .events import NewEvent, event_append_many
 from .models import (
     ACTIVE_STATUSES,
-    TERMINAL_STATUSES,
     Approval,
     Conversation,
     EventType,
