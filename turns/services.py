@@ -6,6 +6,7 @@ log (``turns.events.event_append_many``) in the same transaction.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -237,16 +238,8 @@ def turn_resume_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | Non
     changes the state. Raises ``StateConflict`` like ``turn_resume``, and when
     another turn of the same conversation is queued, running or waiting.
     """
-    from .jobs import turn_enqueue
-
-    with transaction.atomic():
-        turn = Turn.objects.get(pk=turn_id)
-        other = _conversation_other_active(turn=turn)
-        if other is not None:
-            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
-        turn = turn_resume(turn_id=turn_id, acting_user=acting_user)
-        turn_enqueue(turn.pk)
-    return turn
+    return _requeue_in_conversation(
+        turn_id=turn_id, requeue=lambda: turn_resume(turn_id=turn_id, acting_user=acting_user))
 
 
 def turns_sweep_stale(*, stale_s: float) -> int:
@@ -308,6 +301,23 @@ def conversation_delete(*, conversation_id: int) -> None:
         conversation.delete()
 
 
+def _requeue_in_conversation(*, turn_id: int, requeue: Callable[[], Turn]) -> Turn:
+    """Run ``requeue`` — a service that puts the turn back to ``queued`` —
+    holding the conversation's row lock, refusing with ``StateConflict`` when
+    another turn of the conversation is queued, running or waiting (one
+    active turn per conversation); enqueue the turn once that commits."""
+    from .jobs import turn_enqueue
+
+    with transaction.atomic():
+        turn = Turn.objects.get(pk=turn_id)
+        other = _conversation_other_active(turn=turn)
+        if other is not None:
+            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
+        turn = requeue()
+        turn_enqueue(turn.pk)
+    return turn
+
+
 def _conversation_other_active(*, turn: Turn) -> int | None:
     """Lock the turn's conversation and return the id of another active turn in it, if any."""
     if turn.conversation_id is None:
@@ -324,16 +334,8 @@ def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None
     ``StateConflict`` (the conversation row is locked for the check, as in
     ``turn_start``). Raises ``StateConflict`` like ``turn_retry`` otherwise.
     """
-    from .jobs import turn_enqueue
-
-    with transaction.atomic():
-        turn = Turn.objects.get(pk=turn_id)
-        other = _conversation_other_active(turn=turn)
-        if other is not None:
-            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
-        turn = turn_retry(turn_id=turn_id, acting_user=acting_user)
-        turn_enqueue(turn.pk)
-    return turn
+    return _requeue_in_conversation(
+        turn_id=turn_id, requeue=lambda: turn_retry(turn_id=turn_id, acting_user=acting_user))
 
 
 def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBaseUser) -> Approval:
@@ -435,13 +437,5 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUs
 def turn_continue_and_enqueue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
     """``turn_continue`` and hand the turn to a job once that commits, keeping
     one active turn per conversation (``StateConflict`` otherwise)."""
-    from .jobs import turn_enqueue
-
-    with transaction.atomic():
-        turn = Turn.objects.get(pk=turn_id)
-        other = _conversation_other_active(turn=turn)
-        if other is not None:
-            raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
-        turn = turn_continue(turn_id=turn_id, extra_steps=extra_steps, acting_user=acting_user)
-        turn_enqueue(turn.pk)
-    return turn
+    return _requeue_in_conversation(turn_id=turn_id, requeue=lambda: turn_continue(
+        turn_id=turn_id, extra_steps=extra_steps, acting_user=acting_user))
