@@ -9,7 +9,7 @@ which objects exist). Staff see everything.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
@@ -18,6 +18,8 @@ from agentlab.errors import NotFound
 
 from .events import events_after
 from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
+
+M = TypeVar("M", Conversation, Turn, Approval)
 
 
 def _sees_all(user: AbstractBaseUser) -> bool:
@@ -33,15 +35,22 @@ def conversation_list(*, user: AbstractBaseUser, everyone: bool = False) -> Quer
     return qs.filter(owner=user)
 
 
+def _visible(qs: QuerySet[M], *, owner_path: str, user: AbstractBaseUser, pk: int, what: str) -> M:
+    """The row ``pk`` of ``qs`` if ``user`` owns it (through ``owner_path``)
+    or is staff; else ``NotFound`` — the same answer as for a missing row, so
+    nobody learns what exists beyond their own (404, not 403)."""
+    if not _sees_all(user):
+        qs = qs.filter(**{owner_path: user})
+    row = qs.filter(pk=pk).first()
+    if row is None:
+        raise NotFound(f"{what} {pk} not found")
+    return row
+
+
 def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
     """The conversation if ``user`` owns it (or is staff); else ``NotFound``."""
-    qs = Conversation.objects.select_related("owner")
-    if not _sees_all(user):
-        qs = qs.filter(owner=user)
-    conversation = qs.filter(pk=conversation_id).first()
-    if conversation is None:
-        raise NotFound(f"conversation {conversation_id} not found")
-    return conversation
+    return _visible(Conversation.objects.select_related("owner"), owner_path="owner", user=user,
+                    pk=conversation_id, what="conversation")
 
 
 def conversation_turns(*, conversation: Conversation) -> list[Turn]:
@@ -51,24 +60,13 @@ def conversation_turns(*, conversation: Conversation) -> list[Turn]:
 
 def turn_get(*, user: AbstractBaseUser, turn_id: int) -> Turn:
     """The turn if ``user`` owns it (or is staff); else ``NotFound``."""
-    qs = Turn.objects.all()
-    if not _sees_all(user):
-        qs = qs.filter(owner=user)
-    turn = qs.filter(pk=turn_id).first()
-    if turn is None:
-        raise NotFound(f"turn {turn_id} not found")
-    return turn
+    return _visible(Turn.objects.all(), owner_path="owner", user=user, pk=turn_id, what="turn")
 
 
 def approval_get(*, user: AbstractBaseUser, approval_id: int) -> Approval:
     """The approval if ``user`` owns its turn (or is staff); else ``NotFound``."""
-    qs = Approval.objects.select_related("turn")
-    if not _sees_all(user):
-        qs = qs.filter(turn__owner=user)
-    approval = qs.filter(pk=approval_id).first()
-    if approval is None:
-        raise NotFound(f"approval {approval_id} not found")
-    return approval
+    return _visible(Approval.objects.select_related("turn"), owner_path="turn__owner", user=user,
+                    pk=approval_id, what="approval")
 
 
 @dataclass(frozen=True)
