@@ -22,20 +22,15 @@ import argparse
 import asyncio
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from agentlab.testing.net import free_port, wait_for_port
+
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def write_examples(path: Path, n: int) -> None:
@@ -100,12 +95,7 @@ def main() -> int:
                              "--latency-ms", str(args.latency_ms)], cwd=ROOT,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     base_url = f"http://127.0.0.1:{port}/v1"
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.1).close()
-            break
-        except OSError:
-            time.sleep(0.05)
+    wait_for_port(port, timeout=10, process=stub, what="the stub LLM server")
     latency = args.latency_ms / 1000
     rows: list[tuple[str, int, float, float]] = []
     try:

@@ -28,13 +28,14 @@ import asyncio
 import json
 import os
 import random
-import socket
 import resource
 import subprocess
 import sys
 import time
 import uuid
 from pathlib import Path
+
+from agentlab.testing.net import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -47,12 +48,6 @@ def pct(values: list[float], q: float) -> float:
 def line(name: str, values: list[float], extra: str = "") -> None:
     print(f"{name:<52} n={len(values):>6}  p50={pct(values, 50):7.1f} ms  p99={pct(values, 99):7.1f} ms {extra}",
           flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def rss_kb(pid: int) -> int:
@@ -244,15 +239,7 @@ def main() -> int:
         port = free_port()
         daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                                    "bench.asgi_bench:application"], cwd=ROOT, env=env)
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.1)
+        wait_for_port(port, timeout=30, process=daphne, what="daphne")
         asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
     finally:
         if daphne is not None:

@@ -9,16 +9,15 @@ Screenshots go to ``/tmp/screens/``.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.db import connection
 from django.utils import timezone
 
+from agentlab.testing.net import free_port, wait_for_port
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, text_reply, tool_call_reply
 from turns.models import Turn
 
@@ -31,12 +30,6 @@ pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def stub_handler(body):
@@ -57,7 +50,7 @@ def stub_handler(body):
 @pytest.fixture
 def live_server_url(transactional_db):
     """daphne on the test database, in a subprocess."""
-    port = _free_port()
+    port = free_port()
     stub = StubLLMServer(stub_handler).start()
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "DATABASE_URL")}
     db = connection.settings_dict
@@ -77,15 +70,7 @@ def live_server_url(transactional_db):
         cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
     )
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.5).close()
-                break
-            except OSError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError(f"daphne did not start; see /tmp/h5-daphne.log") from None
-                time.sleep(0.1)
+        wait_for_port(port, timeout=30, process=server, what="daphne (log: /tmp/h5-daphne.log)")
         yield f"http://127.0.0.1:{port}"
     finally:
         server.terminate()

@@ -5,24 +5,13 @@ the test database)."""
 
 from __future__ import annotations
 
-import socket
 import uuid
 
 import pytest
 from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
 
-
-def pytest_configure(config):
-    config.addinivalue_line("markers", "e2e: end to end against real daphne, Celery, PostgreSQL and Redis")
-
-
-def reachable(host: str, port: int) -> bool:
-    try:
-        with socket.create_connection((host, port), timeout=0.5):
-            return True
-    except OSError:
-        return False
+from agentlab.testing.net import port_open
 
 
 @pytest.fixture
@@ -38,7 +27,7 @@ def stream_settings(settings):
 
 @pytest.fixture
 def redis_layer(stream_settings):
-    if not reachable("127.0.0.1", 6379):
+    if not port_open("127.0.0.1", 6379):
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     stream_settings.CHANNEL_LAYERS = {
         "default": {

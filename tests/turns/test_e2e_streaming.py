@@ -19,7 +19,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -29,9 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from agentlab.testing.net import free_port, port_open
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
-
-from .conftest import reachable
 
 pytestmark = pytest.mark.e2e
 
@@ -67,12 +65,6 @@ print(turn_resume_and_enqueue(turn_id=int(sys.argv[1])).status)
 LABELS = ["a", "b", "c", "d"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def psql(dbname: str, sql: str, *params: object) -> list[tuple]:
     import psycopg
 
@@ -103,9 +95,9 @@ class StubScript:
 
 @pytest.fixture
 def e2e_env(tmp_path):
-    if not reachable(*PG):
+    if not port_open(*PG):
         pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
-    if not reachable(*REDIS):
+    if not port_open(*REDIS):
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     dbname = f"agentlab_e2e_{uuid.uuid4().hex[:8]}"
     psql("postgres", f'CREATE DATABASE "{dbname}"')
@@ -182,7 +174,7 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
         e2e_env["start"](sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
                          "agentlab.asgi:application", log="daphne.log")
         first_worker = worker(e2e_env, "worker1")
-        await wait_until(lambda: reachable("127.0.0.1", port), 30, "daphne")
+        await wait_until(lambda: port_open("127.0.0.1", port), 30, "daphne")
 
         out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", SETUP], cwd=ROOT, env=env,
                                       capture_output=True, text=True, timeout=60, check=True)
