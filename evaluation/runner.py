@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
+from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from agentlab.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
 
-from .services import PlannedExample, prediction_record
+from .services import PlannedExample, TurnFinal, prediction_complete, prediction_record
 
 logger = logging.getLogger(__name__)
 
@@ -29,12 +31,14 @@ async def drive_examples(
     concurrency: int,
     on_done: Callable[[PlannedExample], None] | None = None,
     review: bool = True,
+    tools: ToolRegistry | None = None,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
     ``on_done`` is called (in the event loop) after each prediction is stored —
     the progress bar hangs off it. ``review`` runs the review phase (one more
-    LLM call per answered example, waited for). Raises ``ValueError`` for ``concurrency < 1``.
+    LLM call per answered example, waited for); ``tools`` replaces the
+    built-in tools. Raises ``ValueError`` for ``concurrency < 1``.
     """
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -44,20 +48,23 @@ async def drive_examples(
         async with gate:
             recorded = False
 
-            def record(*, turn_id: int) -> None:
+            def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
+                # in the terminal event's transaction: one UPDATE, no read-back
                 nonlocal recorded
-                prediction_record(prediction_id=item.prediction_id)
+                prediction_complete(prediction_id=item.prediction_id, example=item.example,
+                                    turn=TurnFinal.from_fields(turn_fields))
                 recorded = True
 
             error: str | None = None
             try:
-                # the prediction is completed in the terminal event's transaction
-                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=record, review=review), provider=provider, db=db)
+                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=finish, review=review),
+                                 provider=provider, db=db, tools=tools)
             except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
                 error = f"{type(exc).__name__}: {exc}"
             if not recorded:
-                # not claimable (already ended) or the finish itself failed
+                # not claimable (already ended) or the finish itself failed:
+                # complete the row from what the turn row says now
                 await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
             if on_done is not None:
                 on_done(item)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -164,12 +164,17 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
 
 @dataclass(frozen=True)
 class PlannedExample:
-    """An example of a run still to be driven: its prediction row and turn."""
+    """An example of a run still to be driven: its prediction row, its turn,
+    and the example itself (scored in memory when the turn finishes)."""
 
     prediction_id: int
     turn_id: int
-    example_id: int
+    example: Example
     resumed: bool
+
+    @property
+    def example_id(self) -> int:
+        return self.example.pk
 
 
 def _turn_context(example: Example) -> dict[str, Any]:
@@ -206,7 +211,7 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
             with transaction.atomic():
                 turn_retry(turn_id=prediction.turn_id)
                 Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
-            planned.append(PlannedExample(prediction.pk, prediction.turn_id, example.pk, resumed=True))
+            planned.append(PlannedExample(prediction.pk, prediction.turn_id, example, resumed=True))
             continue
         if prediction is not None and prediction.completed_at is not None:
             skipped += 1
@@ -219,7 +224,7 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
                 turn.refresh_from_db()
             if turn.can_resume():
                 turn_resume(turn_id=turn.pk)
-            planned.append(PlannedExample(prediction.pk, turn.pk, example.pk, resumed=True))
+            planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=True))
             continue
         with transaction.atomic():
             turn = turn_create(owner=run.system_user, question=example.question, kind=TurnKind.EVALUATION,
@@ -233,86 +238,142 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
             else:
                 prediction.turn = turn
                 prediction.save(update_fields=["turn"])
-        planned.append(PlannedExample(prediction.pk, turn.pk, example.pk, resumed=False))
+        planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=False))
     return planned, skipped
 
 
-def prediction_record(*, prediction_id: int, error: str | None = None, latency_ms: int | None = None) -> Prediction:
-    """Complete a prediction from its turn's final state and score it.
+@dataclass(frozen=True)
+class TurnFinal:
+    """What a prediction is scored from: a turn's final state.
 
-    The turn row is the source of truth (answer, steps, usage, stop reason).
-    A turn that did not answer scores as wrong — it stays in the accuracy
-    denominator — unless the example cannot be scored at all (unscored).
-    ``error`` is the driver's error, if any; a failed turn's cause is used
-    otherwise.
+    Built from the turn row (``from_turn``) or, inside the terminal event's
+    transaction, from the fields the driver has just written
+    (``from_fields``) — the same values either way, so the fast path and the
+    read-back path score alike.
     """
-    prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
-    example = prediction.example
-    turn: Turn | None = prediction.turn
+
+    outcome: str
+    answer: str
+    evidence: str
+    reasoning: str
+    steps: int
+    stop_reason: str
+    usage: dict[str, Any]
+    meta: dict[str, Any]
+    timings: dict[str, Any]
+
+    @classmethod
+    def from_turn(cls, turn: Turn) -> TurnFinal:
+        return cls(outcome=turn.outcome, answer=turn.answer, evidence=turn.evidence, reasoning=turn.reasoning,
+                   steps=turn.steps, stop_reason=turn.stop_reason, usage=turn.usage or {}, meta=turn.meta or {},
+                   timings=turn.timings or {})
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> TurnFinal:
+        """From the turn fields of a terminal event (``TurnPolicy.on_finish``)."""
+        return cls(outcome=fields.get("outcome") or "", answer=fields.get("answer") or "",
+                   evidence=fields.get("evidence") or "", reasoning=fields.get("reasoning") or "",
+                   steps=int(fields.get("steps") or 0), stop_reason=fields.get("stop_reason") or "",
+                   usage=dict(fields.get("usage") or {}), meta=dict(fields.get("meta") or {}),
+                   timings=dict(fields.get("timings") or {}))
+
+
+def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | None = None,
+                      latency_ms: int | None = None) -> dict[str, Any]:
+    """The fields of a completed prediction (a dict of ``Prediction`` field
+    values, ``completed_at`` included), scored against ``example``.
+
+    The turn's final state is the source of truth (answer, steps, usage,
+    stop reason). A turn that did not answer scores as wrong — it stays in
+    the accuracy denominator — unless the example cannot be scored at all
+    (unscored). ``error`` is the driver's error, if any; a failed turn's
+    cause is used otherwise; no turn at all is an error too.
+    """
     scorer = scorer_for(example_scorer=example.scorer or None, task_type=example.task_type)
     answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
     answer = turn.answer if answered and turn is not None else None
     result = score(prediction=answer, gold=example.answer, scorer=scorer, choices=example.choices,
                    metadata=example.metadata)
-    usage = _turn_usage_total(turn)
+    usage = _usage_total(turn.usage, turn.meta) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0
     if turn is not None and not error and turn.outcome == TurnOutcome.FAILED:
-        error = (turn.meta or {}).get("failure_error") or (turn.meta or {}).get("failure_cause") or "failed"
+        error = turn.meta.get("failure_error") or turn.meta.get("failure_cause") or "failed"
     if turn is None and not error:
         error = "no turn was run"
-    prediction.prediction = answer or ""
-    prediction.scorer = scorer
-    prediction.score = result.value
-    prediction.correct = result.correct
-    prediction.evidence = turn.evidence if turn is not None else ""
-    prediction.reasoning = turn.reasoning if turn is not None else ""
-    prediction.steps = turn.steps if turn is not None else 0
-    prediction.input_tokens = int(usage.get("input_tokens") or 0) if tokens_known else None
-    prediction.output_tokens = int(usage.get("output_tokens") or 0) if tokens_known else None
-    prediction.cost = usage.get("cost")
-    prediction.stop_reason = (turn.stop_reason if turn is not None else "") or "error"
-    prediction.error = error or ""
     if latency_ms is None and turn is not None:
-        latency_ms = (turn.timings or {}).get("total_ms")
-    prediction.latency_ms = latency_ms
-    first = _first_attempt_review(turn)
-    prediction.review_retried = first is not None
+        latency_ms = turn.timings.get("total_ms")
+    first = _first_attempt_review(turn.meta if turn is not None else {})
     if first is None:
-        prediction.first_correct = result.correct
+        first_correct = result.correct
     else:
         first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
-        prediction.first_correct = score(prediction=first_answer, gold=example.answer, scorer=scorer,
-                                         choices=example.choices, metadata=example.metadata).correct
-    prediction.completed_at = timezone.now()
+        first_correct = score(prediction=first_answer, gold=example.answer, scorer=scorer,
+                              choices=example.choices, metadata=example.metadata).correct
+    return {
+        "prediction": answer or "",
+        "scorer": scorer,
+        "score": result.value,
+        "correct": result.correct,
+        "evidence": turn.evidence if turn is not None else "",
+        "reasoning": turn.reasoning if turn is not None else "",
+        "steps": turn.steps if turn is not None else 0,
+        "input_tokens": int(usage.get("input_tokens") or 0) if tokens_known else None,
+        "output_tokens": int(usage.get("output_tokens") or 0) if tokens_known else None,
+        "cost": usage.get("cost"),
+        "stop_reason": (turn.stop_reason if turn is not None else "") or "error",
+        "error": error or "",
+        "latency_ms": latency_ms,
+        "review_retried": first is not None,
+        "first_correct": first_correct,
+        "completed_at": timezone.now(),
+    }
+
+
+def prediction_record(*, prediction_id: int, error: str | None = None, latency_ms: int | None = None) -> Prediction:
+    """Complete a prediction from its turn's row and score it (see
+    ``prediction_values``). Raises ``Prediction.DoesNotExist``."""
+    prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
+    turn = TurnFinal.from_turn(prediction.turn) if prediction.turn is not None else None
+    for name, value in prediction_values(example=prediction.example, turn=turn, error=error,
+                                         latency_ms=latency_ms).items():
+        setattr(prediction, name, value)
     prediction.save()
     return prediction
 
 
-def _first_attempt_review(turn: Turn | None) -> dict[str, Any] | None:
+def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal) -> None:
+    """Complete a prediction from a turn's final state already in hand — one
+    ``UPDATE``, no read. ``run_eval`` calls it inside the terminal event's
+    transaction (``EvaluationPolicy``), where the turn row holds exactly
+    these values. Raises ``Prediction.DoesNotExist`` if the row is gone."""
+    if Prediction.objects.filter(pk=prediction_id).update(**prediction_values(example=example, turn=turn)) != 1:
+        raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
+
+
+def _first_attempt_review(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     """The turn's first archived attempt when a review retried the turn
     (some archived attempt has ``reason == "review"``), else ``None``."""
-    attempts = ((turn.meta or {}).get("attempts") or []) if turn is not None else []
+    attempts = meta.get("attempts") or []
     if not any(a.get("reason") == "review" for a in attempts):
         return None
     return attempts[0]
 
 
-def _turn_usage_total(turn: Turn | None) -> dict[str, Any]:
-    """The usage of every attempt of the turn: the current attempt's
-    (``turn.usage``) plus the archived ones' (a review retry's first attempt
-    cost tokens too). Same shape as ``UsageTotals.to_dict()``."""
-    if turn is None:
-        return {}
-    archived = [a.get("usage") or {} for a in (turn.meta or {}).get("attempts") or []]
+def _usage_total(usage: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The usage of every attempt of a turn: the current attempt's
+    (``usage``) plus the archived ones' in ``meta["attempts"]`` (a review
+    retry's first attempt cost tokens too). Same shape as
+    ``UsageTotals.to_dict()``."""
+    archived = [a.get("usage") or {} for a in meta.get("attempts") or []]
     if not archived:
-        return turn.usage or {}
+        return dict(usage or {})
     from agentlab.agent.usage import UsageTotals
 
-    total = UsageTotals.from_dict(turn.usage)
-    for usage in archived:
-        total.merge(UsageTotals.from_dict(usage))
+    total = UsageTotals.from_dict(dict(usage or {}))
+    for item in archived:
+        total.merge(UsageTotals.from_dict(item))
     return total.to_dict()
 
 

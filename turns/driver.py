@@ -27,14 +27,12 @@ import time
 import uuid
 from collections import defaultdict
 from datetime import timedelta
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db.models import F, Value
-from django.db.models.functions import Coalesce, Greatest
 from django.db import transaction
 from django.utils import timezone
 
@@ -45,7 +43,7 @@ from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall, ToolRe
 from agentlab.agent.usage import UsageTotals
 from agentlab.db import DatabaseThreads
 
-from .events import NewEvent, TurnNotHeld, event_append_many, json_safe
+from .events import NewEvent, TurnNotHeld, event_append_claim, event_append_many, json_safe
 from .models import Approval, ApprovalStatus, EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
 
 logger = logging.getLogger(__name__)
@@ -74,9 +72,11 @@ class TurnPolicy:
     def review_wait_s(self) -> float | None:
         return None
 
-    def on_finish(self, *, turn_id: int) -> None:
+    def on_finish(self, *, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
         """Called inside the transaction that writes the turn's terminal event,
-        after the turn row has its final fields: what the caller records here
+        after the turn row has its final fields — ``turn_fields``, the fields
+        just written (status, outcome, answer, evidence, reasoning, steps,
+        stop_reason, usage, meta, timings …): what the caller records here
         commits or rolls back with the end of the turn."""
 
     async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
@@ -88,7 +88,8 @@ class EvaluationPolicy(TurnPolicy):
     cancels the turn with stop reason ``approval_required``; a review is
     waited for however long it takes.
 
-    ``finish`` (``turn_id -> None``), when given, runs in the terminal event's
+    ``finish`` (called as ``finish(turn_id=…, turn_fields=…)``, see
+    ``TurnPolicy.on_finish``), when given, runs in the terminal event's
     transaction — ``run_eval`` completes the example's prediction there, so a
     finished turn never lacks its prediction.
     """
@@ -99,9 +100,9 @@ class EvaluationPolicy(TurnPolicy):
         super().__init__(review=review)
         self._finish = finish
 
-    def on_finish(self, *, turn_id: int) -> None:
+    def on_finish(self, *, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
         if self._finish is not None:
-            self._finish(turn_id=turn_id)
+            self._finish(turn_id=turn_id, turn_fields=turn_fields)
 
 
 class ChatPolicy(TurnPolicy):
@@ -169,26 +170,17 @@ def turn_claim(*, turn_id: int, job_id: str = "") -> tuple[Turn, bool] | None:
     id plus a random suffix); every later write of this driver is conditional
     on it (``event_append_many(holder=…)``).
     """
-    now = timezone.now()
     job_id = f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
     with transaction.atomic():
-        claimed = Turn.objects.filter(pk=turn_id, status=TurnStatus.QUEUED).update(
-            status=TurnStatus.RUNNING, heartbeat_at=now, job_id=job_id, updated_at=now, phase=TurnPhase.ACT,
-            started_at=Coalesce(F("started_at"), Value(now)), attempts=Greatest(F("attempts"), Value(1)),
-        )
-        if claimed != 1:
-            return None
-        turn = Turn.objects.get(pk=turn_id)
-        fresh = turn.started_at == now
-        events = event_append_many(
-            turn_id=turn_id,
-            events=[
-                NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
-                NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
-            ],
-        )
-    turn.last_seq = events[-1].seq
-    return turn, fresh
+        claimed = event_append_claim(turn_id=turn_id, job_id=job_id, count=2, events=lambda turn: [
+            NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
+            NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+        ])
+    if claimed is None:
+        return None
+    turn, _ = claimed
+    # never started before: nothing recorded to rebuild
+    return turn, turn.started_at == turn.heartbeat_at
 
 
 def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
@@ -398,22 +390,24 @@ def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict
         meta["failure_cause"] = data.get("cause")
         if data.get("error"):
             meta["failure_error"] = data["error"]
+    turn_fields = {**fields, "meta": meta, "timings": timings}
     with transaction.atomic():
         event_append_many(
             turn_id=turn_id,
             events=[*pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
-            turn_fields={**fields, "meta": meta, "timings": timings},
+            turn_fields=turn_fields,
             holder=holder,
         )
-        policy.on_finish(turn_id=turn_id)
+        policy.on_finish(turn_id=turn_id, turn_fields=turn_fields)
 
 
 def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int],
-                     meta: dict[str, Any], pending: list[NewEvent], policy: TurnPolicy, holder: str) -> None:
+                     meta: dict[str, Any], pending: list[NewEvent], pending_fields: dict[str, Any],
+                     policy: TurnPolicy, holder: str) -> None:
     """End a turn whose driver itself raised; only if it is still ours."""
     if not Turn.objects.filter(pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)).exists():
         return
-    fields = {"status": TurnStatus.FAILED, "outcome": TurnOutcome.FAILED, "stop_reason": "error",
+    fields = {**pending_fields, "status": TurnStatus.FAILED, "outcome": TurnOutcome.FAILED, "stop_reason": "error",
               "phase": TurnPhase.FINISH, "finished_at": timezone.now(), "usage": usage, "steps": steps}
     _finish(turn_id=turn_id, event_type=EventType.TURN_FAILED,
             data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
@@ -425,19 +419,36 @@ def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: 
 
 class _Recorder:
     """Persists each loop report as events before the loop takes its next step,
-    keeping the turn's running usage and step count on the same write."""
+    keeping the turn's running usage and step count on the same write.
+
+    A step that only ends the turn — a completion whose calls are all
+    turn-ending tools (``final_answer``, ``ask_user``), and their successful
+    results — is held back in ``pending`` / ``pending_fields`` and written
+    with the next write: the terminal event's transaction (or the review
+    phase's first event). Nothing but the end of the turn follows such a
+    step, those tools have no side effect, and a process that dies before
+    that write leaves a turn whose resume asks the model again — while every
+    evaluated example saves one transaction. Any other write first flushes
+    what is pending, so the log keeps its order.
+    """
 
     def __init__(self, *, turn_id: int, holder: str, attempt: int, db: DatabaseThreads, usage: UsageTotals,
                  steps: int, tools: ToolRegistry) -> None:
         self.turn_id = turn_id
         self.holder = holder
         self.tools = tools
-        #: step events held back for the finishing transaction (see below)
+        #: step events held back for the finishing transaction (see above)
         self.pending: list[NewEvent] = []
+        #: turn fields that go with ``pending``
+        self.pending_fields: dict[str, Any] = {}
         self.attempt = attempt
         self.db = db
         self.usage = usage
         self.steps = steps
+
+    def _ends_turn(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        return tool is not None and tool.ends_turn and call.error is None
 
     async def __call__(self, report: Report) -> None:
         if isinstance(report, CompletionReport):
@@ -454,21 +465,20 @@ class _Recorder:
             }))
             events.extend(NewEvent(EventType.TOOL_CALL, {**base, "call": call.to_dict()}) for call in c.tool_calls)
             fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
+            hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
         else:
             assert isinstance(report, ToolResultReport)
-            event = NewEvent(EventType.TOOL_RESULT,
-                             {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})
-            tool = self.tools.get(report.call.name)
-            if tool is not None and tool.ends_turn and not report.result.is_error:
-                # Nothing follows a turn-ending tool (final_answer, ask_user)
-                # but the terminal event: write both in one transaction. If
-                # the process dies before it, resume runs this tool again —
-                # it has no side effect.
-                self.pending.append(event)
-                return
-            events, fields = [event], {}
-        await self.db.run(event_append_many, turn_id=self.turn_id, events=events, turn_fields=fields,
-                          holder=self.holder)
+            events = [NewEvent(EventType.TOOL_RESULT,
+                               {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})]
+            fields = {}
+            hold = self._ends_turn(report.call) and not report.result.is_error
+        if hold:
+            self.pending.extend(events)
+            self.pending_fields.update(fields)
+            return
+        await self.db.run(event_append_many, turn_id=self.turn_id, events=[*self.pending, *events],
+                          turn_fields={**self.pending_fields, **fields}, holder=self.holder)
+        self.pending, self.pending_fields = [], {}
 
 
 async def _watch(*, turn_id: int, holder: str, cancel: asyncio.Event, db: DatabaseThreads) -> None:
@@ -703,9 +713,9 @@ async def drive_turn(
             status = await db.run(_approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:
                 data["reason"] = "the approval expired"
-        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data, fields=fields,
-                     timings={**(turn.timings or {}), **timings}, meta=meta, pending=current.recorder.pending,
-                     policy=policy, holder=holder)
+        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data,
+                     fields={**current.recorder.pending_fields, **fields}, timings={**(turn.timings or {}), **timings},
+                     meta=meta, pending=current.recorder.pending, policy=policy, holder=holder)
         if late_review is not None:
             await _record_late_review(turn_id=turn_id, attempt=current.number, task=late_review, db=db)
         return DriveResult(
@@ -728,7 +738,8 @@ async def drive_turn(
         try:
             await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=recorder.usage.to_dict(),
                          steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=meta,
-                         pending=recorder.pending, policy=policy, holder=holder)
+                         pending=recorder.pending, pending_fields=recorder.pending_fields, policy=policy,
+                         holder=holder)
         except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
             logger.exception("turn %s: could not record the failure", turn_id)
         return DriveResult(
@@ -753,14 +764,15 @@ async def _review_phase(*, turn_id: int, holder: str, attempt: _Attempt, provide
     the task's result after finishing), ``(None, None)`` when the turn was
     cancelled meanwhile (the review is abandoned; the answer stands).
 
-    The held-back ``tool.result`` of ``final_answer`` is written with the
-    ``phase: review`` event, so the log shows the answer before its review.
+    The held-back final step (``final_answer``'s completion and result) is
+    written with the ``phase: review`` event, so the log shows the answer
+    before its review.
     """
     recorder = attempt.recorder
     await db.run(event_append_many, turn_id=turn_id,
                  events=[*recorder.pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.REVIEW})],
-                 turn_fields={"phase": TurnPhase.REVIEW}, holder=holder)
-    recorder.pending = []
+                 turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW}, holder=holder)
+    recorder.pending, recorder.pending_fields = [], {}
     task = asyncio.create_task(_run_review(provider, question=question, result=result))
     stop = asyncio.ensure_future(cancel.wait())
     try:

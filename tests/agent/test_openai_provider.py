@@ -180,6 +180,29 @@ async def test_tools_are_sent_as_openai_function_specs(
     assert (request["max_tokens"], request["temperature"]) == (64, 0.0)
 
 
+async def test_the_request_body_is_what_the_sdks_own_transform_would_send(
+    stub_server: Start, connect: Any, registry: ToolRegistry
+) -> None:
+    """The provider posts to /chat/completions without ``create``'s body
+    transform; that is only right while the transform is an identity for the
+    bodies we build. Check it on a real request body with every message kind
+    (system, user, assistant with tool calls and text, tool results) and tools."""
+    from openai._utils import maybe_transform
+    from openai.types.chat import completion_create_params
+
+    server = stub_server([
+        tool_calls_reply([("calculator", '{"expression": "16 - 3"}', "c1"), ("count", "", "c2")]),
+        final_answer_reply("26"),
+    ])
+    result = await _loop(connect(server), registry, max_tokens=64, temperature=0.5).run(QUESTION)
+    assert result.answer == "26"
+    body = server.requests[1]
+    assert {m["role"] for m in body["messages"]} >= {"system", "user", "assistant", "tool"}
+    assert body["tools"] and body["max_tokens"] == 64
+    transformed = maybe_transform(body, completion_create_params.CompletionCreateParamsNonStreaming)
+    assert json.dumps(transformed, sort_keys=True) == json.dumps(body, sort_keys=True)
+
+
 # --------------------------------------------------------------------------- errors and retries
 
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 
 from agentlab.agent.providers.scripted import ScriptedProvider, final, text, tool_call
 from agentlab.agent.review import REVIEW_SYSTEM_PROMPT
-from agentlab.agent.types import Completion, Usage
+from agentlab.agent.types import Completion
 from agentlab.db import DatabaseThreads
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
 from evaluation.datasets import ExampleSpec
@@ -63,18 +63,8 @@ def _run(run_id: str, dataset, provider, *, review: bool = True, max_steps: int 
 
     async def go() -> None:
         with DatabaseThreads(max_workers=4) as db:
-            if tools is None:
-                await drive_examples(planned, provider=provider, db=db, concurrency=2, review=review)
-            else:  # the runner with a custom registry: same policy, same recording
-                from evaluation.services import prediction_record
-                from turns.driver import EvaluationPolicy
-
-                for item in planned:
-                    def record(*, turn_id: int, _id=item.prediction_id) -> None:
-                        prediction_record(prediction_id=_id)
-
-                    await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=record, review=review),
-                                     provider=provider, db=db, tools=tools)
+            # with a custom registry or not: the same policy, the same recording
+            await drive_examples(planned, provider=provider, db=db, concurrency=2, review=review, tools=tools)
 
     asyncio.run(go())
     return run_finish(run=run)
