@@ -25,6 +25,7 @@ import asyncio
 import logging
 import time
 import uuid
+import weakref
 from collections import defaultdict
 from datetime import timedelta
 from collections.abc import Mapping, Sequence
@@ -43,7 +44,7 @@ from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall, ToolRe
 from agentlab.agent.usage import UsageTotals
 from agentlab.db import DatabaseThreads
 
-from .events import NewEvent, TurnNotHeld, event_append_claim, event_append_many, json_safe
+from .events import ClaimedTurn, NewEvent, TurnNotHeld, event_append_claim, event_append_many, json_safe
 from .models import Approval, ApprovalStatus, EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
 
 logger = logging.getLogger(__name__)
@@ -159,12 +160,13 @@ class DriveResult:
 # --- claiming and rebuilding (sync; run on database threads) -------------------
 
 
-def turn_claim(*, turn_id: int, job_id: str = "") -> tuple[Turn, bool] | None:
+def turn_claim(*, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
     """Claim a queued turn for this job: ``queued → running`` by a conditional
-    update. Returns ``(turn, fresh)`` — ``fresh`` when the turn never ran
-    before, so there is no recorded step to rebuild — or ``None`` when someone
-    else has it (or it is no longer queued); then nothing is written.
-    (healthchecks ``sendalerts``.)
+    update, with its ``turn.started`` and ``phase: act`` events
+    (``event_append_claim``). Returns the turn as claimed — ``fresh`` when it
+    never ran before, so there is no recorded step to rebuild — or ``None``
+    when someone else has it (or it is no longer queued); then nothing is
+    written. (healthchecks ``sendalerts``.)
 
     The claim stores a token unique to this claim in ``turn.job_id`` (the job
     id plus a random suffix); every later write of this driver is conditional
@@ -176,11 +178,7 @@ def turn_claim(*, turn_id: int, job_id: str = "") -> tuple[Turn, bool] | None:
             NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
             NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
         ])
-    if claimed is None:
-        return None
-    turn, _ = claimed
-    # never started before: nothing recorded to rebuild
-    return turn, turn.started_at == turn.heartbeat_at
+    return None if claimed is None else claimed[0]
 
 
 def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
@@ -231,14 +229,18 @@ def _current_meta(*, turn_id: int) -> dict[str, Any]:
     return dict(Turn.objects.values_list("meta", flat=True).get(pk=turn_id) or {})
 
 
-def _poll(*, turn_id: int, holder: str, beat: bool) -> tuple[bool, bool]:
-    """Read the turn's cancel flag and whether ``holder`` still holds it;
-    with ``beat``, also write the heartbeat (only while held)."""
-    held = Turn.objects.filter(pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
+def _poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bool]]:
+    """For each watched turn (``turn id → claim token``): ``(cancel flag,
+    still held)``. With ``beat``, first write the heartbeat of every turn
+    still held. Two statements for any number of turns."""
+    active = Turn.objects.filter(pk__in=list(holders), status__in=(TurnStatus.RUNNING, TurnStatus.WAITING))
     if beat:
-        held.update(heartbeat_at=timezone.now())
-    row = held.values_list("cancel_requested", flat=True).first()
-    return bool(row), row is not None
+        # a claim token belongs to one claim of one turn: job_id IN (ours)
+        # matches exactly the turns still held by their watcher
+        active.filter(job_id__in=list(holders.values())).update(heartbeat_at=timezone.now())
+    found = {pk: (bool(flag), job_id == holders[pk]) for pk, job_id, flag in
+             active.values_list("pk", "job_id", "cancel_requested")}
+    return {turn_id: found.get(turn_id, (False, False)) for turn_id in holders}
 
 
 # --- approvals (chat) ------------------------------------------------------------
@@ -481,28 +483,66 @@ class _Recorder:
         self.pending, self.pending_fields = [], {}
 
 
-async def _watch(*, turn_id: int, holder: str, cancel: asyncio.Event, db: DatabaseThreads) -> None:
-    """Poll the cancel flag every ``CANCEL_POLL_S`` and write the heartbeat
-    every ``HEARTBEAT_S``, until cancelled. A turn no longer held (swept to
-    interrupted while this driver was merely slow) is cancelled too: its
-    appends would be refused anyway, and the loop should stop spending."""
-    beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
-    last_beat = time.monotonic()
-    while not cancel.is_set():
-        await asyncio.sleep(CANCEL_POLL_S)
-        try:
-            if time.monotonic() - last_beat >= beat_every:
+class _Watch:
+    """Watches every turn driven on one database pool: every ``CANCEL_POLL_S``
+    one query reads the cancel flags and claims of all of them, and every
+    ``HEARTBEAT_S`` (at most a quarter of ``TURN_STALE_S``) one update writes
+    their heartbeats — instead of a poller per turn, whose queries were a
+    fifth of ``run_eval``'s database work at 32 turns at once.
+
+    A turn whose flag is set, or that is no longer held (swept to interrupted
+    while its driver was merely slow), gets its ``cancel`` event set: its
+    appends would be refused anyway, and the loop should stop spending. The
+    polling task runs on the loop of the drivers while any turn is watched.
+    """
+
+    def __init__(self, db: DatabaseThreads) -> None:
+        self.db = db
+        self.turns: dict[int, tuple[str, asyncio.Event]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, *, turn_id: int, holder: str, cancel: asyncio.Event) -> None:
+        self.turns[turn_id] = (holder, cancel)
+        loop = asyncio.get_running_loop()
+        if self.task is None or self.task.done() or self.task.get_loop() is not loop:
+            self.task = loop.create_task(self._run())
+
+    def discard(self, turn_id: int, holder: str) -> None:
+        if self.turns.get(turn_id, ("",))[0] == holder:
+            del self.turns[turn_id]
+
+    async def _run(self) -> None:
+        beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
+        last_beat = time.monotonic()
+        while self.turns:
+            await asyncio.sleep(CANCEL_POLL_S)
+            watched = dict(self.turns)
+            if not watched:
+                break
+            beat = time.monotonic() - last_beat >= beat_every
+            try:
+                states = await self.db.run(_poll, holders={t: h for t, (h, _) in watched.items()}, beat=beat)
+            except Exception:  # noqa: BLE001 - a missed tick is retried on the next one
+                logger.warning("turn watch: polling %d turns failed", len(watched), exc_info=True)
+                continue
+            if beat:
                 last_beat = time.monotonic()
-                flagged, held = await db.run(_poll, turn_id=turn_id, holder=holder, beat=True)
-            else:
-                flagged, held = await db.run(_poll, turn_id=turn_id, holder=holder, beat=False)
-        except Exception:  # noqa: BLE001 - a missed tick is retried on the next one
-            logger.warning("turn %s: heartbeat failed", turn_id, exc_info=True)
-            continue
-        if flagged or not held:
-            if not held:
-                logger.warning("turn %s: the claim %s was lost; stopping", turn_id, holder)
-            cancel.set()
+            for turn_id, (holder, cancel) in watched.items():
+                flagged, held = states[turn_id]
+                if (flagged or not held) and self.turns.get(turn_id, ("",))[0] == holder:
+                    if not held:
+                        logger.warning("turn %s: the claim %s was lost; stopping", turn_id, holder)
+                    cancel.set()
+
+
+_watches: weakref.WeakKeyDictionary[DatabaseThreads, _Watch] = weakref.WeakKeyDictionary()
+
+
+def _watch_of(db: DatabaseThreads) -> _Watch:
+    watch = _watches.get(db)
+    if watch is None:
+        watch = _watches[db] = _Watch(db)
+    return watch
 
 
 # --- attempts and review ---------------------------------------------------------
@@ -643,14 +683,13 @@ async def drive_turn(
     (``review_append_late``), so a Celery task keeps it alive.
     """
     started = time.monotonic()
-    claim = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
-    if claim is None:
+    turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
+    if turn is None:
         return None
-    turn, fresh = claim
     holder = turn.job_id
     meta: dict[str, Any] = dict(turn.meta or {})
     tools = tools or shared_default_tools()
-    inherited, own = ([], []) if fresh else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts,
+    inherited, own = ([], []) if turn.fresh else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts,
                                                          meta=meta)
 
     def new_attempt(number: int, steps_before: int, own_steps: list[Step]) -> _Attempt:
@@ -665,7 +704,8 @@ async def drive_turn(
     current = new_attempt(turn.attempts, len(inherited), own)
     recorded = [*inherited, *own]
     cancel = asyncio.Event()
-    watcher = asyncio.create_task(_watch(turn_id=turn_id, holder=holder, cancel=cancel, db=db))
+    watch = _watch_of(db)
+    watch.add(turn_id=turn_id, holder=holder, cancel=cancel)
     late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
 
     async def gate(call: ToolCall) -> ApprovalDecision:
@@ -749,7 +789,7 @@ async def drive_turn(
         )
     finally:
         cancel.set()
-        watcher.cancel()
+        watch.discard(turn_id, holder)
         if late_review is not None and not late_review.done():
             late_review.cancel()
 

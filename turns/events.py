@@ -13,6 +13,7 @@ cannot recover from the database on its next heartbeat tick.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 import math
@@ -174,18 +175,40 @@ def _insert_events(*, turn_id: int, after: int, events: Sequence[NewEvent], now:
     return rows
 
 
+@dataclass(frozen=True)
+class ClaimedTurn:
+    """A turn as its claim left it: the columns a driver starts from.
+    ``fresh`` means it never ran before (no recorded step to rebuild)."""
+
+    id: int
+    question: str
+    context: dict[str, Any]
+    meta: dict[str, Any]
+    timings: dict[str, Any]
+    attempts: int
+    max_steps: int
+    job_id: str
+    last_seq: int
+    fresh: bool
+
+
+_CLAIM_COLUMNS = ("question", "context", "meta", "timings", "attempts", "max_steps", "job_id", "last_seq")
+
+
 def event_append_claim(*, turn_id: int, job_id: str, count: int,
-                       events: Callable[[Turn], Sequence[NewEvent]]) -> tuple[Turn, list[TurnEvent]] | None:
+                       events: Callable[[ClaimedTurn], Sequence[NewEvent]]
+                       ) -> tuple[ClaimedTurn, list[TurnEvent]] | None:
     """Claim a queued turn and append its first ``count`` events, in the
     caller's transaction.
 
-    One ``UPDATE … WHERE status = 'queued' … RETURNING *`` sets the turn
+    One ``UPDATE … WHERE status = 'queued' … RETURNING`` sets the turn
     running under claim token ``job_id`` (``heartbeat_at``, ``phase = act``,
     ``started_at`` if unset, ``attempts`` at least 1) and reserves ``count``
     seqs; one ``INSERT`` then writes ``events(turn)``, built from the claimed
     row (e.g. with its attempt number). A conditional update is the claim, as
     in healthchecks' ``sendalerts``; making it the statement that reserves the
-    seqs saves reading the row back and a second update.
+    seqs, and returning only the columns a driver needs, saves reading the row
+    back and a second update.
 
     Returns ``(turn as claimed, its new events)``, or ``None`` when the turn
     is not queued (a duplicate delivery, already taken, gone) — nothing is
@@ -202,27 +225,41 @@ def event_append_claim(*, turn_id: int, job_id: str, count: int,
     def prep(name: str, value: Any) -> Any:
         return meta.get_field(name).get_db_prep_save(value, connection)
 
-    select = ", ".join(qn(f.column) for f in meta.concrete_fields)
+    returning = ", ".join(qn(meta.get_field(name).column) for name in _CLAIM_COLUMNS)
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, {qn('job_id')} = %s, "
         f"{qn('updated_at')} = %s, {qn('phase')} = %s, {qn('started_at')} = COALESCE({qn('started_at')}, %s), "
         f"{qn('attempts')} = CASE WHEN {qn('attempts')} < 1 THEN 1 ELSE {qn('attempts')} END, "
         f"{qn('last_seq')} = {qn('last_seq')} + %s "
-        f"WHERE {qn(meta.pk.column)} = %s AND {qn('status')} = %s RETURNING {select}"
+        f"WHERE {qn(meta.pk.column)} = %s AND {qn('status')} = %s "
+        f"RETURNING {returning}, {qn('started_at')} = {qn('heartbeat_at')}"
     )
     params = [TurnStatus.RUNNING, prep("heartbeat_at", now), job_id, prep("updated_at", now), TurnPhase.ACT,
               prep("started_at", now), count, turn_id, TurnStatus.QUEUED]
-    # a raw queryset applies the fields' converters (JSON, SQLite datetimes)
-    claimed = list(Turn.objects.raw(sql, params))
-    if not claimed:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
         return None
-    turn = claimed[0]
+    question, context, turn_meta, timings, attempts, max_steps, token, last_seq, fresh = row
+    turn = ClaimedTurn(id=turn_id, question=question, context=_json_value(context), meta=_json_value(turn_meta),
+                       timings=_json_value(timings), attempts=int(attempts), max_steps=int(max_steps),
+                       job_id=token, last_seq=int(last_seq), fresh=bool(fresh))
     new = list(events(turn))
     _check_types(new)
     if len(new) != count:
         raise ValueError(f"the claim reserved {count} seqs but {len(new)} events were given")
     rows = _insert_events(turn_id=turn_id, after=turn.last_seq - count, events=new, now=now)
     return turn, rows
+
+
+def _json_value(raw: Any) -> dict[str, Any]:
+    """A JSON column read by a plain cursor: text on SQLite, and on
+    PostgreSQL too (Django loads jsonb as text and decodes it in the field)."""
+    value = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    return dict(value or {})
+
+
 class _Doorbell:
     """Delivers rings on one long-lived event loop, without blocking the writer.
 

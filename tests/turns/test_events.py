@@ -119,3 +119,54 @@ def test_duplicate_seq_is_rejected_by_the_database(owner):
     with pytest.raises(IntegrityError), transaction.atomic():
         TurnEvent.objects.create(turn=turn, seq=1, type=EventType.THINKING, data={})
     assert connection.vendor in ("sqlite", "postgresql")
+
+
+def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
+    """``event_append_claim``: one conditional update claims the turn and
+    reserves the seqs; a second claim of the same turn writes nothing."""
+    from django.db import transaction
+
+    from turns.events import event_append_claim
+    from turns.services import turn_interrupt, turn_resume
+
+    turn = turn_create(owner=owner, question="claimed?", context={"documents": ["d"]})
+
+    def claim(token: str):
+        with transaction.atomic():
+            return event_append_claim(turn_id=turn.pk, job_id=token, count=2, events=lambda t: [
+                NewEvent(EventType.TURN_STARTED, {"attempt": t.attempts, "job_id": t.job_id}),
+                NewEvent(EventType.PHASE, {"phase": "act"}),
+            ])
+
+    claimed, rows = claim("job-a")
+    assert (claimed.id, claimed.question, claimed.context) == (turn.pk, "claimed?", {"documents": ["d"]})
+    assert (claimed.attempts, claimed.job_id, claimed.last_seq, claimed.fresh) == (1, "job-a", 3, True)
+    assert [(r.seq, r.type, r.data) for r in rows] == [
+        (2, "turn.started", {"attempt": 1, "job_id": "job-a"}), (3, "phase", {"phase": "act"})]
+    assert [r.pk for r in rows] == list(TurnEvent.objects.filter(turn=turn, seq__gte=2).values_list("pk", flat=True))
+    row = Turn.objects.get(pk=turn.pk)
+    assert (row.status, row.job_id, row.last_seq, row.phase) == ("running", "job-a", 3, "act")
+    assert row.started_at == row.heartbeat_at is not None
+
+    assert claim("job-b") is None  # not queued any more: nothing written
+    assert Turn.objects.get(pk=turn.pk).last_seq == 3 and TurnEvent.objects.filter(turn=turn).count() == 3
+
+    turn_interrupt(turn_id=turn.pk, reason="test")
+    turn_resume(turn_id=turn.pk)
+    again, _ = claim("job-c")
+    assert (again.attempts, again.job_id, again.fresh) == (1, "job-c", False)  # it ran before
+    assert Turn.objects.get(pk=turn.pk).started_at == row.started_at
+
+
+def test_a_claim_with_the_wrong_number_of_events_writes_nothing(owner):
+    from django.db import transaction
+
+    from turns.events import event_append_claim
+
+    turn = turn_create(owner=owner, question="q")
+    with pytest.raises(ValueError, match="reserved 2 seqs but 1 events"):
+        with transaction.atomic():
+            event_append_claim(turn_id=turn.pk, job_id="j", count=2,
+                               events=lambda t: [NewEvent(EventType.PHASE, {"phase": "act"})])
+    row = Turn.objects.get(pk=turn.pk)
+    assert (row.status, row.last_seq, row.job_id) == ("queued", 1, "")
