@@ -18,6 +18,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
+from agentlab.db import update_by_pk
 from agentlab.errors import BadInput, StateConflict
 from turns.models import Turn, TurnKind, TurnOutcome, TurnStatus
 from turns.services import RETRYABLE_STATUSES, turn_create, turn_interrupt, turn_resume, turn_retry
@@ -348,7 +349,7 @@ def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal
     ``UPDATE``, no read. ``run_eval`` calls it inside the terminal event's
     transaction (``EvaluationPolicy``), where the turn row holds exactly
     these values. Raises ``Prediction.DoesNotExist`` if the row is gone."""
-    if Prediction.objects.filter(pk=prediction_id).update(**prediction_values(example=example, turn=turn)) != 1:
+    if update_by_pk(Prediction, prediction_id, prediction_values(example=example, turn=turn)) != 1:
         raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
 
 

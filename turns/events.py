@@ -26,6 +26,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
+from agentlab.db import column_assignments
 from agentlab.errors import StateConflict
 
 from .models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
@@ -280,6 +281,7 @@ class _Doorbell:
 
     def __init__(self) -> None:
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._adopted = False
         self._lock = threading.Lock()
         #: frames waiting to be sent, per turn; only touched on the loop
         self._pending: dict[int, list[dict[str, Any]]] = {}
@@ -287,6 +289,16 @@ class _Doorbell:
     def set_loop(self, loop: asyncio.AbstractEventLoop) -> None:
         with self._lock:
             self._loop = loop
+            self._adopted = True
+
+    def _nobody_can_listen(self) -> bool:
+        """With the in-memory layer, only consumers of this process on an
+        adopted loop can hear a ring; a process that adopted none
+        (``run_eval``, a Celery worker without Redis) rings for nobody, and
+        skipping that saves a thread wake-up per append."""
+        from channels.layers import InMemoryChannelLayer, get_channel_layer
+
+        return not self._adopted and isinstance(get_channel_layer(), InMemoryChannelLayer)
 
     def _get_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
@@ -297,6 +309,8 @@ class _Doorbell:
             return self._loop
 
     def ring(self, turn_id: int, frames: list[dict[str, Any]]) -> None:
+        if self._nobody_can_listen():
+            return
         loop = self._get_loop()
         try:
             running = asyncio.get_running_loop()
@@ -349,15 +363,12 @@ def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str
     connection = connections[Turn.objects.db]
     meta = Turn._meta
     qn = connection.ops.quote_name
-    assignments = [f"{qn('last_seq')} = {qn('last_seq')} + %s", f"{qn('updated_at')} = %s"]
-    params: list[Any] = [count, meta.get_field("updated_at").get_db_prep_save(now, connection)]
-    for name, value in fields.items():
-        field = meta.get_field(name)
-        if field.name in ("last_seq", "updated_at", "id"):
+    for name in fields:
+        if meta.get_field(name).name in ("last_seq", "updated_at", "id"):
             raise ValueError(f"turn field {name!r} is managed by the event log")
-        assignments.append(f"{qn(field.column)} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    params.append(turn_id)
+    assigned, prepared = column_assignments(Turn, {"updated_at": now, **fields}, connection)
+    assignments = [f"{qn('last_seq')} = {qn('last_seq')} + %s", *assigned]
+    params: list[Any] = [count, *prepared, turn_id]
     where = f"{qn(meta.pk.column)} = %s"
     if holder is not None:
         where += f" AND {qn('job_id')} = %s AND {qn('status')} IN (%s, %s)"
