@@ -2,15 +2,16 @@
 
 The stub (``python -m agentlab.testing.stub_llm``) answers every request with a
 ``final_answer`` tool call after a fixed latency, so each example is one LLM
-call. For each database (SQLite, PostgreSQL) and concurrency (1, 8, 32, 64) the
-script runs ``manage.py run_eval`` over N generated examples and prints
-samples/s (examples driven ÷ wall time of the driving phase, as stored by
-run_eval in ``metrics.throughput``), the ratio to the ideal (concurrency ÷
-latency) and, against the same stub, what the bare ``openai`` client does alone
-(no Django, no database) — the practical ceiling.
+call. For each database (SQLite, PostgreSQL), number of worker processes
+(``run_eval --workers``: 1, and 2) and concurrency (1, 8, 32, 64) the script
+runs ``manage.py run_eval`` over N generated examples and prints samples/s
+(examples driven ÷ wall time of the driving phase, as stored by run_eval in
+``metrics.throughput``), the ratio to the ideal (concurrency ÷ latency) and,
+against the same stub, what the bare ``openai`` client does alone (no Django,
+no database) — the practical ceiling of one process.
 
     python bench/eval_throughput.py [--examples 500] [--latency-ms 50]
-        [--concurrency 1 8 32 64] [--databases sqlite postgres]
+        [--concurrency 1 8 32 64] [--workers 1 2] [--databases sqlite postgres]
         [--pg-url postgres://postgres@127.0.0.1:5432/agentlab_bench]
 
 PostgreSQL's bench database is created (and migrated) if missing.
@@ -50,22 +51,24 @@ def ensure_pg_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def run_eval(env: dict[str, str], dataset: Path, run_id: str, concurrency: int, out: Path) -> dict:
+def run_eval(env: dict[str, str], dataset: Path, run_id: str, concurrency: int, workers: int, out: Path) -> dict:
     # one LLM call per example, as the benchmark is defined: no review call
     cmd = [sys.executable, "manage.py", "run_eval", str(dataset), "--run-id", run_id,
-           "--concurrency", str(concurrency), "--no-review", "--json", str(out)]
+           "--concurrency", str(concurrency), "--workers", str(workers), "--no-review", "--json", str(out)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
     return json.loads(out.read_text())["metrics"]
 
 
-async def bare_client(base_url: str, n: int, concurrency: int) -> float:
+async def bare_client(base_url: str, n: int, concurrency: int, *, aiohttp: bool = False) -> float:
     """Samples/s of the bare ``openai`` async client: n requests, at most
-    ``concurrency`` in flight, no Django, no database."""
+    ``concurrency`` in flight, no Django, no database; with ``aiohttp``, on
+    the SDK's aiohttp transport (as AgentLab's provider), else its default."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0)
+    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0,
+                                **({"http_client": openai.DefaultAioHttpClient()} if aiohttp else {}))
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
@@ -85,6 +88,8 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=500)
     parser.add_argument("--latency-ms", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
+    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
+                        help="run_eval worker processes (each concurrency below the count is skipped)")
     parser.add_argument("--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
     parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL",
                                                             "postgres://postgres@127.0.0.1:5432/agentlab_bench"))
@@ -115,29 +120,35 @@ def main() -> int:
                 subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
                                check=True, capture_output=True)
                 stamp = time.strftime("%Y%m%d-%H%M%S")
+                for workers in args.workers:
+                    name = db if workers == 1 else f"{db} ×{workers}"
+                    for c in args.concurrency:
+                        if c < workers:
+                            continue
+                        metrics = run_eval(env, dataset, f"bench-{db}-w{workers}-c{c}-{stamp}", c, workers,
+                                           tmpdir / "out.json")
+                        sps = metrics["throughput"]["samples_per_s"]
+                        assert metrics["total"] == args.examples and metrics["correct"] == args.examples, metrics
+                        rows.append((name, c, sps, sps / (c / latency)))
+                        print(f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
+                              f"of ideal {c / latency:.0f}/s)", flush=True)
+            for name, aiohttp in (("bare SDK", False), ("bare aiohttp", True)):
                 for c in args.concurrency:
-                    metrics = run_eval(env, dataset, f"bench-{db}-c{c}-{stamp}", c, tmpdir / "out.json")
-                    sps = metrics["throughput"]["samples_per_s"]
-                    assert metrics["total"] == args.examples and metrics["correct"] == args.examples, metrics
-                    rows.append((db, c, sps, sps / (c / latency)))
-                    print(f"{db:<9} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} of ideal "
-                          f"{c / latency:.0f}/s)", flush=True)
-            for c in args.concurrency:
-                sps = asyncio.run(bare_client(base_url, args.examples, c))
-                rows.append(("bare", c, sps, sps / (c / latency)))
-                print(f"{'bare SDK':<9} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} of ideal)",
-                      flush=True)
+                    sps = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
+                    rows.append((name, c, sps, sps / (c / latency)))
+                    print(f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
+                          "of ideal)", flush=True)
     finally:
         stub.terminate()
         stub.wait()
 
     print()
     print(f"{args.examples} examples, stub latency {args.latency_ms} ms, one LLM call per example")
-    print(f"{'':<10}" + "".join(f"{'c=' + str(c):>12}" for c in args.concurrency))
-    for name in ("sqlite", "postgres", "bare"):
+    print(f"{'':<13}" + "".join(f"{'c=' + str(c):>12}" for c in args.concurrency))
+    for name in dict.fromkeys(db for db, *_ in rows):
         cells = {c: sps for db, c, sps, _ in rows if db == name}
-        if cells:
-            print(f"{name:<10}" + "".join(f"{cells[c]:>10.1f}/s" for c in args.concurrency))
+        print(f"{name:<13}" + "".join(f"{cells[c]:>10.1f}/s" if c in cells else f"{'—':>12}"
+                                      for c in args.concurrency))
     return 0
 
 

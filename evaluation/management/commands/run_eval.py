@@ -25,6 +25,7 @@ from agentlab.version import code_version
 from evaluation.datasets import DatasetFormatError
 from evaluation.metrics import format_table
 from evaluation.models import RunStatus
+from evaluation.parallel import drive_in_processes
 from evaluation.runner import drive_examples
 from evaluation.services import dataset_resolve, run_finish, run_id_check, run_plan, run_start
 from turns.llm import get_provider
@@ -47,6 +48,9 @@ class Command(BaseCommand):
         parser.add_argument("--retry-errors", action="store_true",
                             help="when resuming, run again the examples whose turn ended in an error "
                                  "(a provider outage, say) as a new attempt")
+        parser.add_argument("--workers", type=int, default=1,
+                            help="worker processes sharing --concurrency (default 1); more than one uses "
+                                 "more cores against an OpenAI-compatible endpoint")
         parser.add_argument("--json", dest="json_path", default=None, help="also write run and metrics to FILE")
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -57,7 +61,7 @@ class Command(BaseCommand):
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
-             review: bool = True, retry_errors: bool = False, **_: Any) -> None:
+             review: bool = True, retry_errors: bool = False, workers: int = 1, **_: Any) -> None:
         if limit is not None and limit < 1:
             raise ValueError(f"--limit must be at least 1, got {limit}")
         if not 1 <= concurrency <= 256:
@@ -65,6 +69,8 @@ class Command(BaseCommand):
         max_steps = max_steps if max_steps is not None else settings.AGENTLAB_MAX_STEPS
         if max_steps < 1:
             raise ValueError(f"--max-steps must be at least 1, got {max_steps}")
+        if not 1 <= workers <= min(concurrency, 16):
+            raise ValueError(f"--workers must be between 1 and --concurrency (at most 16), got {workers}")
         if fail_under is not None and not 0 <= fail_under <= 1:
             raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
         if run_id is not None:
@@ -76,12 +82,15 @@ class Command(BaseCommand):
 
         ds = dataset_resolve(name_or_path=dataset)
         provider = get_provider(model=model)
+        if workers > 1 and provider.name == "local":
+            raise ValueError("--workers above 1 needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
+                             "each worker would load its own copy of the local model")
         # the random part keeps two runs started in the same second apart
         run_id = run_id or f"{ds.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         config = {
             "provider": provider.name, "model": provider.model, "max_steps": max_steps,
             "concurrency": concurrency, "limit": limit, "scorer": "per example, else per task type",
-            "dataset": ds.name, "code_version": code_version(), "review": review,
+            "dataset": ds.name, "code_version": code_version(), "review": review, "workers": workers,
         }
         run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
         planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model,
@@ -96,8 +105,14 @@ class Command(BaseCommand):
         status = RunStatus.SUCCESS
         self._driven = 0
         started = time.monotonic()
+        wall_s: float | None = None
         try:
-            asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar, review=review))
+            if workers > 1 and len(planned) > 1:
+                wall_s = self._drive_in_processes(planned, provider=provider, workers=workers,
+                                                  concurrency=concurrency, model=model, bar=bar, review=review)
+            else:
+                asyncio.run(self._drive(planned, provider=provider, concurrency=concurrency, bar=bar,
+                                        review=review))
         except KeyboardInterrupt:
             status = RunStatus.CANCELLED
             bar.close()
@@ -108,7 +123,8 @@ class Command(BaseCommand):
             raise
         finally:
             bar.close()
-            run = run_finish(run=run, status=status, driven=self._driven, wall_s=time.monotonic() - started)
+            run = run_finish(run=run, status=status, driven=self._driven,
+                             wall_s=wall_s if wall_s is not None else time.monotonic() - started)
 
         self.stdout.write(format_table(run.metrics))
         self.stdout.write(f"run id: {run.run_id}")
@@ -120,6 +136,18 @@ class Command(BaseCommand):
         if fail_under is not None and (accuracy is None or accuracy < fail_under):
             shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
             raise CommandError(f"accuracy {shown} is below --fail-under {fail_under}", returncode=1)
+
+    def _drive_in_processes(self, planned: list[Any], *, provider: Any, workers: int, concurrency: int,
+                            model: str | None, bar: tqdm, review: bool) -> float:
+        def done() -> None:
+            self._driven += 1
+            bar.update(1)
+
+        close = getattr(provider, "aclose", None)
+        if close is not None:  # the workers build their own
+            asyncio.run(close())
+        return drive_in_processes(planned, workers=workers, concurrency=concurrency, model=model, review=review,
+                                  on_done=done)
 
     async def _drive(self, planned: list[Any], *, provider: Any, concurrency: int, bar: tqdm,
                      review: bool = True) -> None:
