@@ -21,7 +21,14 @@ from django.utils import timezone
 from agentlab.db import update_by_pk
 from agentlab.errors import BadInput, StateConflict
 from turns.models import Turn, TurnKind, TurnOutcome, TurnStatus
-from turns.services import RETRYABLE_STATUSES, turn_create, turn_interrupt, turn_resume, turn_retry
+from turns.services import (
+    RETRYABLE_STATUSES,
+    NewTurn,
+    turn_create_many,
+    turn_interrupt,
+    turn_resume,
+    turn_retry,
+)
 
 from .datasets import ExampleSpec, parse_jsonl
 from .demo import DEMO_DATASET_NAME, demo_examples
@@ -195,7 +202,8 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
     was cut off (killed process) gets that turn interrupted and resumed, so the
     driver continues from its event log; one with nothing yet gets a queued
     turn and a pessimistic prediction row (stop reason ``error``, wrong), in
-    one transaction, so a prediction exists even if the turn never finishes.
+    one transaction (for up to ``PLAN_BATCH`` examples at a time), so a
+    prediction exists even if the turn never finishes.
     With ``retry_errors``, a completed prediction that recorded an error (a
     provider outage, say) is planned again: its turn gets a new attempt
     (``turn_retry``, the failed one archived) and the row is completed anew.
@@ -203,7 +211,8 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
     """
     examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
     predictions = {p.example_id: p for p in run.predictions.select_related("turn")}
-    planned: list[PlannedExample] = []
+    planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
+    fresh: list[tuple[int, Example, Prediction | None]] = []
     skipped = 0
     for example in examples:
         prediction = predictions.get(example.pk)
@@ -227,20 +236,43 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
                 turn_resume(turn_id=turn.pk)
             planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=True))
             continue
-        with transaction.atomic():
-            turn = turn_create(owner=run.system_user, question=example.question, kind=TurnKind.EVALUATION,
-                               context=_turn_context(example), max_steps=max_steps, model=model)
+        fresh.append((len(planned), example, prediction))
+        planned.append(None)
+    for start in range(0, len(fresh), PLAN_BATCH):
+        for index, item in _queue_fresh(run=run, fresh=fresh[start:start + PLAN_BATCH], max_steps=max_steps,
+                                        model=model):
+            planned[index] = item
+    return [item for item in planned if item is not None], skipped
+
+
+#: Examples queued per transaction when a run is planned.
+PLAN_BATCH = 500
+
+
+def _queue_fresh(*, run: Run, fresh: Sequence[tuple[int, Example, Prediction | None]], max_steps: int,
+                 model: str) -> list[tuple[int, PlannedExample]]:
+    """Queue a turn for each ``(slot, example, prediction or None)`` and give
+    each its pessimistic prediction row (stop reason ``error``, wrong), all in
+    one transaction and a handful of statements (``turn_create_many``,
+    ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
+    with transaction.atomic():
+        turns = turn_create_many(owner=run.system_user, kind=TurnKind.EVALUATION, turns=[
+            NewTurn(question=example.question, context=_turn_context(example), max_steps=max_steps, model=model)
+            for _, example, _ in fresh])
+        new_rows, relinked = [], []
+        for (_, example, prediction), turn in zip(fresh, turns, strict=True):
             if prediction is None:
-                prediction = Prediction.objects.create(
-                    run=run, example=example, turn=turn, task_type=example.task_type,
-                    gold_answer=example.answer, stop_reason="error", correct=False, score=0.0,
-                    error="the turn did not finish",
-                )
+                new_rows.append(Prediction(
+                    run=run, example=example, turn=turn, task_type=example.task_type, gold_answer=example.answer,
+                    stop_reason="error", correct=False, score=0.0, error="the turn did not finish"))
             else:
                 prediction.turn = turn
-                prediction.save(update_fields=["turn"])
-        planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=False))
-    return planned, skipped
+                relinked.append(prediction)
+        Prediction.objects.bulk_create(new_rows)
+        Prediction.objects.bulk_update(relinked, ["turn"])
+    by_example = {p.example_id: p for p in [*new_rows, *relinked]}
+    return [(index, PlannedExample(by_example[example.pk].pk, turn.pk, example, resumed=False))
+            for (index, example, _), turn in zip(fresh, turns, strict=True)]
 
 
 @dataclass(frozen=True)

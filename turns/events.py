@@ -129,6 +129,38 @@ def event_append_many(
         return _insert_events(turn_id=turn_id, after=last_seq, events=events, now=now)
 
 
+def event_append_each(*, turn_ids: Sequence[int], event: NewEvent) -> list[TurnEvent]:
+    """Append the same ``event`` to each of several turns, in the caller's
+    transaction: one ``UPDATE … WHERE id IN (…) RETURNING`` advances every
+    ``last_seq`` by one, one ``INSERT`` writes the events — two statements
+    for any number of turns (``run_plan`` queues a run's examples this way).
+    Returns the events in ``turn_ids`` order. Raises ``ValueError`` for an
+    unknown event type or a repeated id, ``Turn.DoesNotExist`` when a turn is
+    missing (roll the transaction back)."""
+    _check_types([event])
+    if len(set(turn_ids)) != len(turn_ids):
+        raise ValueError("event_append_each needs distinct turn ids")
+    if not turn_ids:
+        return []
+    now = timezone.now()
+    connection = connections[Turn.objects.db]
+    meta = Turn._meta
+    qn = connection.ops.quote_name
+    marks = ", ".join(["%s"] * len(turn_ids))
+    sql = (f"UPDATE {qn(meta.db_table)} SET {qn('last_seq')} = {qn('last_seq')} + 1, {qn('updated_at')} = %s "
+           f"WHERE {qn(meta.pk.column)} IN ({marks}) RETURNING {qn(meta.pk.column)}, {qn('last_seq')}")
+    with transaction.atomic(savepoint=False):
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [meta.get_field("updated_at").get_db_prep_save(now, connection), *turn_ids])
+            seqs = dict(cursor.fetchall())
+        missing = [t for t in turn_ids if t not in seqs]
+        if missing:
+            raise Turn.DoesNotExist(f"turns {missing[:5]} do not exist")
+        data = json_safe(dict(event.data))
+        return _insert_rows([TurnEvent(turn_id=t, seq=seqs[t], type=event.type, data=data, created_at=now)
+                             for t in turn_ids], now=now)
+
+
 def _check_types(events: Sequence[NewEvent]) -> None:
     if not events:
         raise ValueError("an append needs at least one event")
@@ -138,9 +170,18 @@ def _check_types(events: Sequence[NewEvent]) -> None:
 
 
 def _insert_events(*, turn_id: int, after: int, events: Sequence[NewEvent], now: datetime) -> list[TurnEvent]:
-    """Insert ``events`` as seqs ``after + 1 …`` in one multi-row ``INSERT …
-    RETURNING``, inside the caller's transaction, and ring the doorbell once
-    it commits. The caller has advanced ``last_seq`` already.
+    """Insert ``events`` as seqs ``after + 1 …`` of one turn; see ``_insert_rows``."""
+    return _insert_rows([
+        TurnEvent(turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
+        for i, e in enumerate(events, start=1)
+    ], now=now)
+
+
+def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
+    """Insert unsaved event rows (seqs already reserved by advancing their
+    turns' ``last_seq``) in one multi-row ``INSERT … RETURNING`` inside the
+    caller's transaction, set their ids, and ring each turn's doorbell once
+    it commits.
 
     One prepared statement instead of ``bulk_create``: the ORM's insert
     compiler was a measurable share of ``run_eval``'s CPU. Values go through
@@ -151,28 +192,26 @@ def _insert_events(*, turn_id: int, after: int, events: Sequence[NewEvent], now:
     qn = connection.ops.quote_name
     data_field, created_field = meta.get_field("data"), meta.get_field("created_at")
     created = created_field.get_db_prep_save(now, connection)
-    rows = [
-        TurnEvent(turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
-        for i, e in enumerate(events, start=1)
-    ]
     params: list[Any] = []
     for row in rows:
-        params += [turn_id, row.seq, row.type, data_field.get_db_prep_save(row.data, connection), created]
+        params += [row.turn_id, row.seq, row.type, data_field.get_db_prep_save(row.data, connection), created]
     columns = ", ".join(qn(meta.get_field(name).column) for name in ("turn", "seq", "type", "data", "created_at"))
     values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
     sql = (f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {values} "
-           f"RETURNING {qn(meta.pk.column)}, {qn('seq')}")
+           f"RETURNING {qn(meta.pk.column)}, {qn('turn_id')}, {qn('seq')}")
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
-        ids = dict((seq, pk) for pk, seq in cursor.fetchall())
+        ids = {(turn_id, seq): pk for pk, turn_id, seq in cursor.fetchall()}
+    frames: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
-        row.pk = ids[row.seq]
+        row.pk = ids[(row.turn_id, row.seq)]
         row._state.adding = False
         row._state.db = connection.alias
-    frames = [r.as_frame() for r in rows]
+        frames.setdefault(row.turn_id, []).append(row.as_frame())
     # Ring only once the events are visible to readers: a subscriber woken
     # before the commit would read nothing and wait for the next tick.
-    transaction.on_commit(lambda: ring_turn(turn_id, frames))
+    for turn_id, turn_frames in frames.items():
+        transaction.on_commit(lambda t=turn_id, f=turn_frames: ring_turn(t, f))
     return rows
 
 

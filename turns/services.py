@@ -6,7 +6,8 @@ log (``turns.events.event_append_many``) in the same transaction.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -15,7 +16,7 @@ from django.utils import timezone
 
 from agentlab.errors import StateConflict
 
-from .events import NewEvent, event_append_many
+from .events import NewEvent, event_append_each, event_append_many
 from .models import (
     ACTIVE_STATUSES,
     Approval,
@@ -58,6 +59,41 @@ def turn_create(
         event_append_many(turn_id=turn.pk, events=[NewEvent(EventType.TURN_QUEUED, {"kind": kind})])
     turn.last_seq = 1
     return turn
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """One turn for ``turn_create_many``: its question, tool context (JSON),
+    step budget and model name."""
+
+    question: str
+    context: dict[str, Any]
+    max_steps: int
+    model: str = ""
+
+
+def turn_create_many(*, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION
+                     ) -> list[Turn]:
+    """Create many queued turns without a conversation (an evaluation run's
+    examples) with their ``turn.queued`` events, in one transaction and a
+    handful of statements (``bulk_create``, then ``event_append_each``).
+    Returns them in order. Raises ``ValueError`` as ``turn_create`` does;
+    nothing is written then."""
+    for spec in turns:
+        if not spec.question or not spec.question.strip():
+            raise ValueError("a turn needs a non-empty question")
+        if spec.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {spec.max_steps}")
+    with transaction.atomic():
+        created = Turn.objects.bulk_create([
+            Turn(owner=owner, kind=kind, position=1, question=spec.question, context=spec.context or {},
+                 max_steps=spec.max_steps, model=spec.model, status=TurnStatus.QUEUED)
+            for spec in turns
+        ])
+        event_append_each(turn_ids=[t.pk for t in created], event=NewEvent(EventType.TURN_QUEUED, {"kind": kind}))
+    for turn in created:
+        turn.last_seq = 1
+    return created
 
 
 def _by(user: AbstractBaseUser | None) -> str | None:

@@ -170,3 +170,30 @@ def test_a_claim_with_the_wrong_number_of_events_writes_nothing(owner):
                                events=lambda t: [NewEvent(EventType.PHASE, {"phase": "act"})])
     row = Turn.objects.get(pk=turn.pk)
     assert (row.status, row.last_seq, row.job_id) == ("queued", 1, "")
+
+
+def test_append_each_gives_every_turn_its_next_seq_in_one_go(owner):
+    from turns.events import event_append_each
+    from turns.services import NewTurn, turn_create_many
+
+    a = turn_create(owner=owner, question="a")
+    event_append(turn_id=a.pk, type=EventType.THINKING, data={"i": 1})  # a is at seq 2
+    b, c = turn_create_many(owner=owner, turns=[NewTurn("b", {"k": 1}, 3), NewTurn("c", {}, 4, "m")])
+    assert [(t.question, t.context, t.max_steps, t.model, t.status, t.kind) for t in (b, c)] == [
+        ("b", {"k": 1}, 3, "", "queued", "evaluation"), ("c", {}, 4, "m", "queued", "evaluation")]
+    assert [e.type for e in events_after(turn_id=b.pk)] == ["turn.queued"]
+
+    rows = event_append_each(turn_ids=[c.pk, a.pk, b.pk], event=NewEvent(EventType.PHASE, {"phase": "act"}))
+    assert [(r.turn_id, r.seq, r.type, r.data) for r in rows] == [
+        (c.pk, 2, "phase", {"phase": "act"}), (a.pk, 3, "phase", {"phase": "act"}), (b.pk, 2, "phase", {"phase": "act"})]
+    assert all(TurnEvent.objects.get(pk=r.pk).seq == r.seq for r in rows)
+    assert {t.pk: t.last_seq for t in Turn.objects.filter(pk__in=[a.pk, b.pk, c.pk])} == {a.pk: 3, b.pk: 2, c.pk: 2}
+
+    with pytest.raises(Turn.DoesNotExist):
+        event_append_each(turn_ids=[a.pk, a.pk + 10_000], event=NewEvent(EventType.PHASE, {"phase": "act"}))
+    assert Turn.objects.get(pk=a.pk).last_seq == 3 and TurnEvent.objects.filter(turn=a).count() == 3
+    with pytest.raises(ValueError, match="distinct"):
+        event_append_each(turn_ids=[a.pk, a.pk], event=NewEvent(EventType.PHASE, {"phase": "act"}))
+    with pytest.raises(ValueError, match="non-empty question"):
+        turn_create_many(owner=owner, turns=[NewTurn("ok", {}, 1), NewTurn(" ", {}, 1)])
+    assert Turn.objects.count() == 3
