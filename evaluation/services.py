@@ -37,6 +37,10 @@ from .models import Dataset, Example, Prediction, Run, RunStatus
 from .scoring import score, scorer_for
 
 
+#: Characters a run id or dataset name may not hold (both appear in URLs).
+_RUN_ID_FORBIDDEN = _NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
+
+
 def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = "") -> Dataset:
     """Register ``examples`` under dataset ``name``, in one transaction.
 
@@ -50,6 +54,11 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
     name = (name or "").strip()
     if not name:
         raise BadInput("a dataset needs a non-empty name")
+    bad = _NAME_FORBIDDEN.search(name)
+    if bad:
+        # run ids are made from dataset names, and both appear in URLs
+        raise BadInput(f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
+                       "are not allowed")
     if not examples:
         raise BadInput(f"dataset {name!r} has no examples")
     for spec in examples:  # fail before writing anything
@@ -99,7 +108,7 @@ def dataset_resolve(*, name_or_path: str) -> Dataset:
             raise BadInput(f"dataset file {name_or_path} does not exist")
         examples = parse_jsonl(path)
         return dataset_import(name=path.stem, examples=examples, source=str(path.resolve()))
-    known = sorted(Dataset.objects.values_list("name", flat=True))
+    known = sorted(Dataset.objects.exclude(name=DEMO_DATASET_NAME).values_list("name", flat=True))
     raise BadInput(
         f"no dataset named {name_or_path!r} and no such .jsonl file; registered datasets: "
         + (", ".join(known) if known else "none") + f" (and {DEMO_DATASET_NAME!r})"
@@ -116,7 +125,6 @@ def _system_user(run_id: str) -> AbstractBaseUser:
     return user
 
 
-_RUN_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 RUN_ID_MAX = 200
 
 
@@ -154,11 +162,11 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
             return run, False
         if run.dataset_id != dataset.pk:
             raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
-        for key in ("provider", "model"):
+        for key in ("provider", "model", "review"):
             if key in run.config and key in config and run.config[key] != config[key]:
                 raise StateConflict(
                     f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
-                    "one run measures one model; start a new run id")
+                    "one run measures one setup; start a new run id")
         resumes = list(run.config.get("resumes", []))
         resumes.append({"at": timezone.now().isoformat(), "config": config})
         run.config = {**run.config, "resumes": resumes}

@@ -336,3 +336,48 @@ def test_split_deals_examples_round_robin_and_shares_concurrency():
     assert split([1], workers=2, concurrency=2) == [([1], 1)]  # a worker with nothing is not started
     with pytest.raises(ValueError, match="between 1 and --concurrency"):
         split([1, 2], workers=3, concurrency=2)
+
+
+def test_a_missing_model_file_is_exit_2_not_a_traceback(settings):
+    settings.AGENTLAB_LLM_BASE_URL = None
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "--no-review", "demo", "--model", "/nonexistent/model.gguf", "--limit", "1")
+    assert excinfo.value.returncode == 2
+    assert "GGUF model file not found: /nonexistent/model.gguf" in str(excinfo.value)
+    assert Run.objects.count() == 0
+
+
+def test_resuming_with_the_review_switched_is_refused(endpoint):
+    with StubLLMServer(oracle(rows(GSM8K, 2), right={0, 1})) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "reviewed-or-not", "--limit", "1", "--no-review")
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(GSM8K), "--run-id", "reviewed-or-not", "--limit", "2", "--review")
+    assert excinfo.value.returncode == 2
+    assert "was started with review False, not True" in str(excinfo.value)
+    assert Prediction.objects.filter(run__run_id="reviewed-or-not").count() == 1
+
+
+def test_a_dataset_name_that_cannot_make_a_run_id_is_refused_at_import(tmp_path):
+    path = tmp_path / "tiny.jsonl"
+    path.write_text(json.dumps({"question_id": "q1", "question": "1+1?", "answer": "2", "task_type": "math"}) + "\n")
+    with pytest.raises(CommandError) as excinfo:
+        call_command("import_dataset", str(path), "--name", "a/b")
+    assert excinfo.value.returncode == 2
+    assert "dataset name 'a/b' contains '/'" in str(excinfo.value)
+    assert Dataset.objects.count() == 0
+
+
+def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
+    from django.db import ProgrammingError
+
+    import evaluation.management.commands.run_eval as command
+
+    def unmigrated(**_):
+        raise ProgrammingError('relation "evaluation_dataset" does not exist')
+
+    monkeypatch.setattr(command, "dataset_resolve", unmigrated)
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "--no-review", "demo")
+    assert excinfo.value.returncode == 2
+    assert "run `manage.py migrate` first" in str(excinfo.value)

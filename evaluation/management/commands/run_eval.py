@@ -16,9 +16,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import DatabaseError
 from django.utils import timezone
 from tqdm import tqdm
 
+from agentlab.agent.providers.local import LocalModelUnavailable
 from agentlab.db import DatabaseThreads
 from agentlab.errors import AgentLabError
 from agentlab.version import code_version
@@ -56,8 +58,13 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
             self._run(**opts)
-        except (DatasetFormatError, AgentLabError, ValueError) as exc:
+        except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        except DatabaseError as exc:
+            if not _missing_tables(exc):
+                raise
+            raise CommandError(f"the database has no AgentLab tables yet ({exc}); "
+                               "run `manage.py migrate` first", returncode=2) from exc
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
@@ -70,7 +77,8 @@ class Command(BaseCommand):
         if max_steps < 1:
             raise ValueError(f"--max-steps must be at least 1, got {max_steps}")
         if not 1 <= workers <= min(concurrency, 16):
-            raise ValueError(f"--workers must be between 1 and --concurrency (at most 16), got {workers}")
+            raise ValueError(f"--workers must be between 1 and {min(concurrency, 16)} (no more than --concurrency, "
+                             f"{concurrency}, and at most 16), got {workers}")
         if fail_under is not None and not 0 <= fail_under <= 1:
             raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
         if run_id is not None:
@@ -163,3 +171,10 @@ class Command(BaseCommand):
                 close = getattr(provider, "aclose", None)
                 if close is not None:
                     await close()
+
+
+def _missing_tables(exc: DatabaseError) -> bool:
+    """Whether a database error says a table is missing (an unmigrated
+    database): PostgreSQL's ``relation … does not exist``, SQLite's ``no such table``."""
+    text = str(exc)
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
