@@ -151,7 +151,8 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
     Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
     examples are skipped by the caller) and records the new config under
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
-    ``StateConflict`` when the run id exists on another dataset.
+    ``StateConflict`` when the run id exists on another dataset or was
+    started with another provider, model or review setting.
     """
     run_id = run_id_check(run_id)
     with transaction.atomic():
