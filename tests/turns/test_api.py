@@ -229,18 +229,20 @@ def test_delete_conversation_cancels_its_turn_then_removes_turns_and_events(as_o
     assert_error(as_owner.get(f"/api/turns/{turn.pk}"), 404, "not_found")
 
 
-def test_delete_runs_turn_cancel_before_removing(owner, conversation, django_capture_on_commit_callbacks):
+def test_delete_runs_turn_cancel_before_removing(owner, conversation, django_capture_on_commit_callbacks,
+                                                 monkeypatch):
     """The cancel's doorbell (carrying ``turn.cancelled``) is queued for the
     commit, so a watcher hears the turn end before its rows go."""
+    import turns.events as events_module
     from turns.services import conversation_delete
 
     turn = start(conversation, owner)
-    with django_capture_on_commit_callbacks() as callbacks:
+    rung: list[tuple[int, list[dict]]] = []
+    monkeypatch.setattr(events_module, "ring_turn", lambda turn_id, frames: rung.append((turn_id, list(frames))))
+    with django_capture_on_commit_callbacks(execute=True):
         conversation_delete(conversation_id=conversation.pk)
-    frames = [cell.cell_contents for cb in callbacks for cell in (cb.__closure__ or ())
-              if isinstance(cell.cell_contents, list)]
-    assert [f["type"] for batch in frames for f in batch] == ["turn.cancelled"]
-    assert frames[0][0]["seq"] == 2
+    assert [(turn_id, [(f["seq"], f["type"]) for f in frames]) for turn_id, frames in rung] == [
+        (turn.pk, [(2, "turn.cancelled")])]
     assert not Turn.objects.filter(pk=turn.pk).exists()
 
 
