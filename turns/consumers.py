@@ -17,11 +17,27 @@ apply what arrived in between, dropping what was already sent by seq):
    case); if it is further ahead some doorbell was lost, so read the gap
    ``seq > last_sent`` from the database instead; anything ``<= last_sent``
    is dropped;
-4. on each heartbeat tick read ``seq > last_sent`` too, so a lost or
-   dropped doorbell (a full channel) only delays an event until the tick.
+4. on each heartbeat tick, if the turn's ``last_seq`` is beyond
+   ``last_sent``, read ``seq > last_sent`` too, so a lost or dropped doorbell
+   (a full channel) only delays an event until the tick.
 
 A per-connection ``asyncio.Lock`` keeps the doorbell handler and the tick
 from interleaving their read-then-send, which could otherwise send a seq twice.
+
+The ticks come from one ``StreamTicker`` per event loop, not a task per
+connection. A task per connection made one event read per socket per
+``HEARTBEAT_S``; sockets opened in a burst (1,000 in a few seconds) then
+ticked in a burst too, a thousand reads through the stream pool that
+stalled the loop while other turns streamed. The shared ticker wakes every
+``min(TICK_STEP_S, HEARTBEAT_S / 4)``, takes the consumers whose heartbeat
+is due, reads the ``last_seq`` of all their turns in one query, lets only
+those that are behind read their gap, and sends each its heartbeat. A
+consumer's first tick is due at a random phase within ``HEARTBEAT_S`` of
+joining and then every ``HEARTBEAT_S``, so a burst of connections does not
+tick together. An event whose doorbell was lost is thus at most about
+``HEARTBEAT_S + TICK_STEP_S`` late. Reading ``last_seq`` is enough to know
+whether anything is missing because it is advanced in the same transaction
+that inserts the events (``turns.events``).
 
 Refusals: the handshake is accepted and then closed with a code, because a
 websocket refused during the handshake reaches the browser only as 1006:
@@ -39,10 +55,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import threading
+import weakref
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError, connection
@@ -62,6 +82,12 @@ CLOSE_NORMAL = 1000
 
 #: Events read from the database per query when replaying or filling a gap.
 REPLAY_BATCH = 500
+#: The longest the shared ticker sleeps between looking for due heartbeats
+#: (seconds); it never sleeps more than a quarter of ``HEARTBEAT_S``.
+TICK_STEP_S = 0.5
+#: Turns whose ``last_seq`` one tick query reads at most (SQLite's bound on
+#: query parameters is the tighter one).
+TICK_BATCH = 500
 
 _END_STATUS = {
     EventType.TURN_ANSWERED: TurnStatus.SUCCEEDED,
@@ -117,6 +143,116 @@ def stream_frames_after(turn_id: int, after: int, limit: int = REPLAY_BATCH) -> 
     return [event.as_frame() for event in events_after(turn_id=turn_id, after=after, limit=limit)]
 
 
+def turns_last_seq(turn_ids: Iterable[int]) -> dict[int, int]:
+    """``{turn id: last_seq}`` of the given turns, one query per ``TICK_BATCH``
+    ids; a turn that does not exist (any more) is left out."""
+    ids = sorted(set(turn_ids))
+    found: dict[int, int] = {}
+    for start in range(0, len(ids), TICK_BATCH):
+        found.update(Turn.objects.filter(pk__in=ids[start:start + TICK_BATCH]).values_list("pk", "last_seq"))
+    return found
+
+
+# --- the shared heartbeat ticker ----------------------------------------------
+
+
+class StreamTicker:
+    """The heartbeat ticks of all stream consumers on one event loop.
+
+    ``add(consumer)`` makes its first tick due at a random phase within
+    ``HEARTBEAT_S`` (seconds, read from settings on each step) and the next
+    ones every ``HEARTBEAT_S`` after that; ``discard(consumer)`` stops them.
+    While any consumer is registered a task wakes every
+    ``min(TICK_STEP_S, HEARTBEAT_S / 4)`` seconds and runs ``tick()``. The
+    task ends when the last consumer leaves and starts again with the next.
+
+    Use ``stream_ticker()`` to get the running loop's ticker; its methods must
+    be called on that loop.
+    """
+
+    def __init__(self) -> None:
+        #: consumer → loop time (seconds) its next tick is due
+        self._due: dict[TurnStreamConsumer, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def __contains__(self, consumer: object) -> bool:
+        return consumer in self._due
+
+    @property
+    def running(self) -> bool:
+        """Whether the ticking task is alive (only while consumers are registered)."""
+        return self._task is not None and not self._task.done()
+
+    def add(self, consumer: TurnStreamConsumer) -> None:
+        """Register ``consumer`` for heartbeat ticks (again: no change)."""
+        if consumer in self._due:
+            return
+        loop = asyncio.get_running_loop()
+        self._due[consumer] = loop.time() + random.uniform(0, float(settings.HEARTBEAT_S))
+        if not self.running:
+            self._task = loop.create_task(self._run(), name="turn-stream-ticker")
+
+    def discard(self, consumer: TurnStreamConsumer) -> None:
+        """Stop ticking for ``consumer`` (not registered: no change)."""
+        self._due.pop(consumer, None)
+
+    async def _run(self) -> None:
+        try:
+            while self._due:
+                await asyncio.sleep(min(TICK_STEP_S, float(settings.HEARTBEAT_S) / 4))
+                try:
+                    await self.tick()
+                except Exception:  # one bad tick must not stop every stream's heartbeat
+                    logger.exception("turn stream ticker: tick failed")
+        finally:
+            self._task = None  # a done task would keep its loop, our weak key, alive
+
+    async def tick(self) -> None:
+        """Serve the consumers whose tick is due: one ``last_seq`` query for
+        all their turns, a gap read only for those behind, then a heartbeat
+        each. A failed ``last_seq`` read is logged and the heartbeats still go
+        out (the next tick reads again)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        every = float(settings.HEARTBEAT_S)
+        due = [consumer for consumer, at in self._due.items() if at <= now]
+        if not due:
+            return
+        for consumer in due:
+            # Keep the phase: the next tick is due a period after this one
+            # was, unless the loop fell more than a period behind.
+            after = self._due[consumer] + every
+            self._due[consumer] = after if after > now else now + every
+        try:
+            last_seqs = await stream_db().run(_reading, turns_last_seq, [c.turn_id for c in due])
+        except DatabaseError:
+            logger.warning("turn stream ticker: last_seq read failed", exc_info=True)
+            last_seqs = {}
+        results = await asyncio.gather(*(c._tick(last_seqs.get(c.turn_id)) for c in due), return_exceptions=True)
+        for consumer, result in zip(due, results, strict=True):
+            if isinstance(result, Exception):
+                # Most likely a socket that went away without a disconnect.
+                logger.warning("turn %s stream: tick failed; no more ticks for it", consumer.turn_id,
+                               exc_info=result)
+                self.discard(consumer)
+
+
+_tickers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamTicker] = weakref.WeakKeyDictionary()
+
+
+def stream_ticker() -> StreamTicker:
+    """The ``StreamTicker`` of the running event loop (made on first use).
+    Raises ``RuntimeError`` outside a running loop."""
+    loop = asyncio.get_running_loop()
+    ticker = _tickers.get(loop)
+    if ticker is None:
+        ticker = _tickers[loop] = StreamTicker()
+    return ticker
+
+
 # --- the consumer ---------------------------------------------------------------
 
 
@@ -133,7 +269,6 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
         self._ended = False
         self._joined = False
         self._lock = asyncio.Lock()
-        self._ticker: asyncio.Task[None] | None = None
         await self.accept()
 
         user = self.scope.get("user")
@@ -165,15 +300,29 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
                 # saw the terminal event but not the end frame): just end.
                 await self._end(status)
         if not self._ended:
-            self._ticker = asyncio.create_task(self._tick_forever(float(settings.HEARTBEAT_S)))
+            stream_ticker().add(self)
 
     async def disconnect(self, code: int) -> None:
         self._ended = True
-        if self._ticker is not None and self._ticker is not asyncio.current_task():
-            self._ticker.cancel()
+        stream_ticker().discard(self)
         if self._joined:
             self._joined = False
             await self.channel_layer.group_discard(turn_group(self.turn_id), self.channel_name)
+
+    async def dispatch(self, message: dict[str, Any]) -> None:
+        """Run the handler of ``message["type"]`` (``ValueError`` for none).
+
+        Channels' own ``dispatch`` first awaits ``close_old_connections()``
+        on its single sync thread, for every message of every consumer: a
+        thread hop per doorbell that all the process's streams queue for.
+        It guards the connection that ``database_sync_to_async`` code uses;
+        this consumer uses none — its reads go through ``stream_db()``, whose
+        threads drop a broken connection themselves (``_reading``).
+        """
+        handler = getattr(self, get_handler_name(message), None)
+        if handler is None:
+            raise ValueError(f"No handler for message type {message['type']}")
+        await handler(message)
 
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Clients have nothing to say on this stream; what they send is ignored."""
@@ -204,19 +353,21 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
                 logger.warning("turn %s stream: gap read failed; the next tick retries", self.turn_id,
                                exc_info=True)
 
-    async def _tick_forever(self, every: float) -> None:
-        while not self._ended:
-            await asyncio.sleep(every)
-            async with self._lock:
-                if self._ended:
-                    return
+    async def _tick(self, last_seq: int | None) -> None:
+        """A heartbeat tick from the ``StreamTicker``: read the gap if the
+        turn's ``last_seq`` (``None``: not known) is beyond ``last_sent``,
+        then send a heartbeat."""
+        async with self._lock:
+            if self._ended:
+                return
+            if last_seq is not None and last_seq > self.last_sent:
                 try:
                     await self._catch_up()
                 except DatabaseError:
                     logger.warning("turn %s stream: tick read failed", self.turn_id, exc_info=True)
                 if self._ended:
                     return
-                await self.send(text_data=_HEARTBEAT)
+            await self.send(text_data=_HEARTBEAT)
 
     # --- sending (always under self._lock) ------------------------------------
 
@@ -248,6 +399,7 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
 
     async def _end(self, status: str) -> None:
         self._ended = True
+        stream_ticker().discard(self)
         await self.send(text_data=json.dumps({"type": "stream.end", "status": str(status)}))
         await self.close(code=CLOSE_NORMAL)
 

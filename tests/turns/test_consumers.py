@@ -318,3 +318,147 @@ async def test_a_malformed_turn_id_is_refused_like_an_unknown_turn(owner, bad_id
     connected, _ = await communicator.connect(timeout=5)
     assert connected
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
+
+
+# --- the shared heartbeat ticker (one per event loop) ------------------------------
+
+
+@pytest.fixture
+def stream_reads():
+    """``(sql, params)`` of every SELECT on the turn and event tables run by a
+    database connection opened during the test (the stream pool's threads
+    open theirs when the first consumer connects)."""
+    from django.db.backends.signals import connection_created
+
+    seen: list[tuple[str, tuple]] = []
+
+    def record(execute, sql, params, many, context):
+        if sql.lstrip().upper().startswith("SELECT") and ('"turns_turn"' in sql or '"turns_turnevent"' in sql):
+            seen.append((sql, tuple(params or ())))
+        return execute(sql, params, many, context)
+
+    def install(sender, connection, **kwargs):
+        connection.execute_wrappers.append(record)
+
+    connection_created.connect(install, weak=False)
+    yield seen
+    connection_created.disconnect(install)
+
+
+def tick_reads(reads: list[tuple[str, tuple]]) -> list[tuple]:
+    """The turn ids of each batched ``last_seq`` read among ``reads``."""
+    return [params for sql, params in reads if 'FROM "turns_turn"' in sql and " IN (" in sql]
+
+
+def event_reads(reads: list[tuple[str, tuple]]) -> list[tuple]:
+    """The parameters (``after``, turn id) of each event read among ``reads``."""
+    return [params for sql, params in reads if 'FROM "turns_turnevent"' in sql]
+
+
+async def test_idle_streams_on_many_turns_tick_with_one_last_seq_read_per_step(owner, db_threads, stream_reads,
+                                                                                stream_settings):
+    from turns.consumers import TICK_STEP_S, stream_ticker
+
+    stream_settings.HEARTBEAT_S = 1.0
+    step = min(TICK_STEP_S, 1.0 / 4)
+    turns = [await db_threads.run(turn_create, owner=owner, question=f"q{i}") for i in range(20)]
+    communicators = await asyncio.gather(*(connect(ws_app(owner), t.pk) for t in turns))
+    for communicator in communicators:
+        assert [f["seq"] for f in await read_events(communicator, 1)] == [1]
+    assert len(stream_ticker()) == 20
+    stream_reads.clear()
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def two_heartbeats(communicator):
+        return [json.loads(await communicator.receive_from(timeout=5)) for _ in range(2)]
+
+    frames = await asyncio.gather(*(two_heartbeats(c) for c in communicators))
+    elapsed = loop.time() - started
+    reads = list(stream_reads)
+
+    assert all(got == [{"type": "heartbeat"}] * 2 for got in frames)
+    assert event_reads(reads) == []  # nothing was appended: no consumer read its (empty) gap
+    batches = tick_reads(reads)
+    # at most one read per ticker step, not one per consumer (40 heartbeats)
+    assert 1 <= len(batches) <= elapsed / step + 2
+    assert all(len(ids) == len(set(ids)) for ids in batches)
+    assert {i for ids in batches for i in ids} == {t.pk for t in turns}
+    # 20 consumers tick once a second in at most 5 steps: some read serves 4 or more
+    assert max(len(ids) for ids in batches) >= 4
+    for communicator in communicators:
+        await communicator.disconnect()
+
+
+async def test_a_lost_doorbell_on_one_of_many_turns_is_recovered_on_the_next_tick(owner, db_threads, stream_reads):
+    turns = [await db_threads.run(turn_create, owner=owner, question=f"q{i}") for i in range(8)]
+    communicators = [await connect(ws_app(owner), t.pk) for t in turns]
+    for communicator in communicators:
+        assert [f["seq"] for f in await read_events(communicator, 1)] == [1]
+    stream_reads.clear()
+    lost = turns[3].pk
+    layer = get_channel_layer()
+    real_group_send = layer.group_send
+    dropped = []
+
+    async def group_send_losing_one_turn(group, message):
+        if group == f"turn.{lost}":
+            dropped.append(message)  # the transport lost it
+            return
+        await real_group_send(group, message)
+
+    layer.group_send = group_send_losing_one_turn
+    try:
+        for turn in turns:
+            await db_threads.run(event_append, turn_id=turn.pk, type="thinking", data={"turn": turn.pk})
+        # heartbeats keep coming: bound the whole wait, not each frame's
+        got = [await asyncio.wait_for(read_events(c, 1), 5) for c in communicators]
+    finally:
+        layer.group_send = real_group_send
+    gap_reads = event_reads(stream_reads)
+
+    assert len(dropped) == 1 and [f["seq"] for f in dropped[0]["events"]] == [2]
+    for turn, events in zip(turns, got, strict=True):
+        assert events == (await db_threads.run(db_frames, turn.pk))[1:]
+        assert events[0]["data"] == {"turn": turn.pk}
+    # the others had their event from the doorbell; only the consumer of the
+    # lost turn read its gap (seq > 1), on a tick that saw its last_seq at 2
+    assert [(p[0], p[1]) for p in gap_reads] == [(1, lost)]
+    # and nothing is sent twice afterwards
+    await asyncio.sleep(0.5)
+    for communicator in communicators:
+        while not await communicator.receive_nothing(timeout=0.05):
+            assert json.loads(await communicator.receive_from())["type"] == "heartbeat"
+        await communicator.disconnect()
+
+
+async def test_consumers_that_disconnect_or_end_leave_the_ticker_which_stops_when_empty(owner, db_threads):
+    from turns.consumers import stream_ticker
+
+    turns = [await db_threads.run(turn_create, owner=owner, question=f"q{i}") for i in range(3)]
+    communicators = [await connect(ws_app(owner), t.pk) for t in turns]
+    for communicator in communicators:
+        await read_events(communicator, 1)
+    ticker = stream_ticker()
+    assert len(ticker) == 3 and ticker.running
+
+    await communicators[0].disconnect()
+    assert len(ticker) == 2
+    await db_threads.run(turn_cancel, turn_id=turns[1].pk)  # its stream ends
+    events, end = await read_until_end(communicators[1])
+    assert [f["type"] for f in events] == ["turn.cancelled"] and end["status"] == "cancelled"
+    assert len(ticker) == 1
+    # the one left still gets its heartbeats
+    assert json.loads(await communicators[2].receive_from(timeout=5)) == {"type": "heartbeat"}
+
+    await communicators[2].disconnect()
+    assert len(ticker) == 0
+    await asyncio.sleep(0.2)  # the task notices on its next step
+    assert not ticker.running
+
+    # a new consumer starts it again
+    again = await connect(ws_app(owner), turns[2].pk)
+    await read_events(again, 1)
+    assert len(ticker) == 1 and ticker.running
+    assert json.loads(await again.receive_from(timeout=5)) == {"type": "heartbeat"}
+    await again.disconnect()
