@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
@@ -16,6 +17,12 @@ from turns.events import turn_group
 
 
 class MinimalForwarder(AsyncWebsocketConsumer):
+    async def dispatch(self, message: dict) -> None:
+        # Like TurnStreamConsumer.dispatch: no close_old_connections() thread
+        # hop per message, which a consumer without database code needs no
+        # more than the real one does; the baseline stays like for like.
+        await getattr(self, get_handler_name(message))(message)
+
     async def connect(self) -> None:
         self.group = turn_group(int(self.scope["url_route"]["kwargs"]["turn_id"]))
         await self.channel_layer.group_add(self.group, self.channel_name)

@@ -237,7 +237,9 @@ def main() -> int:
         store.create()
 
         port = free_port()
-        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
+        # -v 0: no access log; a line per websocket event on stdout is work
+        # for daphne's loop that neither a forwarder nor the stream is about
+        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port),
                                    "bench.asgi_bench:application"], cwd=ROOT, env=env)
         wait_for_port(port, timeout=30, process=daphne, what="daphne")
         asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
