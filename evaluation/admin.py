@@ -370,14 +370,15 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                     "steps", "tokens", "latency", "error_short", "turn_link")
     list_display_links = ("id", "example_id_display")
     list_select_related = ("run", "example")
-    list_filter = ("run", TaskTypeFilter, "correct", StopReasonFilter, ErroredFilter, "turn__status")
+    list_filter = ("run", TaskTypeFilter, "correct", StopReasonFilter, ErroredFilter, "review_verdict",
+                   "turn__status")
     search_fields = ("example__external_id", "prediction", "gold_answer")
     search_help_text = "Example id, prediction or gold answer."
     list_per_page = 100
     readonly_fields = (
         "run", "example_link", "task_type", "turn_link", "question", "prediction", "gold_answer", "scorer",
         "score", "correct", "evidence", "reasoning", "steps", "tokens", "cost_display", "stop_reason",
-        "error", "latency", "created_at", "completed_at",
+        "error", "latency", "review_verdict", "review_retried", "first_correct", "created_at", "completed_at",
     )
     fieldsets = (
         (None, {"fields": (("run", "example_link", "task_type"), "turn_link",
@@ -386,6 +387,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                                "evidence", "reasoning")}),
         ("How it ended", {"fields": (("stop_reason", "steps", "tokens", "cost_display", "latency"),
                                      "error")}),
+        ("Review", {"fields": (("review_verdict", "review_retried", "first_correct"),)}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Prediction]:

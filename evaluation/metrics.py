@@ -52,6 +52,9 @@ class PredictionRow:
     #: the same as ``correct``); ``review_retried``: a review asked for a retry
     first_correct: bool | None = None
     review_retried: bool = False
+    #: the verdict of the turn's last review (``accept``, ``retry``,
+    #: ``cannot_judge``, ``failed``), ``""`` when it was not reviewed
+    review_verdict: str = ""
 
     @property
     def first(self) -> bool | None:
@@ -163,6 +166,8 @@ def _review_bucket(rows: Sequence[PredictionRow]) -> dict[str, Any]:
         "review_retry_rate": (len(retried) / len(rows)) if rows else None,
         "retry_fixed": sum(1 for r in retried if r.first is False and r.correct is True),
         "retry_broke": sum(1 for r in retried if r.first is True and r.correct is False),
+        "verdicts": dict(sorted(Counter(r.review_verdict for r in rows if r.review_verdict).items())),
+        "review_failed": sum(1 for r in rows if r.review_verdict == "failed"),
     }
 
 
@@ -175,7 +180,10 @@ def review_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     rows a review retried, ``review_retry_rate`` is that over all rows;
     ``retry_fixed`` counts retried rows that went wrong → right and
     ``retry_broke`` right → wrong. Unscored attempts stay out of the
-    denominators. The same keys per task type under ``per_task_type``.
+    denominators. ``verdicts`` counts the rows by the verdict of their last
+    review (``{verdict: count}``, keys sorted, unreviewed rows left out) and
+    ``review_failed`` the rows whose reviewer gave no verdict — a review
+    that cost its call and changed nothing. The same keys per task type under ``per_task_type``.
     """
     rows = list(rows)
     by_type: dict[str, list[PredictionRow]] = {}
@@ -237,6 +245,8 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         summary.add_row("first-attempt accuracy", _pct(review.get("first_attempt_accuracy")))
         summary.add_row("review retries (fixed/broke)",
                         f"{review['review_retries']} ({review.get('retry_fixed', 0)}/{review.get('retry_broke', 0)})")
+    if review.get("verdicts"):
+        summary.add_row("review verdicts", ", ".join(f"{v} {n}" for v, n in review["verdicts"].items()))
 
     per_task = Table(title="Per task type")
     for name, justify in (

@@ -112,6 +112,10 @@ class Prediction(models.Model):
     first_correct = models.BooleanField(null=True, blank=True)
     #: whether a review asked for, and got, a retry (``None``: not completed)
     review_retried = models.BooleanField(null=True, blank=True)
+    #: the verdict of the turn's last review — ``accept``, ``retry``,
+    #: ``cannot_judge`` or ``failed`` (the reviewer gave no verdict) — or
+    #: ``""`` when nothing was reviewed (review off, no answer, a late review)
+    review_verdict = models.CharField(max_length=16, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -369,6 +369,7 @@ def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | 
         "latency_ms": latency_ms,
         "review_retried": first is not None,
         "first_correct": first_correct,
+        "review_verdict": _last_review_verdict(turn.meta if turn is not None else {}),
         "completed_at": timezone.now(),
     }
 
@@ -403,6 +404,16 @@ def _first_attempt_review(meta: Mapping[str, Any]) -> dict[str, Any] | None:
     return attempts[0]
 
 
+def _last_review_verdict(meta: Mapping[str, Any]) -> str:
+    """The verdict of a turn's last review: the current attempt's
+    (``meta["review"]``), else the last archived attempt's; ``""`` if none."""
+    reviews = [a.get("review") for a in meta.get("attempts") or []] + [meta.get("review")]
+    for review in reversed(reviews):
+        if review and review.get("verdict"):
+            return str(review["verdict"])
+    return ""
+
+
 def _usage_total(usage: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
     """The usage of every attempt of a turn: the current attempt's
     (``usage``) plus the archived ones' in ``meta["attempts"]`` (a review
@@ -427,7 +438,7 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
                       output_tokens=p.output_tokens, cost=p.cost, stop_reason=p.stop_reason,
                       latency_ms=p.latency_ms, error=p.error or None,
                       first_correct=p.first_correct if p.review_retried else p.correct,
-                      review_retried=bool(p.review_retried))
+                      review_retried=bool(p.review_retried), review_verdict=p.review_verdict)
         for p in run.predictions.all()
     ]
     return compute_metrics(rows)

@@ -30,7 +30,7 @@ EXAMPLE_LIST = reverse("admin:evaluation_example_changelist")
 
 # Pinned query counts (session + user + the page's own); the same for 1 or many rows.
 RUN_LIST_QUERIES = 10
-PREDICTION_LIST_QUERIES = 10
+PREDICTION_LIST_QUERIES = 11  # one of them: the review verdicts the filter offers
 
 TASK_TYPES = ("math", "fact", "unit")
 

@@ -45,8 +45,9 @@ class OracleProvider:
         question = next(q for q in self.first if user.startswith(q) or f"Question:\n{q}" in user)
         if messages[0]["content"] == REVIEW_SYSTEM_PROMPT:
             verdict = self.verdicts[question]
-            body = ('{"verdict": "retry", "note": "suspicious", "retry_instruction": "check again"}'
-                    if verdict == "retry" else '{"verdict": "accept", "note": "fine"}')
+            body = {"retry": '{"verdict": "retry", "note": "suspicious", "retry_instruction": "check again"}',
+                    "accept": '{"verdict": "accept", "note": "fine"}',
+                    "none": "The answer looks plausible to me."}[verdict]
             return text(body, usage=(10, 5), model="oracle")
         answer = self.second[question] if "Reviewer's instruction" in user else self.first[question]
         return final(answer, usage=(10, 5), model="oracle")
@@ -96,14 +97,36 @@ def test_reviewer_metrics_on_a_small_run_with_known_answers():
     review = run.metrics["review"]
     assert review["per_task_type"] == {
         "math": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 2,
-                 "review_retry_rate": 1.0, "retry_fixed": 1, "retry_broke": 1},
+                 "review_retry_rate": 1.0, "retry_fixed": 1, "retry_broke": 1,
+                 # the retried attempts were reviewed again (and asked for a
+                 # retry again, past the one allowed): their last verdict
+                 "verdicts": {"retry": 2}, "review_failed": 0},
         "qa": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 0,
-               "review_retry_rate": 0.0, "retry_fixed": 0, "retry_broke": 0},
+               "review_retry_rate": 0.0, "retry_fixed": 0, "retry_broke": 0,
+               "verdicts": {"accept": 2}, "review_failed": 0},
     }
     del review["per_task_type"]
     assert review == {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 2,
-                      "review_retry_rate": 0.5, "retry_fixed": 1, "retry_broke": 1}
+                      "review_retry_rate": 0.5, "retry_fixed": 1, "retry_broke": 1,
+                      "verdicts": {"accept": 2, "retry": 2}, "review_failed": 0}
+    assert {k: p.review_verdict for k, p in by_id.items()} == {
+        "fix": "retry", "break": "retry", "keep": "accept", "miss": "accept"}
     assert (run.metrics["accuracy"], run.metrics["tokens"]["input"]) == (0.5, 120)
+
+
+def test_a_reviewer_without_a_verdict_is_counted_as_a_failed_review():
+    ds = _dataset("unjudged", [("a", "What is 1+1?", "2", "math"), ("b", "What is 2+2?", "4", "math")])
+    provider = OracleProvider(first={"What is 1+1?": "2", "What is 2+2?": "5"}, second={},
+                              verdicts={"What is 1+1?": "none", "What is 2+2?": "accept"})
+    run = _run("unjudged-run", ds, provider)
+    assert provider.calls == 4  # two answers, two reviews, no retry
+    verdicts = dict(Prediction.objects.filter(run=run).values_list("example__external_id", "review_verdict"))
+    assert verdicts == {"a": "failed", "b": "accept"}
+    review = run.metrics["review"]
+    assert (review["verdicts"], review["review_failed"], review["review_retries"]) == (
+        {"accept": 1, "failed": 1}, 1, 0)
+    # the answers stand as given: a failed review changes nothing
+    assert (run.metrics["correct"], run.metrics["total"]) == (1, 2)
 
 
 def test_without_review_one_call_per_example_and_no_retry():
@@ -114,6 +137,8 @@ def test_without_review_one_call_per_example_and_no_retry():
     p = Prediction.objects.get(run=run)
     assert (p.correct, p.first_correct, p.review_retried) == (False, False, False)
     assert run.metrics["review"]["review_retries"] == 0
+    assert (p.review_verdict, run.metrics["review"]["verdicts"], run.metrics["review"]["review_failed"]) == (
+        "", {}, 0)
 
 
 def test_the_evaluation_policy_cancels_an_approval_tool_and_the_prediction_says_so():
