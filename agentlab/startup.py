@@ -10,7 +10,8 @@ in-memory one (its queues belong to the loop the consumers run on; see
 the first request is not delayed by it:
 
 - no broker (embedded default): start the inline executor; it sweeps stale turns at once and then every ``TURN_STALE_S / 2``;
-- with a broker: sweep stale turns once (Celery beat does it periodically).
+- with a broker: sweep once (Celery beat does it periodically): stale turns
+  are marked interrupted and turns whose hand-over was lost are queued again.
 
 ``AGENTLAB_RUN_AT_START = False`` in settings turns this off (tests that do
 not want background threads touching the test database). For deployments
@@ -30,16 +31,16 @@ logger = logging.getLogger(__name__)
 
 
 def server_start() -> None:
-    """Sweep stale turns once, or start the inline executor (which sweeps)."""
+    """Sweep once (``turns_sweep``), or start the inline executor (which sweeps)."""
     from django.db import connections
 
     try:
         if settings.CELERY_BROKER_URL:
-            from turns.services import turns_sweep_stale
+            from turns.services import turns_sweep
 
-            count = turns_sweep_stale(stale_s=float(settings.TURN_STALE_S))
-            if count:
-                logger.warning("server start: marked %s stale turn(s) interrupted", count)
+            swept = turns_sweep(stale_s=float(settings.TURN_STALE_S))
+            if swept.interrupted:
+                logger.warning("server start: marked %s stale turn(s) interrupted", swept.interrupted)
         else:
             from turns.jobs import inline_executor
 

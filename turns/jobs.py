@@ -229,13 +229,13 @@ class InlineExecutor:
                 self._tasks.discard(task)
 
     async def _sweep_forever(self, every: float) -> None:
-        from .services import turns_sweep_stale
+        from .services import turns_sweep
 
         while True:
             try:
-                count = await self.db.run(turns_sweep_stale, stale_s=float(settings.TURN_STALE_S))
-                if count:
-                    logger.warning("marked %s stale turn(s) interrupted", count)
+                swept = await self.db.run(turns_sweep, stale_s=float(settings.TURN_STALE_S))
+                if swept.interrupted:
+                    logger.warning("marked %s stale turn(s) interrupted", swept.interrupted)
             except Exception:  # noqa: BLE001 - the next sweep tries again
                 logger.exception("stale-turn sweep failed")
             await asyncio.sleep(every)

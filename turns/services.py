@@ -6,6 +6,7 @@ log (``turns.events.event_append_many``) in the same transaction.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -27,6 +28,8 @@ from .models import (
     TurnOutcome,
     TurnStatus,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def turn_create(
@@ -301,6 +304,61 @@ def turns_sweep_stale(*, stale_s: float) -> int:
             if still_stale and turn_interrupt(turn_id=turn_id, reason=f"no heartbeat for {stale_s:g} s"):
                 marked += 1
     return marked
+
+
+def turns_requeue_lost(*, older_than_s: float) -> list[int]:
+    """Hand chat turns that have been ``queued`` for more than ``older_than_s``
+    seconds to a job again (``turns.jobs.turn_enqueue``); return their ids.
+
+    A queued turn is lost when its hand-over was: the broker refused the
+    message after the commit, or the server process that was to drive it
+    inline stopped first. Nothing else would ever claim it. Handing it over
+    twice is harmless — the driver's claim is conditional, so the later
+    delivery does nothing — and each turn is handed over at most once per
+    ``older_than_s``: the conditional ``UPDATE`` that picks it (safe with
+    several sweepers at once) also moves its ``updated_at`` to now. A queued
+    turn's ``updated_at`` is the time it was queued: nothing writes to it
+    while it waits. Evaluation turns are left alone; ``run_eval`` drives them
+    itself and resumes them on its next invocation.
+    """
+    from datetime import timedelta
+
+    from .jobs import turn_enqueue
+
+    now = timezone.now()
+    lost = Turn.objects.filter(status=TurnStatus.QUEUED, kind=TurnKind.CHAT,
+                               updated_at__lt=now - timedelta(seconds=older_than_s))
+    requeued = []
+    for turn_id in list(lost.values_list("pk", flat=True)[:REQUEUE_BATCH]):
+        with transaction.atomic():
+            if lost.filter(pk=turn_id).update(updated_at=now):
+                turn_enqueue(turn_id)  # after the commit
+                requeued.append(turn_id)
+    return requeued
+
+
+#: The most lost turns one sweep hands over again (the next sweep takes more).
+REQUEUE_BATCH = 500
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    """What one sweep did: turns marked interrupted, turns handed over again."""
+
+    interrupted: int
+    requeued: int
+
+
+def turns_sweep(*, stale_s: float) -> SweepResult:
+    """The periodic sweep (Celery beat, the inline executor, server start,
+    ``manage.py sweep_turns``): ``turns_sweep_stale`` then
+    ``turns_requeue_lost``, both with ``stale_s`` seconds."""
+    interrupted = turns_sweep_stale(stale_s=stale_s)
+    requeued = turns_requeue_lost(older_than_s=stale_s)
+    if requeued:
+        logger.warning("handed %d turn(s) queued for more than %g s to a job again: %s", len(requeued), stale_s,
+                       requeued[:20])
+    return SweepResult(interrupted=interrupted, requeued=len(requeued))
 
 
 # --- conversations, retries and approval decisions for the API and chat pages (issue 5) ---

@@ -62,7 +62,9 @@ def turn_run(turn_id: int) -> None:
 
 @app.task(name="turns.tasks.turns_sweep", ignore_result=True)
 def turns_sweep() -> int:
-    """Celery beat: mark turns without a heartbeat for ``TURN_STALE_S`` as interrupted."""
-    from .services import turns_sweep_stale
+    """Celery beat: mark turns without a heartbeat for ``TURN_STALE_S`` as
+    interrupted, and queue again those queued for longer (their hand-over was
+    lost). Returns how many turns were marked."""
+    from .services import turns_sweep as sweep
 
-    return turns_sweep_stale(stale_s=float(settings.TURN_STALE_S))
+    return sweep(stale_s=float(settings.TURN_STALE_S)).interrupted

@@ -23,7 +23,9 @@ from turns.services import (
     turn_create,
     turn_interrupt,
     turn_resume_and_enqueue,
+    SweepResult,
     turn_start,
+    turns_sweep,
     turns_sweep_stale,
 )
 
@@ -197,12 +199,57 @@ def test_the_sweeper_interrupts_stale_turns_and_leaves_fresh_ones(owner):
     assert last.seq == stale.last_seq
 
 
-def test_sweep_turns_command(owner, capsys):
+def test_sweep_turns_command(owner, capsys, monkeypatch):
+    monkeypatch.setattr(jobs, "turn_enqueue", lambda turn_id: None)
     stale = running_turn(owner, heartbeat_age_s=10)
+    queued_turn(owner, age_s=10)
     call_command("sweep_turns", "--stale-s", "5")
-    assert "marked 1 stale turn(s) interrupted" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "marked 1 stale turn(s) interrupted" in out and "queued 1 lost turn(s) again" in out
     stale.refresh_from_db()
     assert stale.status == "interrupted"
+
+
+def queued_turn(owner, *, age_s: float, kind: str = "chat") -> Turn:
+    """A turn queued ``age_s`` seconds ago that no job has claimed."""
+    turn = turn_create(owner=owner, question="6*7?", kind=kind)
+    Turn.objects.filter(pk=turn.pk).update(updated_at=timezone.now() - timedelta(seconds=age_s))
+    return Turn.objects.get(pk=turn.pk)
+
+
+def test_the_sweep_hands_lost_queued_chat_turns_over_again_once_per_period(owner, monkeypatch):
+    handed: list[int] = []
+    monkeypatch.setattr(jobs, "turn_enqueue", handed.append)
+    lost = queued_turn(owner, age_s=300)
+    recent = queued_turn(owner, age_s=1)
+    evaluation = queued_turn(owner, age_s=300, kind="evaluation")  # run_eval drives its own
+    running_turn(owner, heartbeat_age_s=300)
+
+    assert turns_sweep(stale_s=120) == SweepResult(interrupted=1, requeued=1)
+    assert handed == [lost.pk]
+    # the hand-over moved its queued time: not again until another period passes
+    assert turns_sweep(stale_s=120) == SweepResult(interrupted=0, requeued=0)
+    assert handed == [lost.pk]
+
+    after = {t.pk: t for t in Turn.objects.filter(pk__in=[lost.pk, recent.pk, evaluation.pk])}
+    assert {pk: t.status for pk, t in after.items()} == {lost.pk: "queued", recent.pk: "queued",
+                                                         evaluation.pk: "queued"}
+    assert after[lost.pk].updated_at > lost.updated_at
+    assert (after[recent.pk].updated_at, after[evaluation.pk].updated_at) == (recent.updated_at,
+                                                                             evaluation.updated_at)
+    assert after[lost.pk].last_seq == lost.last_seq  # nothing was written to its log
+
+
+async def test_a_lost_turn_is_answered_once_the_sweep_hands_it_over(owner, db_threads):
+    use_inline(ScriptedProvider([final("42")]))
+    lost = await db_threads.run(queued_turn, owner, age_s=300)
+
+    swept = await db_threads.run(turns_sweep, stale_s=120)
+
+    assert swept == SweepResult(interrupted=0, requeued=1)
+    turn = await wait_for_status(db_threads, lost.pk, "succeeded")
+    assert (turn.outcome, turn.answer) == ("answered", "42")
+    assert (await db_threads.run(types, turn.pk))[-1] == "turn.answered"
 
 
 # --- resume ------------------------------------------------------------------------------

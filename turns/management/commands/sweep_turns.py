@@ -1,4 +1,5 @@
-"""``manage.py sweep_turns [--stale-s S]``: mark stale turns as interrupted (for cron)."""
+"""``manage.py sweep_turns [--stale-s S]``: mark stale turns as interrupted
+and queue lost ones again (``turns.services.turns_sweep``; for cron)."""
 
 from __future__ import annotations
 
@@ -7,11 +8,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from turns.services import turns_sweep_stale
+from turns.services import turns_sweep
 
 
 class Command(BaseCommand):
-    help = "Mark running or waiting turns whose heartbeat is older than TURN_STALE_S as interrupted."
+    help = ("Mark running or waiting turns whose heartbeat is older than TURN_STALE_S as interrupted, and hand "
+            "chat turns queued for longer than that to a job again.")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--stale-s", type=float, default=None,
@@ -19,5 +21,6 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, stale_s: float | None = None, **options: Any) -> None:
         stale = float(settings.TURN_STALE_S if stale_s is None else stale_s)
-        count = turns_sweep_stale(stale_s=stale)
-        self.stdout.write(f"marked {count} stale turn(s) interrupted (heartbeat older than {stale:g} s)")
+        swept = turns_sweep(stale_s=stale)
+        self.stdout.write(f"marked {swept.interrupted} stale turn(s) interrupted (heartbeat older than {stale:g} s); "
+                          f"queued {swept.requeued} lost turn(s) again (queued for more than {stale:g} s)")
