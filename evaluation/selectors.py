@@ -9,7 +9,8 @@ from django.db.models import QuerySet
 
 from agentlab.errors import NotFound
 
-from .models import Prediction, Run
+from .models import Dataset, Prediction, Run
+from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
 
 def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
@@ -52,3 +53,23 @@ def prediction_list(
     if stop_reason:
         qs = qs.filter(stop_reason=stop_reason)
     return qs
+
+
+def dataset_fallback_task_types(*, dataset: Dataset) -> list[str]:
+    """Task types (sorted) of ``dataset``'s examples that name no scorer and
+    whose task type has no default in ``DEFAULT_SCORER_BY_TASK_TYPE``: they
+    are scored with ``FALLBACK_SCORER`` (exact match), which a typo such as
+    ``"maths"`` would make silently wrong for numbers. One query."""
+    found = dataset.examples.filter(scorer="").values_list("task_type", flat=True).distinct()
+    return sorted(set(found) - set(DEFAULT_SCORER_BY_TASK_TYPE))
+
+
+def fallback_note(task_types: list[str]) -> str:
+    """The warning ``import_dataset`` and ``run_eval`` print for
+    ``dataset_fallback_task_types``; ``""`` when there are none."""
+    if not task_types:
+        return ""
+    known = ", ".join(f"{t} → {s}" for t, s in DEFAULT_SCORER_BY_TASK_TYPE.items())
+    return (f"note: task type(s) {', '.join(repr(t) for t in task_types)} have no scorer of their own, so their "
+            f"examples are scored with {FALLBACK_SCORER!r}; known task types: {known}; or set \"scorer\" per "
+            "example")

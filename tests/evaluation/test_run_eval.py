@@ -381,3 +381,26 @@ def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
         call_command("run_eval", "--no-review", "demo")
     assert excinfo.value.returncode == 2
     assert "run `manage.py migrate` first" in str(excinfo.value)
+
+
+def test_task_types_without_a_scorer_of_their_own_are_pointed_out(tmp_path, endpoint, capsys):
+    path = tmp_path / "typos.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in [
+        {"question_id": "a", "question": "6*7?", "answer": "42", "task_type": "maths"},    # a typo: exact, not numeric
+        {"question_id": "b", "question": "6*8?", "answer": "48", "task_type": "math"},
+        {"question_id": "c", "question": "Who?", "answer": "Ada", "task_type": "trivia"},
+        {"question_id": "d", "question": "Why?", "answer": "x", "task_type": "essay", "scorer": "contains"},
+    ]), encoding="utf-8")
+
+    call_command("import_dataset", str(path), "--name", "typos")
+    err = capsys.readouterr().err
+    assert "task type(s) 'maths', 'trivia' have no scorer of their own" in err and "scored with 'exact'" in err
+    with StubLLMServer(lambda body: text_reply("42")) as server:
+        endpoint(server)
+        call_command("run_eval", "typos", "--run-id", "typos-run", "--no-review")
+    assert "task type(s) 'maths', 'trivia' have no scorer of their own" in capsys.readouterr().err
+    scorers = dict(Prediction.objects.filter(run__run_id="typos-run").values_list("example__external_id", "scorer"))
+    assert scorers == {"a": "exact", "b": "numeric", "c": "exact", "d": "contains"}
+
+    call_command("import_dataset", str(GSM8K), "--name", "gsm")  # known task types: no note
+    assert "no scorer of their own" not in capsys.readouterr().err

@@ -9,6 +9,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError, parse_jsonl
+from evaluation.selectors import dataset_fallback_task_types, fallback_note
 from evaluation.services import dataset_import
 
 
@@ -29,3 +30,6 @@ class Command(BaseCommand):
         except (DatasetFormatError, AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")
+        note = fallback_note(dataset_fallback_task_types(dataset=dataset))
+        if note:
+            self.stderr.write(note)

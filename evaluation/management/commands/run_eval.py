@@ -29,6 +29,7 @@ from evaluation.metrics import format_table
 from evaluation.models import RunStatus
 from evaluation.parallel import drive_in_processes
 from evaluation.runner import drive_examples
+from evaluation.selectors import dataset_fallback_task_types, fallback_note
 from evaluation.services import dataset_resolve, run_finish, run_id_check, run_plan, run_start
 from turns.llm import get_provider
 
@@ -108,6 +109,9 @@ class Command(BaseCommand):
             + (" (resumed)" if resumed else "")
             + f"; {provider.name} model {provider.model}"
         )
+        note = fallback_note(dataset_fallback_task_types(dataset=ds))
+        if note:
+            self.stderr.write(note)
 
         bar = tqdm(total=len(planned), disable=None, desc=run.run_id, unit="ex", file=sys.stderr)
         status = RunStatus.SUCCESS
