@@ -36,7 +36,6 @@ from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Example, Prediction, Run, RunStatus
 from .scoring import score, scorer_for
 
-
 #: Characters a run id or dataset name may not hold (both appear in URLs).
 _RUN_ID_FORBIDDEN = _NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 
