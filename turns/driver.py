@@ -132,7 +132,8 @@ _default_tools: ToolRegistry | None = None
 
 def shared_default_tools() -> ToolRegistry:
     """The built-in tools, built once per process: they keep no per-turn state
-    (the turn's documents come in the ``ToolContext``), and building their
+    (the turn's documents and database path come in the ``ToolContext``,
+    which also decides which of them are offered), and building their
     JSON schemas for every turn was a measurable share of ``run_eval``'s CPU."""
     global _default_tools
     if _default_tools is None:

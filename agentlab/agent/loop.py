@@ -8,6 +8,11 @@ the driver passes those recorded steps back as ``recorded`` and the loop
 rebuilds the conversation from them without calling the LLM or the tools again
 (DESIGN.md §8, §9).
 
+The model is offered the tools available in the turn's ``ToolContext``
+(``ToolRegistry.offered``): the tool specs of each call, and, without native
+tools, the tool list in the system prompt. A call of a tool that is not
+available is answered like an unknown tool (``ToolRegistry.execute``).
+
 The loop never raises for what the model, a tool or a provider did: it ends
 with a ``LoopResult`` whose ``stop_reason`` says why (DESIGN.md §4). Only an
 exception from ``on_report`` (the driver could not record a step — going on
@@ -127,6 +132,8 @@ class _Outcome:
 class _Run:
     question: str
     context: ToolContext
+    #: the tools offered in ``context`` (``ToolRegistry.offered``)
+    tools: ToolRegistry
     on_report: OnReport | None
     cancel: asyncio.Event | None
     approval: ApprovalGate | None
@@ -176,19 +183,25 @@ class AgentLoop:
 
     # ------------------------------------------------------------------ messages
 
-    def build_messages(self, question: str, steps: Sequence[Step]) -> list[dict[str, Any]]:
+    def build_messages(
+        self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
+    ) -> list[dict[str, Any]]:
         """The chat messages for the next LLM call after ``steps``.
 
-        Native tools: each step is an assistant message with ``tool_calls``
-        (``arguments`` re-serialised from the parsed object so the request
+        The system prompt covers the tools offered in ``context`` (``None``: an
+        empty context, as in ``run``). Native tools: each step is an assistant
+        message with ``tool_calls`` (``arguments`` re-serialised from the parsed object so the request
         stays valid JSON even when the model sent broken JSON) followed by one
         ``tool`` message per result. JSON-in-text: the assistant's text, then
         one user message with every observation of that step.
         """
+        return self._messages(question, steps, self.tools.offered(context or ToolContext()))
+
+    def _messages(self, question: str, steps: Sequence[Step], tools: ToolRegistry) -> list[dict[str, Any]]:
         messages: list[dict[str, Any]] = [
             {
                 "role": "system",
-                "content": system_prompt(self.tools, native_tools=self.native_tools, base=self.system_prompt),
+                "content": system_prompt(tools, native_tools=self.native_tools, base=self.system_prompt),
             },
             {"role": "user", "content": question},
         ]
@@ -252,9 +265,11 @@ class AgentLoop:
         run. ``approval`` decides tools marked ``needs_approval`` (``None``
         means no one can approve: stop ``approval_required``).
         """
+        context = context or ToolContext()
         run = _Run(
             question=question,
-            context=context or ToolContext(),
+            context=context,
+            tools=self.tools.offered(context),
             on_report=on_report,
             cancel=cancel,
             approval=approval,
@@ -324,13 +339,13 @@ class AgentLoop:
         while len(run.steps) < self.max_steps:
             self._check_stop(run)
             index = len(run.steps) + 1
-            messages = self.build_messages(run.question, run.steps)
+            messages = self._messages(run.question, run.steps, run.tools)
             completion = await self._guard(
                 run,
                 complete_with_retries(
                     self.provider,
                     messages,
-                    self.tools.specs() if self.native_tools and len(self.tools) else None,
+                    run.tools.specs() if self.native_tools and len(run.tools) else None,
                     attempts=self.retry_attempts,
                     max_tokens=self.max_tokens,
                     temperature=self.temperature,
@@ -387,7 +402,8 @@ class AgentLoop:
     async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> _Outcome | None:
         for call in calls:
             self._check_stop(run)
-            tool = self.tools.get(call.name)
+            # an unavailable tool is not approved first: execute answers "unknown tool"
+            tool = run.tools.get(call.name)
             if tool is not None and tool.needs_approval and call.error is None:
                 decision: ApprovalDecision = "unavailable"
                 if run.approval is not None:

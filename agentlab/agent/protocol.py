@@ -29,11 +29,15 @@ yes/no, or a few words;
 - evidence: the facts or tool results that support it;
 - reasoning: a brief explanation of how the answer follows."""
 
-#: Hints appended to the default prompt for the built-in tools that are registered.
+#: Hints appended to the default prompt for the built-in tools that are offered
+#: (``ToolRegistry.offered``: ``sql_query``'s only in turns with a database).
 TOOL_HINTS = {
     "calculator": "Use the calculator for any arithmetic instead of computing in your head.",
     "search_documents": "Use search_documents to look facts up in the documents that come with the question.",
     "ask_user": "If the question cannot be answered as asked, call ask_user with one clarifying question.",
+    "sql_query": "This question comes with a database: use sql_query to answer from it. Read its schema first "
+    "(SELECT sql FROM sqlite_master WHERE type = 'table'), then query it, and give the query's result rows "
+    'as the answer, as JSON (e.g. [["France", 4]]), or just the value when there is one.',
 }
 
 TEXT_PROTOCOL = """\
@@ -62,8 +66,10 @@ def describe_tools(tools: ToolRegistry) -> str:
 
 def system_prompt(tools: ToolRegistry, *, native_tools: bool, base: str | None = None) -> str:
     """The system prompt: ``base`` (default: ``DEFAULT_SYSTEM_PROMPT`` plus the
-    ``TOOL_HINTS`` of the registered built-in tools), plus, for providers
-    without native tool calls, the tool list and the JSON-in-text protocol."""
+    ``TOOL_HINTS`` of the built-in tools in ``tools``), plus, for providers
+    without native tool calls, the tool list and the JSON-in-text protocol.
+    ``tools`` are the tools offered in the turn (the loop passes
+    ``ToolRegistry.offered(context)``)."""
     if base is None:
         hints = [hint for name, hint in TOOL_HINTS.items() if name in tools]
         text = "\n".join([DEFAULT_SYSTEM_PROMPT, *hints])

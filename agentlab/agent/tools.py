@@ -7,6 +7,17 @@ raises for anything the model or the tool did wrong: an unknown tool, bad
 arguments or an exception in the tool all come back as a
 ``ToolResult(is_error=True)`` whose text tells the model what to fix — a tool's
 failure is data for the model (STYLE.md §10; inspect_ai ``ToolError``).
+
+A tool may be offered only in some turns: ``Tool.available(context)`` decides.
+The loop sends the model only the tools of ``ToolRegistry.offered(context)``
+(specs and, without native tools, the system prompt), and ``execute`` answers a
+call of an unavailable tool as it answers an unknown one. A turn in which every
+tool is available sees the registry itself, exactly as before.
+
+Built in (``default_registry``): ``calculator``, ``search_documents``,
+``ask_user``, ``final_answer`` — offered in every turn — and ``sql_query``
+(one read-only query on the turn's SQLite database), offered only when the
+turn's context has a ``database_path``.
 """
 
 from __future__ import annotations
@@ -18,8 +29,11 @@ import json
 import math
 import operator
 import re
+import sqlite3
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field, ValidationError
@@ -35,7 +49,10 @@ class ToolContext:
 
     ``documents``: the example's context documents, each ``{"title": str,
     "text": str}`` (searched by ``search_documents``). ``metadata``: free-form
-    values from the driver (example id, task type …).
+    values from the driver — the turn's context object; for an SQL example
+    ``metadata["database_path"]`` is the absolute path of its SQLite file
+    (``evaluation.datasets`` resolves ``context.database_file``), which both
+    offers and feeds ``sql_query``.
     """
 
     documents: list[dict[str, Any]] = field(default_factory=list)
@@ -56,7 +73,10 @@ class Tool:
     ``needs_approval`` makes the loop ask the approval gate before running it.
     ``ends_turn``: ``"final"`` (the call's arguments are the answer) or
     ``"ask"`` (the call's ``question`` goes to the user); the turn ends after
-    the tool ran without error.
+    the tool ran without error. ``available``: a predicate over the turn's
+    ``ToolContext``; when it says no, the tool is not offered to the model in
+    that turn and a call of it is an unknown tool (``None``: always offered).
+    It is called once per LLM call and per tool call, so keep it cheap.
     """
 
     name: str
@@ -65,6 +85,11 @@ class Tool:
     fn: ToolFn
     needs_approval: bool = False
     ends_turn: Literal["final", "ask"] | None = None
+    available: Callable[[ToolContext], bool] | None = None
+
+    def is_available(self, context: ToolContext) -> bool:
+        """Whether this tool is offered in a turn with ``context``."""
+        return self.available is None or bool(self.available(context))
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI function-tool spec: ``{"type": "function", "function":
@@ -161,14 +186,33 @@ class ToolRegistry:
             self._specs = [tool.spec() for tool in self._tools.values()]
         return self._specs
 
+    def offered(self, context: ToolContext) -> ToolRegistry:
+        """The tools offered in a turn with ``context``: those whose
+        ``Tool.is_available(context)`` holds, in registration order.
+
+        Returns ``self`` when every tool is available, so such a turn gets
+        this registry's own specs and system prompt. Otherwise a new registry
+        of the available tools whose specs are taken from this registry's
+        (built once), not rebuilt."""
+        tools = list(self._tools.values())
+        kept = [tool for tool in tools if tool.is_available(context)]
+        if len(kept) == len(tools):
+            return self
+        subset = ToolRegistry(kept)
+        specs = dict(zip(self._tools, self.specs(), strict=True))
+        subset._specs = [specs[tool.name] for tool in kept]
+        return subset
+
     async def execute(self, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run ``call`` and return its observation; never raises except
         ``asyncio.CancelledError``.
 
         Error results (``is_error=True``): a call without a tool name (the
-        JSON-in-text parser could not read the request), an unknown tool,
-        arguments that were not a JSON object (``call.error``), arguments that
-        fail validation, and an exception raised by the tool.
+        JSON-in-text parser could not read the request), an unknown tool or
+        one not available in ``context`` (the same message, listing the tools
+        available in ``context``), arguments that were not a JSON object
+        (``call.error``), arguments that fail validation, and an exception
+        raised by the tool.
         """
 
         def error(message: str) -> ToolResult:
@@ -177,8 +221,9 @@ class ToolRegistry:
         if not call.name:
             return error(f"Malformed tool call: {call.error or 'no tool name given'}")
         tool = self._tools.get(call.name)
-        if tool is None:
-            return error(f"Unknown tool {call.name!r}. Available tools: {', '.join(self._tools)}.")
+        if tool is None or not tool.is_available(context):
+            names = [t.name for t in self._tools.values() if t.is_available(context)]
+            return error(f"Unknown tool {call.name!r}. Available tools: {', '.join(names)}.")
         if call.error:
             return error(f"Invalid arguments for {tool.name}: {call.error}")
         try:
@@ -412,6 +457,152 @@ def _search_documents(args: SearchDocumentsArgs, context: ToolContext) -> str | 
     return rank_documents(args.query, context.documents, args.k)
 
 
+# --------------------------------------------------------------------------- sql_query
+
+#: Rows of a result sent back to the model; the rest are only counted.
+SQL_MAX_ROWS = 50
+#: Seconds one query may run (counting the rows past ``SQL_MAX_ROWS`` included).
+SQL_TIME_LIMIT_S = 2.0
+#: SQLite VM instructions between two looks at the clock (a few µs of work).
+_PROGRESS_INSTRUCTIONS = 1000
+NO_DATABASE = "No database comes with this question, so there is nothing to query."
+SCHEMA_QUERY = "SELECT sql FROM sqlite_master WHERE type = 'table'"
+
+# What a read-only SELECT (plain, WITH or WITH RECURSIVE) asks the authorizer for.
+_READ_ACTIONS = frozenset(
+    {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, sqlite3.SQLITE_RECURSIVE}
+)
+# Pragmas that only describe the schema; every other pragma could change the
+# connection (``query_only = OFF``) and is refused.
+_SCHEMA_PRAGMAS = frozenset(
+    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+)
+
+
+class SQLQueryError(ValueError):
+    """A query that was refused or failed; the message is written for the model."""
+
+
+def _has_database(context: ToolContext) -> bool:
+    return bool(context.metadata.get("database_path"))
+
+
+def _json_cell(value: Any) -> Any:
+    # SQLite gives None, int, float, str or bytes; a blob is shown as an SQL blob literal.
+    return f"X'{value.hex()}'" if isinstance(value, bytes) else value
+
+
+def _table_names(connection: sqlite3.Connection) -> list[str]:
+    rows = connection.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name").fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def run_sql_query(
+    database_path: str | Path,
+    query: str,
+    *,
+    max_rows: int = SQL_MAX_ROWS,
+    time_limit_s: float = SQL_TIME_LIMIT_S,
+) -> dict[str, Any]:
+    """Run one read-only SQLite statement and return its result as JSON-able data.
+
+    Returns ``{"columns": [name, …], "rows": [[value, …], …], "row_count": n}``:
+    at most ``max_rows`` rows (values as SQLite gives them; a blob as
+    ``"X'<hex>'"``), ``row_count`` the number of rows the query produced. When
+    rows were left out, ``"note"`` says how many; a count cut off by the time
+    limit is a lower bound and the note says "at least".
+
+    Read-only three times over: the file is opened ``mode=ro`` (a ``file:`` URI),
+    ``PRAGMA query_only = ON``, and an authorizer that lets through only what a
+    SELECT needs (reading tables, functions, recursive CTEs, the schema pragmas
+    ``table_info`` …) — the first two alone still allow ``ATTACH`` and
+    ``VACUUM INTO``, which create files. More than one statement is refused by
+    ``sqlite3`` before anything runs. A progress handler aborts the query after
+    ``time_limit_s`` seconds. A fresh connection per call, so nothing (a pragma,
+    a temp table) carries over between calls.
+
+    Raises ``SQLQueryError`` (a ``ValueError``) with a message for the model:
+    missing database file, empty query, several statements, a refused (writing)
+    statement, the time limit, or any SQLite error (for an unknown table or
+    column the message lists the tables).
+    """
+    if not query.strip():
+        raise SQLQueryError("empty query; write one SELECT statement")
+    path = Path(database_path)
+    if not path.is_file():
+        raise SQLQueryError(f"the database file {path} does not exist")
+    try:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+    except sqlite3.Error as exc:
+        raise SQLQueryError(f"cannot open the database: {exc}") from exc
+    denied: list[int] = []
+    timed_out = False
+    deadline = time.monotonic() + time_limit_s
+
+    def authorize(
+        action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
+    ) -> int:
+        if action in _READ_ACTIONS or (action == sqlite3.SQLITE_PRAGMA and arg1 in _SCHEMA_PRAGMAS):
+            return sqlite3.SQLITE_OK
+        denied.append(action)
+        return sqlite3.SQLITE_DENY
+
+    def over_time() -> int:
+        nonlocal timed_out
+        timed_out = time.monotonic() > deadline
+        return 1 if timed_out else 0
+
+    try:
+        connection.execute("PRAGMA query_only = ON")
+        connection.set_authorizer(authorize)
+        connection.set_progress_handler(over_time, _PROGRESS_INSTRUCTIONS)
+        rows: list[list[Any]] = []
+        extra = 0
+        try:
+            cursor = connection.execute(query)
+            columns = [str(d[0]) for d in cursor.description or ()]
+            for row in cursor.fetchmany(max_rows):
+                rows.append([_json_cell(v) for v in row])
+            try:
+                while batch := cursor.fetchmany(1000):
+                    extra += len(batch)
+            except sqlite3.OperationalError:
+                if not timed_out:
+                    raise
+        except sqlite3.ProgrammingError as exc:
+            if "one statement" in str(exc):
+                raise SQLQueryError("only one statement per call; send the queries one by one") from exc
+            raise SQLQueryError(str(exc)) from exc
+        except sqlite3.Error as exc:
+            if denied:
+                raise SQLQueryError(
+                    "refused: sql_query only reads; send one SELECT (or WITH … SELECT)"
+                ) from exc
+            if timed_out:
+                raise SQLQueryError(
+                    f"stopped: the query ran longer than the {time_limit_s:g} s limit; simplify it or "
+                    "add a LIMIT"
+                ) from exc
+            message = str(exc) or type(exc).__name__
+            if message.startswith(("no such table", "no such column")):
+                connection.set_progress_handler(None, 0)
+                tables = ", ".join(_table_names(connection))
+                message += f" (the tables are: {tables}; {SCHEMA_QUERY} shows their columns)"
+            raise SQLQueryError(message) from exc
+    finally:
+        connection.close()
+    result: dict[str, Any] = {"columns": columns, "rows": rows, "row_count": len(rows) + extra}
+    if extra or timed_out:
+        total = f"at least {len(rows) + extra}" if timed_out else str(len(rows) + extra)
+        counting = f" (counting stopped at the {time_limit_s:g} s limit)" if timed_out else ""
+        result["note"] = f"Only the first {len(rows)} of {total} rows are shown{counting}."
+    return result
+
+
+class SQLQueryArgs(BaseModel):
+    query: str = Field(description="One SQLite SELECT statement, e.g. 'SELECT count(*) FROM singer'.")
+
+
 # --------------------------------------------------------------------------- ask_user, final_answer
 
 
@@ -475,7 +666,45 @@ def final_answer_tool() -> Tool:
     )
 
 
+def sql_query_tool(*, max_rows: int = SQL_MAX_ROWS, time_limit_s: float = SQL_TIME_LIMIT_S) -> Tool:
+    """``sql_query``: one read-only query on the turn's SQLite database
+    (``context.metadata["database_path"]``, see ``run_sql_query``), offered
+    only in turns that have one.
+
+    How the model learns the schema: the description tells it to run
+    ``SCHEMA_QUERY`` (``SELECT sql FROM sqlite_master …``) first, and an
+    unknown table or column comes back with the list of tables. That is the
+    simplest thing that fits the loop: tool specs and the system prompt are
+    built from the registry, not from the turn (specs are built once per
+    process, ``shared_default_tools``), so putting each database's schema
+    into them would need per-turn prompts; a schema query is one more step
+    whose result is recorded and replayed on resume like any other.
+    """
+
+    def query(args: SQLQueryArgs, context: ToolContext) -> dict[str, Any]:
+        database_path = context.metadata.get("database_path")
+        if not database_path:
+            # ToolRegistry.execute answers "unknown tool" first (the tool is
+            # not available without a database); this covers a direct call
+            raise SQLQueryError(NO_DATABASE)
+        return run_sql_query(str(database_path), args.query, max_rows=max_rows, time_limit_s=time_limit_s)
+
+    return Tool(
+        name="sql_query",
+        description="Run one read-only SQL query (SQLite) on the database that comes with this question. "
+        f"Returns columns, rows (at most {max_rows}) and row_count. To see the tables and their columns, "
+        f"first run: {SCHEMA_QUERY}",
+        parameters=SQLQueryArgs,
+        fn=query,
+        available=_has_database,
+    )
+
+
 def default_registry() -> ToolRegistry:
     """A fresh registry with the built-in tools: ``calculator``,
-    ``search_documents``, ``ask_user``, ``final_answer``."""
-    return ToolRegistry([calculator_tool(), search_documents_tool(), ask_user_tool(), final_answer_tool()])
+    ``search_documents``, ``ask_user``, ``final_answer`` (offered in every
+    turn) and ``sql_query`` (offered only when the turn's context has a
+    ``database_path``; last, so the others keep their places)."""
+    return ToolRegistry(
+        [calculator_tool(), search_documents_tool(), ask_user_tool(), final_answer_tool(), sql_query_tool()]
+    )

@@ -17,12 +17,15 @@ from agentlab.agent.loop import (
     LoopResult,
     Report,
 )
+from agentlab.agent.protocol import TOOL_HINTS, system_prompt
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
 from agentlab.agent.tools import Tool, ToolContext, ToolRegistry
 from agentlab.agent.types import Completion, ProviderError, Step, ToolCall, ToolResult, Usage
+from tests.shared_data import dataset_path
 
 from .conftest import CountArgs, Counter
 
+CONCERT_SINGER = dataset_path("spider-databases/concert_singer.sqlite")
 QUESTION = (
     "Janet's ducks lay 16 eggs per day. She eats 3 and bakes with 4. She sells the rest at $2. How much?"
 )
@@ -425,6 +428,65 @@ async def test_unknown_tool_and_raising_tool_are_observations(registry: ToolRegi
         {"role": "tool", "tool_call_id": "e1", "content": "Tool explode failed: OSError: disk full"},
     ]
     assert [r.is_error for r in result.steps[0].results] == [True, True]
+
+
+# --------------------------------------------------------------------------- tools offered by context
+
+
+async def test_sql_query_is_offered_and_runs_only_in_a_turn_with_a_database(registry: ToolRegistry) -> None:
+    database = {"task_type": "sql", "database_path": str(CONCERT_SINGER)}
+    with_db = ScriptedProvider(
+        [tool_call("sql_query", {"query": "SELECT count(*) FROM singer"}, id="q1"), final("[[6]]")]
+    )
+    result, recorder = await run(
+        AgentLoop(with_db, registry), "How many singers do we have?", context=ToolContext(metadata=database)
+    )
+    assert (result.stop_reason, result.answer) == ("final", "[[6]]")
+    assert [t["function"]["name"] for t in with_db.tools_seen[0] or []] == [
+        "calculator",
+        "search_documents",
+        "ask_user",
+        "final_answer",
+        "sql_query",
+        "count",
+    ]
+    assert with_db.calls[0][0]["content"].endswith(TOOL_HINTS["sql_query"])
+    assert recorder.kinds()[1] == (
+        "result",
+        1,
+        'sql_query={"columns": ["count(*)"], "rows": [[6]], "row_count": 1}',
+    )
+
+    # the same registry in a turn without a database: the old tools and prompt,
+    # and a call of sql_query is an unknown tool
+    without = ScriptedProvider([tool_call("sql_query", {"query": "SELECT 1"}, id="q2"), final("6")])
+    result, _ = await run(AgentLoop(without, registry), "How many singers do we have?")
+    assert [t["function"]["name"] for t in without.tools_seen[0] or []] == [
+        "calculator",
+        "search_documents",
+        "ask_user",
+        "final_answer",
+        "count",
+    ]
+    assert "sql_query" not in without.calls[0][0]["content"]
+    assert without.calls[1][-1] == {
+        "role": "tool",
+        "tool_call_id": "q2",
+        "content": "Unknown tool 'sql_query'. Available tools: "
+        "calculator, search_documents, ask_user, final_answer, count.",
+    }
+
+
+async def test_json_in_text_prompt_lists_sql_query_only_with_a_database(registry: ToolRegistry) -> None:
+    loop = AgentLoop(ScriptedProvider([], native_tools=False), registry)
+    database = ToolContext(metadata={"database_path": "x.sqlite"})
+    plain = loop.build_messages("q", [])[0]["content"]
+    with_db = loop.build_messages("q", [], context=database)[0]["content"]
+    without_sql = ToolRegistry([t for t in registry if t.name != "sql_query"])
+    assert plain == system_prompt(without_sql, native_tools=False)
+    assert with_db == system_prompt(registry, native_tools=False)
+    assert "sql_query" not in plain
+    assert "\n- sql_query: Run one read-only SQL query (SQLite) on the database" in with_db
 
 
 async def test_invalid_final_answer_does_not_end_the_turn(registry: ToolRegistry) -> None:
