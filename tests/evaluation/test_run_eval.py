@@ -404,3 +404,16 @@ def test_task_types_without_a_scorer_of_their_own_are_pointed_out(tmp_path, endp
 
     call_command("import_dataset", str(GSM8K), "--name", "gsm")  # known task types: no note
     assert "no scorer of their own" not in capsys.readouterr().err
+
+
+def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
+    call_command("migrate", "evaluation", "0002", verbosity=0)  # as if the code was upgraded
+    try:
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", "demo")
+    finally:
+        call_command("migrate", "evaluation", verbosity=0)
+    assert excinfo.value.returncode == 2
+    assert "1 migration(s) not applied: evaluation.0003_prediction_review_verdict" in str(excinfo.value)
+    assert "run `manage.py migrate` first" in str(excinfo.value)
+    assert Run.objects.count() == 0 and Dataset.objects.count() == 0

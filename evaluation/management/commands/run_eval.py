@@ -84,6 +84,11 @@ class Command(BaseCommand):
             raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
         if run_id is not None:
             run_id = run_id_check(run_id)
+        pending = _pending_migrations()
+        if pending:
+            raise ValueError(f"the database is not migrated ({len(pending)} migration(s) not applied: "
+                             f"{', '.join(pending[:5])}{' …' if len(pending) > 5 else ''}); "
+                             "run `manage.py migrate` first")
         if json_path:
             parent = Path(json_path).resolve().parent
             if not parent.is_dir():
@@ -175,6 +180,17 @@ class Command(BaseCommand):
                 close = getattr(provider, "aclose", None)
                 if close is not None:
                     await close()
+
+
+def _pending_migrations() -> list[str]:
+    """``app.migration`` names not applied to the default database yet (an
+    older database after an upgrade would fail part-way on a missing column)."""
+    from django.db import DEFAULT_DB_ALIAS, connections
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return [f"{migration.app_label}.{migration.name}" for migration, _backwards in plan]
 
 
 def _missing_tables(exc: DatabaseError) -> bool:
