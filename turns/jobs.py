@@ -28,6 +28,8 @@ import concurrent.futures
 import itertools
 import logging
 import os
+import re
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -64,6 +66,48 @@ def turn_enqueue(turn_id: int) -> None:
     # Handing over before the commit would let the driver look for a turn row
     # that is not visible yet (or is rolled back): the claim would find nothing.
     transaction.on_commit(lambda: inline_executor().submit(turn_id))
+
+
+# --- inline job ids: where a turn is driven, so a dead driver can be told ----------
+
+#: ``inline-<host>-<pid>-<n>``, cut to 40 characters by the claim, then
+#: ``:<random>``; the host is shortened so the pid always survives the cut.
+_INLINE_JOB = re.compile(r"^inline-(?P<host>.*)-(?P<pid>\d+)-\d+:")
+
+
+def _host_tag() -> str:
+    return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:16]
+
+
+def inline_job_id(number: int) -> str:
+    """The job id of the ``number``-th turn this process drives inline:
+    ``inline-<host>-<pid>-<number>`` (``inline_job_is_gone`` reads it back)."""
+    return f"inline-{_host_tag()}-{os.getpid()}-{number}"
+
+
+def inline_job_is_gone(job_id: str) -> bool:
+    """Whether ``job_id`` (a claim token, ``Turn.job_id``) belongs to an
+    inline executor of a process of this machine that no longer exists.
+
+    ``False`` when it cannot be told: a Celery task's id, an inline job of
+    another machine, an older id without a host, or a live pid (which may be
+    a reused one: such a turn is left to the heartbeat sweep). A server
+    restarted after a crash thus finds its predecessor's turns at once
+    instead of after ``TURN_STALE_S``.
+    """
+    match = _INLINE_JOB.match(job_id or "")
+    if match is None or match["host"] != _host_tag():
+        return False
+    pid = int(match["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 # --- what a job runs -------------------------------------------------------------
@@ -219,7 +263,7 @@ class InlineExecutor:
         try:
             if self._provider is None:
                 self._provider = self._provider_factory()
-            job_id = f"inline-{os.getpid()}-{next(self._ids)}"
+            job_id = inline_job_id(next(self._ids))
             await run_turn_job(turn_id, provider=self._provider, db=self.db, tools=self._tools_factory(),
                                job_id=job_id)
         except Exception:  # noqa: BLE001 - the driver records its own failures; log the rest

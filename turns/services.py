@@ -136,17 +136,25 @@ def turn_cancel(*, turn_id: int, acting_user: AbstractBaseUser | None = None) ->
 def turn_interrupt(*, turn_id: int, reason: str) -> bool:
     """Mark an active turn whose job is gone as interrupted (``turn.interrupted``).
 
-    Returns ``False`` and writes nothing when the turn is no longer active.
+    A turn whose cancel was asked for (its driver died before it saw the
+    flag) is not left to be resumed: it ends at once, ``turn.interrupted``
+    then ``turn.cancelled``, status ``cancelled`` — an accepted cancel is
+    never lost. Returns ``False`` and writes nothing when the turn is no
+    longer active.
     """
     with transaction.atomic():
         turn = Turn.objects.select_for_update().get(pk=turn_id)
         if turn.status not in ACTIVE_STATUSES:
             return False
-        event_append_many(
-            turn_id=turn_id,
-            events=[NewEvent(EventType.TURN_INTERRUPTED, {"reason": reason, "was": turn.status})],
-            turn_fields={"status": TurnStatus.INTERRUPTED},
-        )
+        events = [NewEvent(EventType.TURN_INTERRUPTED, {"reason": reason, "was": turn.status})]
+        fields: dict[str, Any] = {"status": TurnStatus.INTERRUPTED}
+        if turn.cancel_requested:
+            by = ((turn.meta or {}).get("cancel") or {}).get("by")
+            events.append(NewEvent(EventType.TURN_CANCELLED, {"stop_reason": "cancelled", "steps": turn.steps,
+                                                               "by": by}))
+            fields = {"status": TurnStatus.CANCELLED, "outcome": TurnOutcome.CANCELLED, "stop_reason": "cancelled",
+                      "finished_at": timezone.now()}
+        event_append_many(turn_id=turn_id, events=events, turn_fields=fields)
     return True
 
 
@@ -341,6 +349,26 @@ def turns_requeue_lost(*, older_than_s: float) -> list[int]:
 REQUEUE_BATCH = 500
 
 
+def turns_interrupt_gone(*, job_is_gone: Callable[[str], bool]) -> int:
+    """Mark running or waiting turns whose driver is known to be dead as
+    interrupted now, without waiting for their heartbeat to go stale:
+    ``job_is_gone(job_id)`` says so (``turns.jobs.inline_job_is_gone``: an
+    inline executor of a process of this machine that exited). Each turn is
+    re-checked under its row lock. Returns how many were marked."""
+    from django.db.models import Q
+
+    active = Q(status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)) & ~Q(job_id="")
+    marked = 0
+    for turn_id, job_id in list(Turn.objects.filter(active).values_list("pk", "job_id")):
+        if not job_is_gone(job_id):
+            continue
+        with transaction.atomic():
+            held = Turn.objects.select_for_update().filter(active, pk=turn_id, job_id=job_id).exists()
+            if held and turn_interrupt(turn_id=turn_id, reason=f"its driver ({job_id}) is gone"):
+                marked += 1
+    return marked
+
+
 @dataclass(frozen=True)
 class SweepResult:
     """What one sweep did: turns marked interrupted, turns handed over again."""
@@ -351,9 +379,13 @@ class SweepResult:
 
 def turns_sweep(*, stale_s: float) -> SweepResult:
     """The periodic sweep (Celery beat, the inline executor, server start,
-    ``manage.py sweep_turns``): ``turns_sweep_stale`` then
-    ``turns_requeue_lost``, both with ``stale_s`` seconds."""
-    interrupted = turns_sweep_stale(stale_s=stale_s)
+    ``manage.py sweep_turns``): ``turns_interrupt_gone`` for inline drivers
+    of this machine that exited, ``turns_sweep_stale`` with ``stale_s``
+    seconds, then ``turns_requeue_lost`` with the same age."""
+    from .jobs import inline_job_is_gone
+
+    interrupted = turns_interrupt_gone(job_is_gone=inline_job_is_gone)
+    interrupted += turns_sweep_stale(stale_s=stale_s)
     requeued = turns_requeue_lost(older_than_s=stale_s)
     if requeued:
         logger.warning("handed %d turn(s) queued for more than %g s to a job again: %s", len(requeued), stale_s,

@@ -291,3 +291,66 @@ async def test_resuming_a_running_turn_is_a_conflict(owner, db_threads):
     with pytest.raises(StateConflict):
         await db_threads.run(turn_resume_and_enqueue, turn_id=turn.pk)
     assert (await db_threads.run(Turn.objects.get, pk=turn.pk)).status == "running"
+
+
+def dead_pid() -> int:
+    """The pid of a process that has exited (and was reaped)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_inline_job_ids_say_whether_their_process_is_gone():
+    import os
+
+    mine = jobs.inline_job_id(7)
+    assert mine.startswith("inline-") and mine.endswith(f"-{os.getpid()}-7")
+    host = mine.split("-")[1]
+    gone = f"inline-{host}-{dead_pid()}-1"
+    # as a claim leaves it in Turn.job_id: the job id, ':' and a random part
+    assert jobs.inline_job_is_gone(f"{gone}:0123abcd") is True
+    assert jobs.inline_job_is_gone(f"{mine}:0123abcd") is False                        # this very process
+    assert jobs.inline_job_is_gone(f"inline-{host}-1-1:0123abcd") is False              # pid 1 is alive
+    assert jobs.inline_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
+    assert jobs.inline_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False          # an older id, no host
+    assert jobs.inline_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
+    assert jobs.inline_job_is_gone("") is False
+
+
+def test_the_sweep_interrupts_at_once_the_turns_of_an_inline_driver_that_exited(owner):
+    host = jobs.inline_job_id(1).split("-")[1]
+    orphan = turn_create(owner=owner, question="q")
+    turn_claim(turn_id=orphan.pk, job_id=f"inline-{host}-{dead_pid()}-3")
+    alive = turn_create(owner=owner, question="q")
+    turn_claim(turn_id=alive.pk, job_id=jobs.inline_job_id(4))
+    # both heartbeats are fresh: the stale sweep alone would wait TURN_STALE_S
+
+    assert turns_sweep(stale_s=120) == SweepResult(interrupted=1, requeued=0)
+
+    orphan.refresh_from_db(), alive.refresh_from_db()
+    assert (orphan.status, alive.status) == ("interrupted", "running")
+    last = events_after(turn_id=orphan.pk)[-1]
+    assert last.type == "turn.interrupted" and last.data["was"] == "running"
+    assert "is gone" in last.data["reason"]
+
+
+def test_a_cancel_asked_of_a_turn_whose_driver_died_ends_it_cancelled_when_swept(owner, staff):
+    stale = running_turn(owner, heartbeat_age_s=300)
+    turn_cancel(turn_id=stale.pk, acting_user=staff)  # accepted: the flag is set, but no driver will see it
+    stale.refresh_from_db()
+    assert (stale.status, stale.cancel_requested) == ("running", True)
+
+    assert turns_sweep_stale(stale_s=120) == 1
+
+    stale.refresh_from_db()
+    assert (stale.status, stale.outcome, stale.stop_reason) == ("cancelled", "cancelled", "cancelled")
+    assert stale.finished_at is not None
+    events = events_after(turn_id=stale.pk)
+    assert [e.type for e in events[-2:]] == ["turn.interrupted", "turn.cancelled"]
+    assert events[-1].data == {"stop_reason": "cancelled", "steps": 0, "by": staff.username}
+    assert [e.seq for e in events] == list(range(1, stale.last_seq + 1))
+    with pytest.raises(StateConflict):
+        turn_resume_and_enqueue(turn_id=stale.pk, acting_user=owner)  # finished: nothing to resume
