@@ -9,6 +9,7 @@ runner's "a prediction row is always written" rule, ``shared/seeds/000``).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -17,6 +18,7 @@ from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from agentlab.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
+from turns.jobs import local_job_id
 
 from .services import PlannedExample, TurnFinal, prediction_complete, prediction_record
 
@@ -43,6 +45,7 @@ async def drive_examples(
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
+    numbers = itertools.count(1)
 
     async def one(item: PlannedExample) -> None:
         async with gate:
@@ -57,8 +60,10 @@ async def drive_examples(
 
             error: str | None = None
             try:
+                # a job id that names this process: another run_eval can tell
+                # whether the turn's driver is still alive (run_plan)
                 await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=finish, review=review),
-                                 provider=provider, db=db, tools=tools)
+                                 provider=provider, db=db, tools=tools, job_id=local_job_id("eval", next(numbers)))
             except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
                 error = f"{type(exc).__name__}: {exc}"

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -150,8 +151,10 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
     Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
     examples are skipped by the caller) and records the new config under
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
-    ``StateConflict`` when the run id exists on another dataset or was
-    started with another provider, model or review setting.
+    ``StateConflict`` when the run id exists on another dataset, was started
+    with another provider, model or review setting, or is being driven by
+    another process right now (``run_driven_elsewhere``); nothing is written
+    then.
     """
     run_id = run_id_check(run_id)
     with transaction.atomic():
@@ -167,6 +170,14 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
                 raise StateConflict(
                     f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
                     "one run measures one setup; start a new run id")
+        busy = run_driven_elsewhere(run=run)
+        if busy is not None:
+            age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
+            raise StateConflict(
+                f"run {run_id!r} is being driven by another process right now: its turn {busy.pk} is "
+                f"{busy.status} under job {busy.job_id} (heartbeat {age:.0f} s ago). Wait for that run_eval to "
+                f"finish or stop it; the run can then be resumed — at once if that process ran on this machine, "
+                f"else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
         resumes = list(run.config.get("resumes", []))
         resumes.append({"at": timezone.now().isoformat(), "config": config})
         run.config = {**run.config, "resumes": resumes}
@@ -176,6 +187,29 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
             run.system_user = _system_user(run_id)
         run.save(update_fields=["config", "status", "finished_at", "system_user"])
         return run, True
+
+
+def run_driven_elsewhere(*, run: Run) -> Turn | None:
+    """A turn of ``run`` that a live process is driving, or ``None``.
+
+    A running or waiting turn counts when its heartbeat is younger than
+    ``TURN_STALE_S`` and its job is not known to be gone
+    (``turns.jobs.inline_job_is_gone``: ``run_eval`` names host and pid in
+    its job ids, so the turns of a killed run on this machine do not count).
+    Two ``run_eval`` processes on one run id would otherwise take each
+    other's turns, and each print metrics over rows the other is writing.
+    """
+    from datetime import timedelta
+
+    from turns.jobs import inline_job_is_gone
+
+    cutoff = timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S))
+    active = Turn.objects.filter(predictions__run=run, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING),
+                                 heartbeat_at__gte=cutoff).only("pk", "status", "job_id", "heartbeat_at")
+    for turn in active.order_by("pk"):
+        if not inline_job_is_gone(turn.job_id):
+            return turn
+    return None
 
 
 @dataclass(frozen=True)

@@ -68,34 +68,43 @@ def turn_enqueue(turn_id: int) -> None:
     transaction.on_commit(lambda: inline_executor().submit(turn_id))
 
 
-# --- inline job ids: where a turn is driven, so a dead driver can be told ----------
+# --- local job ids: where a turn is driven, so a dead driver can be told -----------
 
-#: ``inline-<host>-<pid>-<n>``, cut to 40 characters by the claim, then
+#: ``<inline|eval>-<host>-<pid>-<n>``, cut to 40 characters by the claim, then
 #: ``:<random>``; the host is shortened so the pid always survives the cut.
-_INLINE_JOB = re.compile(r"^inline-(?P<host>.*)-(?P<pid>\d+)-\d+:")
+_LOCAL_JOB = re.compile(r"^(?:inline|eval)-(?P<host>.*)-(?P<pid>\d+)-\d+:")
 
 
 def _host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:16]
 
 
+def local_job_id(kind: str, number: int) -> str:
+    """The job id of the ``number``-th turn this process drives itself —
+    ``kind`` ``"inline"`` (the inline executor) or ``"eval"`` (``run_eval``):
+    ``<kind>-<host>-<pid>-<number>`` (``inline_job_is_gone`` reads it back)."""
+    if kind not in ("inline", "eval"):
+        raise ValueError(f"unknown local job kind {kind!r}")
+    return f"{kind}-{_host_tag()}-{os.getpid()}-{number}"
+
+
 def inline_job_id(number: int) -> str:
-    """The job id of the ``number``-th turn this process drives inline:
-    ``inline-<host>-<pid>-<number>`` (``inline_job_is_gone`` reads it back)."""
-    return f"inline-{_host_tag()}-{os.getpid()}-{number}"
+    """``local_job_id("inline", number)``."""
+    return local_job_id("inline", number)
 
 
 def inline_job_is_gone(job_id: str) -> bool:
-    """Whether ``job_id`` (a claim token, ``Turn.job_id``) belongs to an
-    inline executor of a process of this machine that no longer exists.
+    """Whether ``job_id`` (a claim token, ``Turn.job_id``) belongs to a
+    process of this machine that drove turns itself (the inline executor,
+    ``run_eval``; see ``local_job_id``) and no longer exists.
 
-    ``False`` when it cannot be told: a Celery task's id, an inline job of
-    another machine, an older id without a host, or a live pid (which may be
-    a reused one: such a turn is left to the heartbeat sweep). A server
+    ``False`` when it cannot be told: a Celery task's id, a job of another
+    machine, an older id without a host, or a live pid (which may be a
+    reused one: such a turn is left to the heartbeat sweep). A server
     restarted after a crash thus finds its predecessor's turns at once
     instead of after ``TURN_STALE_S``.
     """
-    match = _INLINE_JOB.match(job_id or "")
+    match = _LOCAL_JOB.match(job_id or "")
     if match is None or match["host"] != _host_tag():
         return False
     pid = int(match["pid"])

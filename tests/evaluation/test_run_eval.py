@@ -24,6 +24,7 @@ from agentlab.testing.stub_llm import (
 )
 from evaluation.models import Dataset, Example, Prediction, Run
 from tests.shared_data import dataset_path
+from turns.jobs import local_job_id
 from turns.models import Turn, TurnEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -315,8 +316,11 @@ def test_workers_split_the_run_between_processes_with_the_same_scores(endpoint):
     assert Prediction.objects.filter(run=run, completed_at__isnull=True).count() == 0
     for turn in Turn.objects.filter(predictions__run=run):
         assert list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True)) == list(range(1, 9))
-    jobs = {t.job_id.split(":")[0] for t in Turn.objects.filter(predictions__run=run)}
-    assert jobs == {"inline"}  # claimed by the workers' drivers, one claim each
+    # claimed by the workers' drivers, one claim each: eval-<host>-<pid>-<n>
+    jobs = [t.job_id.split(":")[0].rsplit("-", 2) for t in Turn.objects.filter(predictions__run=run)]
+    assert {prefix for prefix, _, _ in jobs} == {local_job_id("eval", 1).rsplit("-", 2)[0]}
+    pids = {int(pid) for _, pid, _ in jobs}
+    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not this one
 
 
 def test_workers_with_the_local_model_are_refused(settings):
@@ -417,3 +421,39 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
     assert "1 migration(s) not applied: evaluation.0003_prediction_review_verdict" in str(excinfo.value)
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Run.objects.count() == 0 and Dataset.objects.count() == 0
+
+
+def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_process_is_gone(endpoint):
+    import subprocess as sp
+
+    from evaluation.services import run_plan, run_start
+    from turns.driver import turn_claim
+    from turns.jobs import local_job_id
+
+    call_command("import_dataset", str(GSM8K), "--name", "gsm-busy")
+    run, _ = run_start(run_id="busy", dataset=Dataset.objects.get(name="gsm-busy"), config={"review": False})
+    planned, _ = run_plan(run=run, limit=2, max_steps=4, model="stub")
+    # a run_eval of this machine is driving the first example right now (this
+    # very process stands in for it: its pid is alive)
+    turn_claim(turn_id=planned[0].turn_id, job_id=local_job_id("eval", 1))
+    gsm = rows(GSM8K, 2)
+    with StubLLMServer(oracle(gsm, right={0, 1})) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "gsm-busy", "--run-id", "busy", "--limit", "2", "--no-review")
+        assert excinfo.value.returncode == 2
+        assert "run 'busy' is being driven by another process right now" in str(excinfo.value)
+        assert f"its turn {planned[0].turn_id} is running" in str(excinfo.value)
+        assert "resumes" not in Run.objects.get(run_id="busy").config  # nothing was written
+        assert server.request_count == 0
+
+        # that process dies (killed on this machine): the run resumes at once
+        dead = sp.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        host = local_job_id("eval", 1).split("-")[1]
+        Turn.objects.filter(pk=planned[0].turn_id).update(job_id=f"eval-{host}-{dead.pid}-1:0123abcd")
+        call_command("run_eval", "gsm-busy", "--run-id", "busy", "--limit", "2", "--no-review")
+    run = Run.objects.get(run_id="busy")
+    assert (run.metrics["total"], run.metrics["correct"]) == (2, 2)
+    assert set(Turn.objects.filter(predictions__run=run).values_list("status", flat=True)) == {"succeeded"}
+    assert Turn.objects.get(pk=planned[0].turn_id).job_id.startswith(f"eval-{host}-")
