@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import functools
 import itertools
 import logging
 import os
@@ -75,6 +76,7 @@ def turn_enqueue(turn_id: int) -> None:
 _LOCAL_JOB = re.compile(r"^(?:inline|eval)-(?P<host>.*)-(?P<pid>\d+)-\d+:")
 
 
+@functools.cache
 def _host_tag() -> str:
     return re.sub(r"[^A-Za-z0-9_.]", "_", socket.gethostname())[:16]
 
