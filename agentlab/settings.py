@@ -9,13 +9,31 @@ root is read if present.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TypeVar
 
 import environ
+from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+Number = TypeVar("Number", int, float)
+
+
+def env_number(name: str, default: Number) -> Number:
+    """The environment variable ``name`` as a number of ``default``'s type
+    (``int`` or ``float``), or ``default`` when it is unset. A value that is
+    not such a number raises ``ImproperlyConfigured`` naming the variable and
+    the value, instead of a bare ``ValueError`` from deep in django-environ."""
+    cast = type(default)
+    try:
+        return env.get_value(name, cast=cast, default=default)
+    except ValueError as exc:
+        kind = "an integer" if cast is int else "a number"
+        raise ImproperlyConfigured(f"{name} must be {kind}, got {env.str(name)!r}") from exc
+
 
 SECRET_KEY = env.str("SECRET_KEY", default="agentlab-insecure-development-key-change-me")
 DEBUG = env.bool("DEBUG", default=False)
@@ -123,8 +141,8 @@ REDIS_URL = env.str("REDIS_URL", default="")
 #: with 1011. Its pool also raises "Too many connections" past its limit
 #: instead of waiting (100 sockets leaving at once reached the default 100).
 REDIS_CHANNEL_HOST_OPTIONS = {
-    "socket_timeout": env.float("REDIS_SOCKET_TIMEOUT_S", default=30.0),
-    "max_connections": env.int("REDIS_MAX_CONNECTIONS", default=2000),
+    "socket_timeout": env_number("REDIS_SOCKET_TIMEOUT_S", 30.0),
+    "max_connections": env_number("REDIS_MAX_CONNECTIONS", 2000),
 }
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -132,7 +150,7 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, **REDIS_CHANNEL_HOST_OPTIONS}],
-                "capacity": env.int("CHANNEL_CAPACITY", default=100),
+                "capacity": env_number("CHANNEL_CAPACITY", 100),
             },
         }
     }
@@ -140,7 +158,7 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": env.int("CHANNEL_CAPACITY", default=100)},
+            "CONFIG": {"capacity": env_number("CHANNEL_CAPACITY", 100)},
         }
     }
 
@@ -159,15 +177,15 @@ AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
 AGENTLAB_LLM_API_KEY = env.str("AGENTLAB_LLM_API_KEY", default="") or None
 AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
 AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
-AGENTLAB_MAX_STEPS = env.int("AGENTLAB_MAX_STEPS", default=6)
-AGENTLAB_TURN_TIMEOUT_S = env.float("AGENTLAB_TURN_TIMEOUT_S", default=600.0)
+AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6)
+AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0)
 
-HEARTBEAT_S = env.float("HEARTBEAT_S", default=15.0)
-TURN_STALE_S = env.float("TURN_STALE_S", default=120.0)
-REVIEW_WAIT_S = env.float("REVIEW_WAIT_S", default=25.0)
+HEARTBEAT_S = env_number("HEARTBEAT_S", 15.0)
+TURN_STALE_S = env_number("TURN_STALE_S", 120.0)
+REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0)
 #: Review answered attempts with a second LLM call (DESIGN.md §4); run_eval has --review/--no-review.
 AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
-APPROVAL_TIMEOUT_S = env.float("APPROVAL_TIMEOUT_S", default=0.0) or None
+APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0) or None
 
 LOGGING = {
     "version": 1,
