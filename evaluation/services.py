@@ -483,9 +483,14 @@ def run_finish(*, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wa
     ``driven`` examples were driven in ``wall_s`` seconds by this invocation
     (a resumed run drives only what was left); they are stored as
     ``metrics["throughput"]`` = ``{"examples", "wall_s", "samples_per_s"}``.
+    An invocation that drove nothing (a resume with everything done) keeps
+    the throughput recorded before, if any: zero examples measure nothing.
     """
+    earlier = (run.metrics or {}).get("throughput")
     run.metrics = run_metrics(run=run)
-    if wall_s is not None:
+    if wall_s is not None and driven == 0 and earlier:
+        run.metrics["throughput"] = earlier
+    elif wall_s is not None:
         run.metrics["throughput"] = {
             "examples": driven, "wall_s": round(wall_s, 3),
             "samples_per_s": round(driven / wall_s, 2) if wall_s > 0 else None,

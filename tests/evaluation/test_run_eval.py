@@ -457,3 +457,110 @@ def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_
     assert (run.metrics["total"], run.metrics["correct"]) == (2, 2)
     assert set(Turn.objects.filter(predictions__run=run).values_list("status", flat=True)) == {"succeeded"}
     assert Turn.objects.get(pk=planned[0].turn_id).job_id.startswith(f"eval-{host}-")
+
+
+def test_a_json_path_that_is_a_folder_is_refused_before_running(tmp_path, endpoint):
+    with StubLLMServer(lambda body: text_reply("2")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", str(GSM8K), "--limit", "1", "--json", str(tmp_path))
+        assert server.request_count == 0
+    assert excinfo.value.returncode == 2
+    assert f"--json {tmp_path} is a folder" in str(excinfo.value)
+    assert (Dataset.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0)
+
+
+def test_a_model_file_that_is_not_a_gguf_is_exit_2_naming_it(settings, tmp_path):
+    """llama.cpp refuses a file without the GGUF header at once, so this never
+    loads the real model."""
+    settings.AGENTLAB_LLM_BASE_URL = None
+    not_gguf = tmp_path / "README.md"
+    not_gguf.write_text("# not a model\n", encoding="utf-8")
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "--no-review", "demo", "--model", str(not_gguf), "--limit", "1")
+    assert excinfo.value.returncode == 2
+    assert f"could not load the GGUF model {not_gguf}" in str(excinfo.value)
+    assert (Dataset.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0)
+
+
+def test_a_database_that_cannot_be_reached_is_exit_2_naming_it(endpoint, tmp_path):
+    """A database that does not exist (PostgreSQL) or a file that cannot be
+    opened (SQLite): the real driver's connect error, said in one line."""
+    settings_dict = connection.settings_dict
+    real_name = settings_dict["NAME"]
+    missing = (str(tmp_path / "no-such-folder" / "db.sqlite3") if connection.vendor == "sqlite"
+               else "agentlab_no_such_database")
+    connection.close()
+    settings_dict["NAME"] = missing
+    try:
+        with StubLLMServer(lambda body: text_reply("2")) as server:
+            endpoint(server)
+            with pytest.raises(CommandError) as excinfo:
+                call_command("run_eval", "--no-review", str(GSM8K), "--limit", "1")
+            assert server.request_count == 0
+    finally:
+        connection.close()
+        settings_dict["NAME"] = real_name
+    assert excinfo.value.returncode == 2
+    assert f"cannot connect to the database {connection.vendor}/{missing}: " in str(excinfo.value)
+    assert (Dataset.objects.count(), Run.objects.count()) == (0, 0)
+
+
+def test_import_dataset_on_an_unmigrated_database_is_exit_2_with_a_hint():
+    call_command("migrate", "evaluation", "zero", verbosity=0)  # as if `migrate` was never run for it
+    try:
+        with pytest.raises(CommandError) as excinfo:
+            call_command("import_dataset", str(ARC), "--name", "arc")
+    finally:
+        call_command("migrate", verbosity=0)
+    assert excinfo.value.returncode == 2
+    assert "3 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
+    assert "run `manage.py migrate` first" in str(excinfo.value)
+    assert Dataset.objects.count() == 0
+
+
+def test_max_steps_from_the_environment_is_named_as_such(settings):
+    settings.AGENTLAB_MAX_STEPS = 0
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "--no-review", "demo")
+    assert excinfo.value.returncode == 2
+    assert str(excinfo.value) == "AGENTLAB_MAX_STEPS must be at least 1, got 0"
+    with pytest.raises(CommandError) as excinfo:
+        call_command("run_eval", "--no-review", "demo", "--max-steps", "0")
+    assert str(excinfo.value) == "--max-steps must be at least 1, got 0"
+    assert Run.objects.count() == 0
+
+
+def test_a_resume_that_drives_nothing_keeps_the_throughput_and_says_what_the_metrics_cover(
+        endpoint, tmp_path, capsys):
+    gsm = rows(GSM8K, 12)
+    with StubLLMServer(oracle(gsm, right=set(range(12)))) as server:
+        endpoint(server)
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "whole", "--limit", "12")
+        first = Run.objects.get(run_id="whole").metrics["throughput"]
+        capsys.readouterr()
+        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "whole", "--limit", "5",
+                     "--json", str(tmp_path / "whole.json"))
+        assert server.request_count == 12
+    err = capsys.readouterr().err
+    assert "0 to do, 5 already done (resumed)" in err
+    assert "the metrics cover all 12 predictions of the run, not only these 5" in err
+    assert first["examples"] == 12
+    run = Run.objects.get(run_id="whole")
+    assert run.metrics["throughput"] == first and run.metrics["total"] == 12
+    assert json.loads((tmp_path / "whole.json").read_text())["metrics"]["throughput"] == first
+
+
+def test_fail_under_with_nothing_scored_says_no_example_could_be_scored(tmp_path, endpoint):
+    path = tmp_path / "ungradable.jsonl"
+    path.write_text("".join(json.dumps({"question_id": f"q{i}", "question": f"Say {i}.", "answer": "The.",
+                                        "task_type": "trivia"}) + "\n" for i in range(2)), encoding="utf-8")
+    with StubLLMServer(lambda body: final_answer_reply("anything", "e", "r")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", str(path), "--run-id", "ungradable", "--fail-under", "0")
+    assert excinfo.value.returncode == 1
+    message = str(excinfo.value)
+    assert "no example could be scored (2 unscored of 2)" in message and "n/a" not in message
+    run = Run.objects.get(run_id="ungradable")
+    assert (run.metrics["scored"], run.metrics["accuracy"]) == (0, None)

@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 from channels.testing import WebsocketCommunicator
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
@@ -354,3 +354,16 @@ def test_a_cancel_asked_of_a_turn_whose_driver_died_ends_it_cancelled_when_swept
     assert [e.seq for e in events] == list(range(1, stale.last_seq + 1))
     with pytest.raises(StateConflict):
         turn_resume_and_enqueue(turn_id=stale.pk, acting_user=owner)  # finished: nothing to resume
+
+
+def test_sweep_turns_on_an_unmigrated_database_is_exit_2_with_a_hint():
+    call_command("migrate", "evaluation", "zero", verbosity=0)
+    call_command("migrate", "turns", "zero", verbosity=0)  # as if `migrate` was never run for them
+    try:
+        with pytest.raises(CommandError) as excinfo:
+            call_command("sweep_turns")
+    finally:
+        call_command("migrate", verbosity=0)
+    assert excinfo.value.returncode == 2
+    assert "migration(s) not applied: turns.0001_initial" in str(excinfo.value)
+    assert "run `manage.py migrate` first" in str(excinfo.value)

@@ -171,6 +171,18 @@ class LocalGGUFProvider:
         self.n_threads = n_threads
         self.max_tokens = max_tokens
 
+    def load(self) -> None:
+        """Load the model now (in the calling thread) instead of on the first
+        completion, so a file that is not a loadable GGUF is reported up front
+        rather than as a provider error on every call. The model is cached for
+        the process, so the calls that follow reuse it. Raises
+        ``LocalModelUnavailable`` naming the path (llama.cpp refuses a file
+        that is not a GGUF within milliseconds)."""
+        try:
+            _load(self.model_path, self.n_ctx, self.n_threads)
+        except Exception as exc:  # a broken file, not enough memory …
+            raise LocalModelUnavailable(f"could not load the GGUF model {self.model_path}: {exc}") from exc
+
     def _count_prompt_tokens(self, loaded: _LoadedModel, messages: list[dict[str, str]]) -> int:
         llama = loaded.llama
         if loaded.formatter is not None:

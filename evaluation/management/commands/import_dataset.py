@@ -1,4 +1,8 @@
-"""``manage.py import_dataset FILE --name NAME`` — register a JSONL dataset."""
+"""``manage.py import_dataset FILE --name NAME`` — register a JSONL dataset.
+
+Exit codes: 0 done, 2 bad input (a bad file or name, a database that cannot be
+reached or is not migrated).
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
+from agentlab.commands import database_check, database_errors
 from agentlab.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError, parse_jsonl
 from evaluation.selectors import dataset_fallback_task_types, fallback_note
@@ -25,11 +30,13 @@ class Command(BaseCommand):
         if not path.is_file():
             raise CommandError(f"{file}: no such file", returncode=2)
         try:
-            examples = parse_jsonl(path)
-            dataset = dataset_import(name=name or path.stem, examples=examples, source=str(path.resolve()))
+            with database_errors():
+                database_check()
+                examples = parse_jsonl(path)
+                dataset = dataset_import(name=name or path.stem, examples=examples, source=str(path.resolve()))
+                self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")
+                note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         except (DatasetFormatError, AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")
-        note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         if note:
             self.stderr.write(note)

@@ -1,6 +1,7 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
 
-Exit codes: 0 done, 1 accuracy below ``--fail-under``, 2 bad input.
+Exit codes: 0 done, 1 accuracy below ``--fail-under`` (or nothing could be
+scored), 2 bad input (options, dataset, model file, database), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import DatabaseError
 from django.utils import timezone
 from tqdm import tqdm
 
-from agentlab.agent.providers.local import LocalModelUnavailable
+from agentlab.agent.providers.local import LocalGGUFProvider, LocalModelUnavailable
+from agentlab.commands import database_check, database_errors
 from agentlab.db import DatabaseThreads
 from agentlab.errors import AgentLabError
 from agentlab.version import code_version
@@ -58,14 +59,10 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         try:
-            self._run(**opts)
+            with database_errors():
+                self._run(**opts)
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        except DatabaseError as exc:
-            if not _missing_tables(exc):
-                raise
-            raise CommandError(f"the database has no AgentLab tables yet ({exc}); "
-                               "run `manage.py migrate` first", returncode=2) from exc
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
@@ -74,9 +71,11 @@ class Command(BaseCommand):
             raise ValueError(f"--limit must be at least 1, got {limit}")
         if not 1 <= concurrency <= 256:
             raise ValueError(f"--concurrency must be between 1 and 256, got {concurrency}")
+        # name where the value came from: the user may never have passed the flag
+        max_steps_from = "--max-steps" if max_steps is not None else "AGENTLAB_MAX_STEPS"
         max_steps = max_steps if max_steps is not None else settings.AGENTLAB_MAX_STEPS
         if max_steps < 1:
-            raise ValueError(f"--max-steps must be at least 1, got {max_steps}")
+            raise ValueError(f"{max_steps_from} must be at least 1, got {max_steps}")
         if not 1 <= workers <= min(concurrency, 16):
             raise ValueError(f"--workers must be between 1 and {min(concurrency, 16)} (no more than --concurrency, "
                              f"{concurrency}, and at most 16), got {workers}")
@@ -84,21 +83,24 @@ class Command(BaseCommand):
             raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
         if run_id is not None:
             run_id = run_id_check(run_id)
-        pending = _pending_migrations()
-        if pending:
-            raise ValueError(f"the database is not migrated ({len(pending)} migration(s) not applied: "
-                             f"{', '.join(pending[:5])}{' …' if len(pending) > 5 else ''}); "
-                             "run `manage.py migrate` first")
         if json_path:
+            # checked before the run: the file is written only after it
+            if Path(json_path).is_dir():
+                raise ValueError(f"--json {json_path} is a folder; give the path of a file to write")
             parent = Path(json_path).resolve().parent
             if not parent.is_dir():
                 raise ValueError(f"--json {json_path}: folder {parent} does not exist")
+        database_check()
 
-        ds = dataset_resolve(name_or_path=dataset)
         provider = get_provider(model=model)
         if workers > 1 and provider.name == "local":
             raise ValueError("--workers above 1 needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
                              "each worker would load its own copy of the local model")
+        if isinstance(provider, LocalGGUFProvider):
+            # Loaded here, before anything is written: a file that is not a
+            # GGUF would otherwise fail every example as a provider error.
+            provider.load()
+        ds = dataset_resolve(name_or_path=dataset)
         # the random part keeps two runs started in the same second apart
         run_id = run_id or f"{ds.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
         config = {
@@ -109,10 +111,15 @@ class Command(BaseCommand):
         run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
         planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model,
                                     retry_errors=retry_errors)
+        in_run = run.predictions.count()
         self.stderr.write(
             f"run {run.run_id} on {ds.name}: {len(planned)} to do, {skipped} already done"
             + (" (resumed)" if resumed else "")
             + f"; {provider.name} model {provider.model}"
+            # a smaller --limit on a resume plans fewer examples than the run
+            # holds, but the metrics are over all of its rows
+            + (f"; the metrics cover all {in_run} predictions of the run, not only these {len(planned) + skipped}"
+               if in_run > len(planned) + skipped else "")
         )
         note = fallback_note(dataset_fallback_task_types(dataset=ds))
         if note:
@@ -150,9 +157,13 @@ class Command(BaseCommand):
                 {"run_id": run.run_id, "dataset": ds.name, "status": run.status, "config": run.config,
                  "metrics": run.metrics}, indent=2, ensure_ascii=False), encoding="utf-8")
         accuracy = run.metrics.get("accuracy")
-        if fail_under is not None and (accuracy is None or accuracy < fail_under):
-            shown = "n/a" if accuracy is None else f"{accuracy:.3f}"
-            raise CommandError(f"accuracy {shown} is below --fail-under {fail_under}", returncode=1)
+        if fail_under is not None and accuracy is None:
+            # nothing scored cannot pass a bar, not even 0
+            raise CommandError(f"no example could be scored ({run.metrics.get('unscored', 0)} unscored of "
+                               f"{run.metrics.get('total', 0)}), so accuracy cannot meet --fail-under {fail_under}",
+                               returncode=1)
+        if fail_under is not None and accuracy < fail_under:
+            raise CommandError(f"accuracy {accuracy:.3f} is below --fail-under {fail_under}", returncode=1)
 
     def _drive_in_processes(self, planned: list[Any], *, provider: Any, workers: int, concurrency: int,
                             model: str | None, bar: tqdm, review: bool) -> float:
@@ -181,20 +192,3 @@ class Command(BaseCommand):
                 if close is not None:
                     await close()
 
-
-def _pending_migrations() -> list[str]:
-    """``app.migration`` names not applied to the default database yet (an
-    older database after an upgrade would fail part-way on a missing column)."""
-    from django.db import DEFAULT_DB_ALIAS, connections
-    from django.db.migrations.executor import MigrationExecutor
-
-    executor = MigrationExecutor(connections[DEFAULT_DB_ALIAS])
-    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
-    return [f"{migration.app_label}.{migration.name}" for migration, _backwards in plan]
-
-
-def _missing_tables(exc: DatabaseError) -> bool:
-    """Whether a database error says a table is missing (an unmigrated
-    database): PostgreSQL's ``relation … does not exist``, SQLite's ``no such table``."""
-    text = str(exc)
-    return "no such table" in text or ("relation" in text and "does not exist" in text)

@@ -1,5 +1,7 @@
 """``manage.py sweep_turns [--stale-s S]``: mark stale turns as interrupted
-and queue lost ones again (``turns.services.turns_sweep``; for cron)."""
+and queue lost ones again (``turns.services.turns_sweep``; for cron).
+
+Exit 2 when the database cannot be reached or is not migrated."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from agentlab.commands import database_check, database_errors
 from turns.services import turns_sweep
 
 
@@ -21,6 +24,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, stale_s: float | None = None, **options: Any) -> None:
         stale = float(settings.TURN_STALE_S if stale_s is None else stale_s)
-        swept = turns_sweep(stale_s=stale)
+        with database_errors():
+            database_check()
+            swept = turns_sweep(stale_s=stale)
         self.stdout.write(f"marked {swept.interrupted} stale turn(s) interrupted (heartbeat older than {stale:g} s); "
                           f"queued {swept.requeued} lost turn(s) again (queued for more than {stale:g} s)")

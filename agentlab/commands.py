@@ -1,0 +1,78 @@
+"""What AgentLab's management commands share: a database that cannot be
+reached or is not migrated becomes a one-line message and exit status 2 (bad
+input, as ``run_eval`` documents it) instead of a traceback.
+
+``database_check()`` runs before a command writes anything; ``database_errors()``
+wraps the command's work and catches what the check cannot see in advance (a
+table dropped in between, say).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.core.management.base import CommandError
+from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections
+
+MIGRATE_HINT = "run `manage.py migrate` first"
+
+
+def pending_migrations(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:
+    """``app.migration`` names not applied to the database yet, in the order
+    ``migrate`` would apply them (an older database after an upgrade would
+    fail part-way on a missing column; a new one has them all pending)."""
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connections[using])
+    plan = executor.migration_plan(executor.loader.graph.leaf_nodes())
+    return [f"{migration.app_label}.{migration.name}" for migration, _backwards in plan]
+
+
+def database_label(*, using: str = DEFAULT_DB_ALIAS) -> str:
+    """``vendor/name`` of a configured database, e.g. ``postgresql/agentlab``
+    (a SQLite name is the file's path)."""
+    connection = connections[using]
+    return f"{connection.vendor}/{connection.settings_dict.get('NAME')}"
+
+
+def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
+    """Check that the database can be reached and has every migration applied.
+
+    Raises ``CommandError(returncode=2)``: ``cannot connect to the database
+    <vendor/name>: <reason>`` (the driver's reason on one line), or ``the
+    database is not migrated (N migration(s) not applied: …); run `manage.py
+    migrate` first`` naming up to five of them.
+    """
+    try:
+        connections[using].ensure_connection()
+    except OperationalError as exc:
+        reason = " ".join(str(exc).split())
+        raise CommandError(f"cannot connect to the database {database_label(using=using)}: {reason}",
+                           returncode=2) from exc
+    pending = pending_migrations(using=using)
+    if pending:
+        shown = ", ".join(pending[:5]) + (" …" if len(pending) > 5 else "")
+        raise CommandError(f"the database is not migrated ({len(pending)} migration(s) not applied: {shown}); "
+                           f"{MIGRATE_HINT}", returncode=2)
+
+
+def missing_tables(exc: DatabaseError) -> bool:
+    """Whether a database error says a table is missing (an unmigrated
+    database): PostgreSQL's ``relation … does not exist``, SQLite's ``no such table``."""
+    text = str(exc)
+    return "no such table" in text or ("relation" in text and "does not exist" in text)
+
+
+@contextmanager
+def database_errors() -> Iterator[None]:
+    """Turn a ``DatabaseError`` that says a table is missing, raised inside the
+    block, into ``CommandError(returncode=2)`` with the migrate hint; any
+    other database error propagates unchanged."""
+    try:
+        yield
+    except DatabaseError as exc:
+        if not missing_tables(exc):
+            raise
+        raise CommandError(f"the database has no AgentLab tables yet ({exc}); {MIGRATE_HINT}",
+                           returncode=2) from exc
