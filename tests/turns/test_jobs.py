@@ -19,11 +19,11 @@ from turns.driver import turn_claim
 from turns.events import events_after
 from turns.models import Conversation, Turn, TurnEvent
 from turns.services import (
+    SweepResult,
     turn_cancel,
     turn_create,
     turn_interrupt,
     turn_resume_and_enqueue,
-    SweepResult,
     turn_start,
     turns_sweep,
     turns_sweep_stale,
