@@ -16,7 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from agentlab.db import update_by_pk
@@ -145,7 +145,7 @@ def run_id_check(run_id: str | None) -> str:
 
 
 def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
-              started_by: AbstractBaseUser | None = None) -> tuple[Run, bool]:
+              started_by: AbstractBaseUser | None = None, driver: str = "") -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
 
     Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
@@ -153,40 +153,95 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
     ``StateConflict`` when the run id exists on another dataset, was started
     with another provider, model or review setting, or is being driven by
-    another process right now (``run_driven_elsewhere``); nothing is written
-    then.
+    another process right now; nothing is written then. "Another process"
+    means a live lease (``driver`` set, ``heartbeat_at`` younger than
+    ``TURN_STALE_S``, its process not known to be gone) or a turn of the run
+    under a live driver (``run_driven_elsewhere``).
+
+    ``driver`` (``run_eval``: a job tag from ``run_lease_tag``) takes the
+    run's lease in the same transaction; the caller then renews it
+    (``run_heartbeat``) and ``run_finish`` releases it. Two processes that
+    create the same new run id at once: the second gets ``StateConflict``.
     """
     run_id = run_id_check(run_id)
-    with transaction.atomic():
-        run = Run.objects.select_for_update().filter(run_id=run_id).first()
-        if run is None:
-            run = Run.objects.create(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
-                                     system_user=_system_user(run_id), status=RunStatus.STARTED)
-            return run, False
-        if run.dataset_id != dataset.pk:
-            raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
-        for key in ("provider", "model", "review"):
-            if key in run.config and key in config and run.config[key] != config[key]:
-                raise StateConflict(
-                    f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
-                    "one run measures one setup; start a new run id")
-        busy = run_driven_elsewhere(run=run)
-        if busy is not None:
-            age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
+    leased = {"driver": driver, "heartbeat_at": timezone.now() if driver else None}
+    try:
+        with transaction.atomic():
+            return _run_start(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
+                              leased=leased)
+    except IntegrityError as exc:
+        if not Run.objects.filter(run_id=run_id).exists():
+            raise
+        raise StateConflict(f"run {run_id!r} was just started by another process; wait for it to finish, "
+                            "then run again to resume") from exc
+
+
+def _run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any], started_by: AbstractBaseUser | None,
+               leased: dict[str, Any]) -> tuple[Run, bool]:
+    run = Run.objects.select_for_update().filter(run_id=run_id).first()
+    if run is None:
+        run = Run.objects.create(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
+                                 system_user=_system_user(run_id), status=RunStatus.STARTED, **leased)
+        return run, False
+    if run.dataset_id != dataset.pk:
+        raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
+    for key in ("provider", "model", "review"):
+        if key in run.config and key in config and run.config[key] != config[key]:
             raise StateConflict(
-                f"run {run_id!r} is being driven by another process right now: its turn {busy.pk} is "
-                f"{busy.status} under job {busy.job_id} (heartbeat {age:.0f} s ago). Wait for that run_eval to "
-                f"finish or stop it; the run can then be resumed — at once if that process ran on this machine, "
-                f"else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
-        resumes = list(run.config.get("resumes", []))
-        resumes.append({"at": timezone.now().isoformat(), "config": config})
-        run.config = {**run.config, "resumes": resumes}
-        run.status = RunStatus.STARTED
-        run.finished_at = None
-        if run.system_user_id is None:
-            run.system_user = _system_user(run_id)
-        run.save(update_fields=["config", "status", "finished_at", "system_user"])
-        return run, True
+                f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
+                "one run measures one setup; start a new run id")
+    holder = run_lease_holder(run=run)
+    if holder is not None:
+        raise StateConflict(
+            f"run {run_id!r} is being driven by another process right now ({holder}). Wait for that "
+            "run_eval to finish or stop it; the run can then be resumed — at once if that process ran on "
+            f"this machine, else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
+    busy = run_driven_elsewhere(run=run)
+    if busy is not None:
+        age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
+        raise StateConflict(
+            f"run {run_id!r} is being driven by another process right now: its turn {busy.pk} is "
+            f"{busy.status} under job {busy.job_id} (heartbeat {age:.0f} s ago). Wait for that run_eval to "
+            f"finish or stop it; the run can then be resumed — at once if that process ran on this machine, "
+            f"else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
+    resumes = list(run.config.get("resumes", []))
+    resumes.append({"at": timezone.now().isoformat(), "config": config})
+    run.config = {**run.config, "resumes": resumes}
+    run.status = RunStatus.STARTED
+    run.finished_at = None
+    run.driver, run.heartbeat_at = leased["driver"], leased["heartbeat_at"]
+    if run.system_user_id is None:
+        run.system_user = _system_user(run_id)
+    run.save(update_fields=["config", "status", "finished_at", "system_user", "driver", "heartbeat_at"])
+    return run, True
+
+
+def run_lease_tag() -> str:
+    """The lease tag of this process for ``run_start(driver=…)``: host and
+    pid, in the form ``turns.jobs.inline_job_is_gone`` can judge."""
+    from turns.jobs import local_job_id
+
+    return f"{local_job_id('eval', 0)}:run"
+
+
+def run_lease_holder(*, run: Run) -> str | None:
+    """Who holds ``run``'s lease, as words for a message, or ``None`` when no
+    live process does (no lease, a heartbeat older than ``TURN_STALE_S``, or
+    a process of this machine that has exited)."""
+    from turns.jobs import inline_job_is_gone
+
+    if not run.driver or run.heartbeat_at is None:
+        return None
+    age = (timezone.now() - run.heartbeat_at).total_seconds()
+    if age > float(settings.TURN_STALE_S) or inline_job_is_gone(run.driver):
+        return None
+    return f"run_eval {run.driver.split(':')[0]}, heartbeat {age:.0f} s ago"
+
+
+def run_heartbeat(*, run_pk: int, driver: str) -> bool:
+    """Renew the lease ``driver`` holds on the run with primary key
+    ``run_pk``; ``False`` when the lease is no longer ``driver``'s."""
+    return Run.objects.filter(pk=run_pk, driver=driver).update(heartbeat_at=timezone.now()) == 1
 
 
 def run_driven_elsewhere(*, run: Run) -> Turn | None:
@@ -497,5 +552,6 @@ def run_finish(*, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wa
         }
     run.status = status
     run.finished_at = timezone.now()
-    run.save(update_fields=["metrics", "status", "finished_at"])
+    run.driver, run.heartbeat_at = "", None  # the lease ends with the invocation
+    run.save(update_fields=["metrics", "status", "finished_at", "driver", "heartbeat_at"])
     return run

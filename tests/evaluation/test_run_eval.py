@@ -418,7 +418,8 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
     finally:
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert "1 migration(s) not applied: evaluation.0003_prediction_review_verdict" in str(excinfo.value)
+    assert ("2 migration(s) not applied: evaluation.0003_prediction_review_verdict, evaluation.0004_run_lease"
+            in str(excinfo.value))
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Run.objects.count() == 0 and Dataset.objects.count() == 0
 
@@ -514,7 +515,7 @@ def test_import_dataset_on_an_unmigrated_database_is_exit_2_with_a_hint():
     finally:
         call_command("migrate", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert "3 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
+    assert "4 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Dataset.objects.count() == 0
 
@@ -564,3 +565,71 @@ def test_fail_under_with_nothing_scored_says_no_example_could_be_scored(tmp_path
     assert "no example could be scored (2 unscored of 2)" in message and "n/a" not in message
     run = Run.objects.get(run_id="ungradable")
     assert (run.metrics["scored"], run.metrics["accuracy"]) == (0, None)
+
+
+
+def test_a_run_leased_by_a_live_run_eval_is_refused_and_resumed_once_the_lease_is_dead(endpoint, settings):
+    import subprocess as sp
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evaluation.services import run_lease_tag
+
+    call_command("import_dataset", str(GSM8K), "--name", "gsm-lease")
+    argv = ["run_eval", "gsm-lease", "--run-id", "lease", "--limit", "2", "--no-review"]
+    with StubLLMServer(oracle(rows(GSM8K, 2), right={0, 1})) as server:
+        endpoint(server)
+        call_command(*argv)
+        run = Run.objects.get(run_id="lease")
+        assert (run.driver, run.heartbeat_at) == ("", None)  # released when the invocation ended
+
+        # another run_eval of this machine holds it (this process stands in: alive)
+        Run.objects.filter(pk=run.pk).update(driver=run_lease_tag(), heartbeat_at=timezone.now())
+        with pytest.raises(CommandError) as excinfo:
+            call_command(*argv)
+        assert excinfo.value.returncode == 2
+        assert "run 'lease' is being driven by another process right now (run_eval eval-" in str(excinfo.value)
+        assert "resumes" not in Run.objects.get(pk=run.pk).config  # nothing was written
+
+        # its heartbeat has been silent for longer than TURN_STALE_S: resumable
+        Run.objects.filter(pk=run.pk).update(
+            heartbeat_at=timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S) + 5))
+        call_command(*argv)
+        assert len(Run.objects.get(pk=run.pk).config["resumes"]) == 1
+
+        # a live heartbeat, but from a process of this machine that has exited: resumable at once
+        dead = sp.Popen([sys.executable, "-c", "pass"])
+        dead.wait()
+        host = run_lease_tag().split("-")[1]
+        Run.objects.filter(pk=run.pk).update(driver=f"eval-{host}-{dead.pid}-0:run", heartbeat_at=timezone.now())
+        call_command(*argv)
+        run = Run.objects.get(pk=run.pk)
+        assert len(run.config["resumes"]) == 2 and (run.driver, run.status) == ("", "success")
+        assert server.request_count == 2  # the resumes had nothing left to ask
+
+
+def test_the_lease_is_renewed_while_held_and_its_thread_stops_when_taken_over():
+    import time as _time
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from evaluation.runner import RunLease
+    from evaluation.services import run_start
+
+    ds = Dataset.objects.create(name="lease-ds")
+    run, _ = run_start(run_id="renewed", dataset=ds, config={}, driver="eval-h-1-0:run")
+    old = timezone.now() - timedelta(seconds=60)
+    Run.objects.filter(pk=run.pk).update(heartbeat_at=old)
+    lease = RunLease(run_pk=run.pk, driver="eval-h-1-0:run", every=0.05).start()
+    try:
+        deadline = _time.monotonic() + 5
+        while Run.objects.get(pk=run.pk).heartbeat_at == old:
+            assert _time.monotonic() < deadline, "the lease was never renewed"
+            _time.sleep(0.02)
+        Run.objects.filter(pk=run.pk).update(driver="eval-other-2-0:run")  # taken over
+        lease._thread.join(5)
+        assert not lease._thread.is_alive()  # it gave up instead of renewing someone else's lease
+    finally:
+        lease.stop()

@@ -29,9 +29,9 @@ from evaluation.datasets import DatasetFormatError
 from evaluation.metrics import format_table
 from evaluation.models import RunStatus
 from evaluation.parallel import drive_in_processes
-from evaluation.runner import drive_examples
+from evaluation.runner import RunLease, drive_examples
 from evaluation.selectors import dataset_fallback_task_types, fallback_note
-from evaluation.services import dataset_resolve, run_finish, run_id_check, run_plan, run_start
+from evaluation.services import dataset_resolve, run_finish, run_id_check, run_lease_tag, run_plan, run_start
 from turns.llm import get_provider
 
 
@@ -58,11 +58,15 @@ class Command(BaseCommand):
         parser.add_argument("--json", dest="json_path", default=None, help="also write run and metrics to FILE")
 
     def handle(self, *args: Any, **opts: Any) -> None:
+        self._lease: RunLease | None = None
         try:
             with database_errors():
                 self._run(**opts)
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        finally:
+            if self._lease is not None:
+                self._lease.stop()
 
     def _run(self, *, dataset: str, run_id: str | None, limit: int | None, concurrency: int,
              max_steps: int | None, model: str | None, fail_under: float | None, json_path: str | None,
@@ -108,7 +112,10 @@ class Command(BaseCommand):
             "concurrency": concurrency, "limit": limit, "scorer": "per example, else per task type",
             "dataset": ds.name, "code_version": code_version(), "review": review, "workers": workers,
         }
-        run, resumed = run_start(run_id=run_id, dataset=ds, config=config)
+        # the run's lease: another run_eval on this run id is refused while we drive it
+        driver = run_lease_tag()
+        run, resumed = run_start(run_id=run_id, dataset=ds, config=config, driver=driver)
+        self._lease = RunLease(run_pk=run.pk, driver=driver).start()
         planned, skipped = run_plan(run=run, limit=limit, max_steps=max_steps, model=provider.model,
                                     retry_errors=retry_errors)
         in_run = run.predictions.count()
