@@ -8,6 +8,7 @@ root is read if present.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import TypeVar
 
@@ -22,17 +23,26 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 Number = TypeVar("Number", int, float)
 
 
-def env_number(name: str, default: Number) -> Number:
+def env_number(name: str, default: Number, *, minimum: Number | None = None, positive: bool = False) -> Number:
     """The environment variable ``name`` as a number of ``default``'s type
     (``int`` or ``float``), or ``default`` when it is unset. A value that is
-    not such a number raises ``ImproperlyConfigured`` naming the variable and
-    the value, instead of a bare ``ValueError`` from deep in django-environ."""
+    not such a finite number, is below ``minimum`` or, with ``positive``, is
+    not above 0 raises ``ImproperlyConfigured`` naming the variable and the
+    value, instead of a bare ``ValueError`` from deep in django-environ (or a
+    heartbeat of 0 s that spins, a negative timeout that ends every turn)."""
     cast = type(default)
+    kind = "an integer" if cast is int else "a number"
     try:
-        return env.get_value(name, cast=cast, default=default)
+        value = env.get_value(name, cast=cast, default=default)
     except ValueError as exc:
-        kind = "an integer" if cast is int else "a number"
         raise ImproperlyConfigured(f"{name} must be {kind}, got {env.str(name)!r}") from exc
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {env.str(name)!r}")
+    if positive and value <= 0:
+        raise ImproperlyConfigured(f"{name} must be above 0, got {env.str(name)!r}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {env.str(name)!r}")
+    return value
 
 
 SECRET_KEY = env.str("SECRET_KEY", default="agentlab-insecure-development-key-change-me")
@@ -141,8 +151,8 @@ REDIS_URL = env.str("REDIS_URL", default="")
 #: with 1011. Its pool also raises "Too many connections" past its limit
 #: instead of waiting (100 sockets leaving at once reached the default 100).
 REDIS_CHANNEL_HOST_OPTIONS = {
-    "socket_timeout": env_number("REDIS_SOCKET_TIMEOUT_S", 30.0),
-    "max_connections": env_number("REDIS_MAX_CONNECTIONS", 2000),
+    "socket_timeout": env_number("REDIS_SOCKET_TIMEOUT_S", 30.0, positive=True),
+    "max_connections": env_number("REDIS_MAX_CONNECTIONS", 2000, minimum=1),
 }
 if REDIS_URL:
     CHANNEL_LAYERS = {
@@ -150,7 +160,7 @@ if REDIS_URL:
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
                 "hosts": [{"address": REDIS_URL, **REDIS_CHANNEL_HOST_OPTIONS}],
-                "capacity": env_number("CHANNEL_CAPACITY", 100),
+                "capacity": env_number("CHANNEL_CAPACITY", 100, minimum=1),
             },
         }
     }
@@ -158,7 +168,7 @@ else:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels.layers.InMemoryChannelLayer",
-            "CONFIG": {"capacity": env_number("CHANNEL_CAPACITY", 100)},
+            "CONFIG": {"capacity": env_number("CHANNEL_CAPACITY", 100, minimum=1)},
         }
     }
 
@@ -177,15 +187,15 @@ AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
 AGENTLAB_LLM_API_KEY = env.str("AGENTLAB_LLM_API_KEY", default="") or None
 AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
 AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
-AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6)
-AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0)
+AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
+AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
 
-HEARTBEAT_S = env_number("HEARTBEAT_S", 15.0)
-TURN_STALE_S = env_number("TURN_STALE_S", 120.0)
-REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0)
+HEARTBEAT_S = env_number("HEARTBEAT_S", 15.0, positive=True)
+TURN_STALE_S = env_number("TURN_STALE_S", 120.0, positive=True)
+REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0, minimum=0.0)
 #: Review answered attempts with a second LLM call (DESIGN.md §4); run_eval has --review/--no-review.
 AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
-APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0) or None
+APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0, minimum=0.0) or None
 
 LOGGING = {
     "version": 1,

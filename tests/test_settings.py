@@ -29,3 +29,32 @@ def test_env_number_names_the_variable_and_the_bad_value(monkeypatch, value, def
     with pytest.raises(ImproperlyConfigured) as excinfo:
         env_number("AGENTLAB_TEST_NUMBER", default)
     assert str(excinfo.value) == message
+
+
+@pytest.mark.parametrize(("value", "bounds", "message"), [
+    ("0", {"positive": True}, "AGENTLAB_TEST_NUMBER must be above 0, got '0'"),
+    ("-5", {"minimum": 0.0}, "AGENTLAB_TEST_NUMBER must be at least 0.0, got '-5'"),
+    ("inf", {}, "AGENTLAB_TEST_NUMBER must be a number, got 'inf'"),  # environ refuses inf and nan
+])
+def test_env_number_refuses_values_out_of_range(monkeypatch, value, bounds, message):
+    monkeypatch.setenv("AGENTLAB_TEST_NUMBER", value)
+    with pytest.raises(ImproperlyConfigured) as excinfo:
+        env_number("AGENTLAB_TEST_NUMBER", 15.0, **bounds)
+    assert str(excinfo.value) == message
+    monkeypatch.setenv("AGENTLAB_TEST_NUMBER", "0")
+    assert env_number("AGENTLAB_TEST_NUMBER", 15.0, minimum=0.0) == 0.0  # the bound itself is allowed
+
+
+def test_manage_py_reports_a_bad_setting_in_one_line_with_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "HEARTBEAT_S": "0", "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.sqlite3")}
+    env.pop("DATABASE_URL", None)
+    proc = subprocess.run([sys.executable, "manage.py", "sweep_turns"], cwd=root, env=env, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr == "configuration error: HEARTBEAT_S must be above 0, got '0'\n"

@@ -633,3 +633,16 @@ def test_the_lease_is_renewed_while_held_and_its_thread_stops_when_taken_over():
         assert not lease._thread.is_alive()  # it gave up instead of renewing someone else's lease
     finally:
         lease.stop()
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full")
+def test_a_json_file_that_cannot_be_written_is_exit_2_and_the_run_is_kept(endpoint):
+    with StubLLMServer(oracle(rows(GSM8K, 1), right={0})) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(GSM8K), "--run-id", "full", "--limit", "1", "--no-review",
+                         "--json", "/dev/full")
+    assert excinfo.value.returncode == 2
+    assert "could not write --json /dev/full" in str(excinfo.value) and "run id full" in str(excinfo.value)
+    run = Run.objects.get(run_id="full")
+    assert (run.status, run.metrics["total"], run.metrics["correct"]) == ("success", 1, 1)

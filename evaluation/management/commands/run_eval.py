@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import secrets
 import sys
 import time
@@ -94,6 +95,9 @@ class Command(BaseCommand):
             parent = Path(json_path).resolve().parent
             if not parent.is_dir():
                 raise ValueError(f"--json {json_path}: folder {parent} does not exist")
+            target = Path(json_path)
+            if not os.access(target if target.exists() else parent, os.W_OK):
+                raise ValueError(f"--json {json_path}: not writable")
         database_check()
 
         provider = get_provider(model=model)
@@ -160,9 +164,13 @@ class Command(BaseCommand):
         self.stdout.write(format_table(run.metrics))
         self.stdout.write(f"run id: {run.run_id}")
         if json_path:
-            Path(json_path).write_text(json.dumps(
-                {"run_id": run.run_id, "dataset": ds.name, "status": run.status, "config": run.config,
-                 "metrics": run.metrics}, indent=2, ensure_ascii=False), encoding="utf-8")
+            try:
+                Path(json_path).write_text(json.dumps(
+                    {"run_id": run.run_id, "dataset": ds.name, "status": run.status, "config": run.config,
+                     "metrics": run.metrics}, indent=2, ensure_ascii=False), encoding="utf-8")
+            except OSError as exc:
+                raise CommandError(f"could not write --json {json_path}: {exc}; the run and its metrics are "
+                                   f"stored (run id {run.run_id})", returncode=2) from exc
         accuracy = run.metrics.get("accuracy")
         if fail_under is not None and accuracy is None:
             # nothing scored cannot pass a bar, not even 0
