@@ -19,7 +19,11 @@ field           required    rule
                             ``"18"``, ``["a"]`` → ``'["a"]'``)
 ``task_type``   yes         non-empty string
 ``choices``     no          non-empty list of strings (``null`` = absent)
-``context``     no          object (``null`` = absent)
+``context``     no          object (``null`` = absent); its
+                            ``database_file``, if any, a non-empty relative
+                            path that stays inside the dataset's folder once
+                            resolved (symlinks included); ``database_path`` is
+                            refused (it is derived from ``database_file``)
 ``scorer``      no          a name in :data:`evaluation.scoring.SCORERS`
                             (``null`` = absent)
 anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
@@ -152,12 +156,27 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         if not isinstance(context, dict):
             raise _fail(f"field 'context' must be an object, got {_json_type(context)}", source, line)
         context = dict(context)
+        if "database_path" in context:
+            # derived here from database_file; taken from input it would point
+            # sql_query at any SQLite file, the application's own included
+            message = "field 'context.database_path' is not allowed (give 'context.database_file')"
+            raise _fail(message, source, line)
         database_file = context.get("database_file")
         if database_file is not None:
             if not isinstance(database_file, str) or not database_file.strip():
                 raise _fail("field 'context.database_file' must be a non-empty string", source, line)
+            if Path(database_file).is_absolute():
+                message = f"field 'context.database_file' must be a relative path, got {database_file!r}"
+                raise _fail(message, source, line)
             if base_dir is not None:
-                context["database_path"] = str((base_dir / database_file).resolve())
+                folder = base_dir.resolve()
+                database_path = (folder / database_file).resolve()
+                if not database_path.is_relative_to(folder):
+                    message = (
+                        f"field 'context.database_file' {database_file!r} is outside the dataset's folder"
+                    )
+                    raise _fail(message, source, line)
+                context["database_path"] = str(database_path)
 
     scorer = record.get("scorer")
     if scorer is not None:
@@ -194,7 +213,7 @@ def parse_records(
     ``source`` names the input in errors; ``line`` in a raised
     :class:`DatasetFormatError` is the 1-based position of the record. With
     ``base_dir``, ``context.database_file`` is resolved against it into
-    ``context["database_path"]``. Raises :class:`DatasetFormatError` on the first
+    ``context["database_path"]`` and must stay inside it. Raises :class:`DatasetFormatError` on the first
     bad record, or when there are no records; returns nothing partial."""
     base = Path(base_dir) if base_dir is not None else None
     examples: list[ExampleSpec] = []
@@ -218,12 +237,15 @@ def parse_jsonl(path: str | Path) -> list[ExampleSpec]:
 
     ``context.database_file`` is resolved against the file's folder into an
     absolute ``context["database_path"]``; a missing database file is *not* an
-    error here (the SQL tool reports it when used).
+    error here (the SQL tool reports it when used), but an absolute
+    ``database_file``, one that resolves (symlinks followed) outside the file's
+    folder, and a ``context.database_path`` given in the line are: the SQL tool
+    would read whatever file they name.
 
     Raises :class:`DatasetFormatError` (a ``ValueError``) naming the file and the
     1-based line for: a file that cannot be read, bytes that are not UTF-8, a line
-    that is not JSON or not an object, a missing or ill-typed field, an unknown
-    scorer, a duplicate ``question_id``; and, with ``line=None``, a file with no
+    that is not JSON or not an object, a missing or ill-typed field, a database
+    file outside the folder, an unknown scorer, a duplicate ``question_id``; and, with ``line=None``, a file with no
     examples. Nothing is returned unless the whole file is valid."""
     path = Path(path)
     source = str(path)

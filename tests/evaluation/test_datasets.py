@@ -203,6 +203,65 @@ def test_missing_database_file_is_not_an_error(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.parametrize(
+    ("context", "message"),
+    [
+        (
+            {"database_path": "/abs/app.sqlite3"},
+            "field 'context.database_path' is not allowed (give 'context.database_file')",
+        ),
+        (
+            {"database_file": "x.sqlite", "database_path": "/abs/app.sqlite3"},
+            "field 'context.database_path' is not allowed (give 'context.database_file')",
+        ),
+        (
+            {"database_file": "/abs/app.sqlite3"},
+            "field 'context.database_file' must be a relative path, got '/abs/app.sqlite3'",
+        ),
+        (
+            {"database_file": "../a.sqlite3"},
+            "field 'context.database_file' '../a.sqlite3' is outside the dataset's folder",
+        ),
+        (
+            {"database_file": "dbs/../../a.sqlite3"},
+            "field 'context.database_file' 'dbs/../../a.sqlite3' is outside the dataset's folder",
+        ),
+    ],
+)
+def test_a_database_outside_the_dataset_folder_is_refused_naming_the_line(
+    tmp_path: Path, context: dict[str, str], message: str
+) -> None:
+    folder = tmp_path / "set"
+    folder.mkdir()
+    path = _write(folder, "\n".join([_line(question_id="a"), _line(question_id="b", context=context)]))
+    error = _error(path)
+    assert (error.line, error.message, str(error)) == (2, message, f"bad.jsonl, line 2: {message}")
+    with pytest.raises(DatasetFormatError) as info:
+        parse_records([json.loads(_line(context=context))], source="upload", base_dir=folder)
+    assert str(info.value) == f"upload, line 1: {message}"
+
+
+def test_a_symlink_out_of_the_dataset_folder_is_refused(tmp_path: Path) -> None:
+    outside = tmp_path / "app.sqlite3"
+    outside.write_bytes(b"")
+    folder = tmp_path / "set"
+    folder.mkdir()
+    (folder / "dbs").symlink_to(tmp_path)
+    path = _write(folder, _line(context={"database_file": "dbs/app.sqlite3"}))
+    assert str(_error(path)) == (
+        "bad.jsonl, line 1: field 'context.database_file' 'dbs/app.sqlite3' is outside the dataset's folder"
+    )
+
+
+def test_a_dataset_folder_reached_through_a_symlink_still_resolves(tmp_path: Path) -> None:
+    real = tmp_path / "real"
+    (real / "dbs").mkdir(parents=True)
+    (tmp_path / "link").symlink_to(real)
+    _write(real, _line(context={"database_file": "dbs/x.sqlite"}), name="set.jsonl")
+    (only,) = parse_jsonl(tmp_path / "link" / "set.jsonl")
+    assert only.context == {"database_file": "dbs/x.sqlite", "database_path": str(real / "dbs" / "x.sqlite")}
+
+
 # --------------------------------------------------------------------------- malformed files
 
 

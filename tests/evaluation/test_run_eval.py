@@ -141,6 +141,25 @@ def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoi
     assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
 
 
+def test_a_database_file_outside_the_dataset_folder_is_exit_2_and_writes_nothing(tmp_path, endpoint):
+    folder = tmp_path / "set"
+    folder.mkdir()
+    path = folder / "escape.jsonl"
+    good = {"question_id": "1", "question": "How many users?", "answer": "1", "task_type": "sql"}
+    bad = {**good, "question_id": "2", "context": {"database_file": "../a.sqlite3"}}
+    path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
+    with StubLLMServer(lambda body: text_reply("1")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", str(path), "--run-id", "escape")
+        assert server.request_count == 0
+    assert excinfo.value.returncode == 2
+    assert "escape.jsonl, line 2: field 'context.database_file' '../a.sqlite3' is outside the dataset's folder" in (
+        str(excinfo.value)
+    )
+    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
+
+
 @pytest.mark.parametrize("args", [["--limit", "0"], ["--concurrency", "0"], ["--run-id", " "], ["--fail-under", "2"],
                                   ["--workers", "0"], ["--concurrency", "2", "--workers", "3"]])
 def test_bad_options_are_exit_2(args):
