@@ -465,6 +465,16 @@ SQL_MAX_ROWS = 50
 SQL_TIME_LIMIT_S = 2.0
 #: SQLite VM instructions between two looks at the clock (a few µs of work).
 _PROGRESS_INSTRUCTIONS = 1000
+#: Bytes one string or blob may have (``SQLITE_LIMIT_LENGTH``): the progress
+#: handler only runs between VM instructions, so one call such as
+#: ``zeroblob(300000000)`` would otherwise run (and allocate) unchecked.
+SQL_MAX_VALUE_BYTES = 1_000_000
+#: Bytes of query text (``SQLITE_LIMIT_SQL_LENGTH``).
+SQL_MAX_QUERY_BYTES = 100_000
+#: Characters of one text or blob cell sent back to the model; the rest is cut.
+SQL_MAX_CELL_CHARS = 1_000
+#: Characters of the ``rows`` JSON sent back to the model; rows past it are only counted.
+SQL_MAX_RESULT_CHARS = 20_000
 NO_DATABASE = "No database comes with this question, so there is nothing to query."
 SCHEMA_QUERY = "SELECT sql FROM sqlite_master WHERE type = 'table'"
 
@@ -475,7 +485,17 @@ _READ_ACTIONS = frozenset(
 # Pragmas that only describe the schema; every other pragma could change the
 # connection (``query_only = OFF``) and is refused.
 _SCHEMA_PRAGMAS = frozenset(
-    {"table_info", "table_xinfo", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+    {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo", "foreign_key_list"}
+)
+# Functions refused although a SELECT may call them: ``fts3_tokenizer`` returns
+# a memory address, the others read or write files or load code (the last three
+# exist only in the sqlite3 shell; listed in case a build links them in).
+_DENIED_FUNCTIONS = frozenset({"fts3_tokenizer", "load_extension", "readfile", "writefile", "edit"})
+# One printf conversion: flags, width, precision, length, type (SQLite's printf.c).
+_PRINTF_CONVERSION = re.compile(r"%[-+ #0,!]*(\*|\d+)?(?:\.(\*|\d+))?(?:ll|l)?(.)", re.DOTALL)
+_TOO_BIG = (
+    f"a value would exceed {SQL_MAX_VALUE_BYTES} bytes (the limit for one string or blob); "
+    "make it smaller or return a count or a substr() instead"
 )
 
 
@@ -489,7 +509,56 @@ def _has_database(context: ToolContext) -> bool:
 
 def _json_cell(value: Any) -> Any:
     # SQLite gives None, int, float, str or bytes; a blob is shown as an SQL blob literal.
-    return f"X'{value.hex()}'" if isinstance(value, bytes) else value
+    if isinstance(value, bytes):
+        value = f"X'{value.hex()}'"
+    if isinstance(value, str) and len(value) > SQL_MAX_CELL_CHARS:
+        return f"{value[:SQL_MAX_CELL_CHARS]}…[cut: {len(value)} characters]"
+    return value
+
+
+def _bounded_printf(helper: sqlite3.Connection, too_big: list[str]) -> Callable[..., Any]:
+    """SQLite's ``printf`` (alias ``format``), refusing a ``%c`` whose precision
+    (the repeat count) is over ``SQL_MAX_VALUE_BYTES``.
+
+    Why: in SQLite before 3.41 (3.40.1 here) ``printf('%.*c', 500000000, 'x')``
+    keeps looping over the repeat count after the length limit is hit — about
+    3 s, up to 11 s for 2**31, inside one function call where the progress
+    handler cannot stop it — and then returns NULL. The checked call is
+    forwarded to the built-in ``printf`` of ``helper`` (an in-memory
+    connection with the same length limit); a NULL from it for a non-NULL
+    format means the result was too big. Either way the function name is
+    appended to ``too_big`` and an exception raised, which SQLite turns into
+    "user-defined function raised exception".
+    """
+
+    def printf(fmt: Any = None, *args: Any) -> Any:
+        if fmt is None:
+            return None
+        index = 0
+        for match in _PRINTF_CONVERSION.finditer(str(fmt)):
+            width, precision, kind = match.groups()
+            if kind == "%" and width is None and precision is None:
+                continue
+            if width == "*":
+                index += 1
+            if precision == "*":
+                raw = args[index] if index < len(args) else 0
+                (count,) = helper.execute("SELECT abs(CAST(? AS INTEGER))", (raw,)).fetchone()
+                index += 1
+            else:
+                count = int(precision or 0)
+            if kind == "c" and count > SQL_MAX_VALUE_BYTES:
+                too_big.append("printf")
+                raise ValueError(_TOO_BIG)
+            index += 1
+        placeholders = ", ".join("?" * (1 + len(args)))
+        (value,) = helper.execute(f"SELECT printf({placeholders})", (fmt, *args)).fetchone()
+        if value is None:
+            too_big.append("printf")
+            raise ValueError(_TOO_BIG)
+        return value
+
+    return printf
 
 
 def _table_names(connection: sqlite3.Connection) -> list[str]:
@@ -508,23 +577,37 @@ def run_sql_query(
 
     Returns ``{"columns": [name, …], "rows": [[value, …], …], "row_count": n}``:
     at most ``max_rows`` rows (values as SQLite gives them; a blob as
-    ``"X'<hex>'"``), ``row_count`` the number of rows the query produced. When
-    rows were left out, ``"note"`` says how many; a count cut off by the time
-    limit is a lower bound and the note says "at least".
+    ``"X'<hex>'"``), ``row_count`` the number of rows the query produced. A text
+    or blob cell longer than ``SQL_MAX_CELL_CHARS`` characters is cut to that
+    many, followed by ``"…[cut: <length> characters]"``; rows are added only
+    while the ``rows`` JSON stays within ``SQL_MAX_RESULT_CHARS`` characters. When
+    rows were left out (by ``max_rows`` or the size cap), ``"note"`` says how
+    many were shown of how many, and why; a count cut off by the time limit is a
+    lower bound and the note says "at least".
 
     Read-only three times over: the file is opened ``mode=ro`` (a ``file:`` URI),
     ``PRAGMA query_only = ON``, and an authorizer that lets through only what a
     SELECT needs (reading tables, functions, recursive CTEs, the schema pragmas
-    ``table_info`` …) — the first two alone still allow ``ATTACH`` and
-    ``VACUUM INTO``, which create files. More than one statement is refused by
-    ``sqlite3`` before anything runs. A progress handler aborts the query after
-    ``time_limit_s`` seconds. A fresh connection per call, so nothing (a pragma,
-    a temp table) carries over between calls.
+    ``table_info`` … and their table-valued forms ``pragma_table_info('t')``) —
+    the first two alone still allow ``ATTACH`` and ``VACUUM INTO``, which create
+    files. The functions in ``_DENIED_FUNCTIONS`` (``fts3_tokenizer`` returns a
+    memory address; ``load_extension``, ``readfile`` …) are refused. More than
+    one statement is refused by ``sqlite3`` before anything runs.
+
+    Bounded in time and memory: a progress handler aborts the query after
+    ``time_limit_s`` seconds; since it runs only between VM instructions, one
+    expensive call is bounded by SQLite's own limits instead — no string or
+    blob over ``SQL_MAX_VALUE_BYTES`` (``SQLITE_LIMIT_LENGTH``; ``zeroblob(3e8)``
+    fails at once) and no query text over ``SQL_MAX_QUERY_BYTES`` — and by a
+    checked ``printf``/``format`` (see ``_bounded_printf``). A fresh
+    connection per call, so nothing (a pragma, a temp table) carries over
+    between calls.
 
     Raises ``SQLQueryError`` (a ``ValueError``) with a message for the model:
     missing database file, empty query, several statements, a refused (writing)
-    statement, the time limit, or any SQLite error (for an unknown table or
-    column the message lists the tables).
+    statement or function, the time limit, a value or query over its limit, or
+    any SQLite error (for an unknown table or column the message lists the
+    tables).
     """
     if not query.strip():
         raise SQLQueryError("empty query; write one SELECT statement")
@@ -535,15 +618,27 @@ def run_sql_query(
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise SQLQueryError(f"cannot open the database: {exc}") from exc
+    helper = sqlite3.connect(":memory:", isolation_level=None)
     denied: list[int] = []
+    denied_functions: list[str] = []
+    too_big: list[str] = []
     timed_out = False
     deadline = time.monotonic() + time_limit_s
 
     def authorize(
         action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
     ) -> int:
+        if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
+            denied_functions.append(str(arg2))
+            return sqlite3.SQLITE_DENY
         if action in _READ_ACTIONS or (action == sqlite3.SQLITE_PRAGMA and arg1 in _SCHEMA_PRAGMAS):
             return sqlite3.SQLITE_OK
+        if action == sqlite3.SQLITE_UPDATE and arg1 == "sqlite_master":
+            # Asked while a table-valued pragma (pragma_table_info('t'))
+            # sets up its virtual table. IGNORE turns any such column update
+            # into a no-op, and SQLite refuses an UPDATE of sqlite_master
+            # statement before asking ("table sqlite_master may not be modified").
+            return sqlite3.SQLITE_IGNORE
         denied.append(action)
         return sqlite3.SQLITE_DENY
 
@@ -553,16 +648,30 @@ def run_sql_query(
         return 1 if timed_out else 0
 
     try:
+        for limited in (connection, helper):
+            limited.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQL_MAX_VALUE_BYTES)
+            limited.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, SQL_MAX_QUERY_BYTES)
+        bounded_printf = _bounded_printf(helper, too_big)
+        for name in ("printf", "format"):
+            connection.create_function(name, -1, bounded_printf, deterministic=True)
         connection.execute("PRAGMA query_only = ON")
         connection.set_authorizer(authorize)
         connection.set_progress_handler(over_time, _PROGRESS_INSTRUCTIONS)
         rows: list[list[Any]] = []
+        fetched = 0
         extra = 0
+        rows_chars = 2  # the JSON of rows: "[" row ", " row … "]"
+        over_size = False
         try:
             cursor = connection.execute(query)
             columns = [str(d[0]) for d in cursor.description or ()]
             for row in cursor.fetchmany(max_rows):
-                rows.append([_json_cell(v) for v in row])
+                fetched += 1
+                cells = [_json_cell(v) for v in row]
+                rows_chars += len(json.dumps(cells, ensure_ascii=False)) + (2 if rows else 0)
+                over_size = over_size or rows_chars > SQL_MAX_RESULT_CHARS
+                if not over_size:
+                    rows.append(cells)
             try:
                 while batch := cursor.fetchmany(1000):
                     extra += len(batch)
@@ -574,6 +683,10 @@ def run_sql_query(
                 raise SQLQueryError("only one statement per call; send the queries one by one") from exc
             raise SQLQueryError(str(exc)) from exc
         except sqlite3.Error as exc:
+            if denied_functions:
+                raise SQLQueryError(
+                    f"refused: the function {denied_functions[0]}() is not available in sql_query"
+                ) from exc
             if denied:
                 raise SQLQueryError(
                     "refused: sql_query only reads; send one SELECT (or WITH … SELECT)"
@@ -584,6 +697,12 @@ def run_sql_query(
                     "add a LIMIT"
                 ) from exc
             message = str(exc) or type(exc).__name__
+            if too_big or message == "string or blob too big":
+                raise SQLQueryError(_TOO_BIG) from exc
+            if message == "query string is too large":
+                raise SQLQueryError(
+                    f"the query is longer than {SQL_MAX_QUERY_BYTES} bytes; shorten it"
+                ) from exc
             if message.startswith(("no such table", "no such column")):
                 connection.set_progress_handler(None, 0)
                 tables = ", ".join(_table_names(connection))
@@ -591,11 +710,21 @@ def run_sql_query(
             raise SQLQueryError(message) from exc
     finally:
         connection.close()
-    result: dict[str, Any] = {"columns": columns, "rows": rows, "row_count": len(rows) + extra}
-    if extra or timed_out:
-        total = f"at least {len(rows) + extra}" if timed_out else str(len(rows) + extra)
-        counting = f" (counting stopped at the {time_limit_s:g} s limit)" if timed_out else ""
-        result["note"] = f"Only the first {len(rows)} of {total} rows are shown{counting}."
+        helper.close()
+    row_count = fetched + extra
+    result: dict[str, Any] = {"columns": columns, "rows": rows, "row_count": row_count}
+    if len(rows) < row_count or timed_out:
+        total = f"at least {row_count}" if timed_out else str(row_count)
+        reasons = []
+        if over_size:
+            reasons.append(
+                f"the rows are capped at {SQL_MAX_RESULT_CHARS} characters of JSON; "
+                "select fewer or shorter columns"
+            )
+        if timed_out:
+            reasons.append(f"counting stopped at the {time_limit_s:g} s limit")
+        why = f" ({'; '.join(reasons)})" if reasons else ""
+        result["note"] = f"Only the first {len(rows)} of {total} rows are shown{why}."
     return result
 
 

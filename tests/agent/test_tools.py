@@ -5,6 +5,7 @@ import hashlib
 import json
 import re
 import shutil
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from agentlab.agent.tools import (
     NO_DATABASE,
     NO_DOCUMENTS,
     SCHEMA_QUERY,
+    SQL_MAX_QUERY_BYTES,
     CalculatorError,
     SQLQueryArgs,
     SQLQueryError,
@@ -28,6 +30,7 @@ from agentlab.agent.tools import (
     evaluate_expression,
     final_answer_tool,
     rank_documents,
+    run_sql_query,
     search_documents_tool,
     sql_query_tool,
 )
@@ -381,6 +384,140 @@ async def test_sql_query_stops_a_runaway_query_at_the_time_limit() -> None:
         ),
     )
     assert 0.3 <= elapsed < 2.0  # counting to 10**9 takes minutes
+
+
+TOO_BIG = (
+    "a value would exceed 1000000 bytes (the limit for one string or blob); "
+    "make it smaller or return a count or a substr() instead"
+)
+
+
+def _run_with_a_deadline(query: str, deadline_s: float = 10.0) -> tuple[str, float]:
+    """``run_sql_query`` in a daemon thread, so that a regression fails the
+    test after ``deadline_s`` instead of holding it for minutes; returns the
+    error message and the seconds taken."""
+    outcome: dict[str, object] = {}
+
+    def target() -> None:
+        started = time.monotonic()
+        try:
+            outcome["result"] = run_sql_query(CONCERT_SINGER, query)
+        except SQLQueryError as exc:
+            outcome["error"] = str(exc)
+        outcome["elapsed"] = time.monotonic() - started
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(deadline_s)
+    assert not thread.is_alive(), f"{query} still ran after {deadline_s} s"
+    assert "result" not in outcome, outcome
+    return str(outcome["error"]), float(outcome["elapsed"])  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "SELECT printf('%.*c', 500000000, 'x')",
+        "SELECT format('%.*c', 2147483647, 'x')",
+        "SELECT zeroblob(300000000)",
+        "SELECT randomblob(300000000)",
+        "SELECT length(replace(printf('%.*c', 900000, 'x'), 'x', 'xx'))",
+        "SELECT printf('%2000000d', 1)",
+    ],
+)
+def test_sql_query_refuses_a_value_over_the_length_limit_at_once(query: str) -> None:
+    error, elapsed = _run_with_a_deadline(query)
+    assert error == TOO_BIG
+    assert elapsed < 5.0  # unbounded, these take seconds to minutes and GBs (the 2 s limit cannot see them)
+
+
+async def test_sql_query_refuses_a_value_over_the_length_limit_as_a_tool_error() -> None:
+    result = await default_registry().execute(
+        _call("sql_query", {"query": "SELECT zeroblob(300000000)"}), _with_database(CONCERT_SINGER)
+    )
+    assert (result.is_error, result.output) == (True, f"Tool sql_query failed: SQLQueryError: {TOO_BIG}")
+
+
+async def test_sql_query_refuses_a_query_text_over_its_limit() -> None:
+    query = "SELECT '" + "x" * SQL_MAX_QUERY_BYTES + "'"
+    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    assert (result.is_error, result.output) == (
+        True,
+        "Tool sql_query failed: SQLQueryError: the query is longer than 100000 bytes; shorten it",
+    )
+
+
+def test_sql_query_printf_still_formats() -> None:
+    query = (
+        "SELECT printf('%.2f', 3.14159), format('%5d|%-3s|%%', 42, 'a'), printf('%.*c', 3, 'y'), "
+        "printf('%.*c', '2', 'z'), printf(NULL), printf('%.1f%%', avg(Age)) FROM singer"
+    )
+    assert run_sql_query(CONCERT_SINGER, query)["rows"] == [["3.14", "   42|a  |%", "yyy", "zz", None, "37.0%"]]
+
+
+async def test_sql_query_cuts_a_long_cell_to_1000_characters() -> None:
+    result = await default_registry().execute(
+        _call("sql_query", {"query": "SELECT printf('%.*c', 900000, 'x') AS long, x'00ff' AS blob"}),
+        _with_database(CONCERT_SINGER),
+    )
+    assert result.is_error is False
+    assert json.loads(result.output) == {
+        "columns": ["long", "blob"],
+        "rows": [["x" * 1000 + "…[cut: 900000 characters]", "X'00ff'"]],
+        "row_count": 1,
+    }
+    assert len(result.output) == 1097
+
+
+async def test_sql_query_caps_the_rows_at_20000_characters_of_json_and_says_so() -> None:
+    query = (
+        "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 80) "
+        "SELECT printf('%.*c', 900, 'x') FROM n"
+    )
+    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    output = json.loads(result.output)
+    # each row is ["x…x"] (904 characters) and ", " between rows: 2 + 22 * 904 + 21 * 2 = 19932
+    assert output["rows"] == [["x" * 900]] * 22
+    assert (output["row_count"], output["note"]) == (
+        80,
+        (
+            "Only the first 22 of 80 rows are shown (the rows are capped at 20000 characters of JSON; "
+            "select fewer or shorter columns)."
+        ),
+    )
+    assert len(json.dumps(output["rows"])) == 19932
+    assert len(result.output) < 20_500
+
+
+@pytest.mark.parametrize(
+    ("query", "name"),
+    [
+        ("SELECT fts3_tokenizer('simple')", "fts3_tokenizer"),
+        ("SELECT hex(FTS3_TOKENIZER('porter'))", "fts3_tokenizer"),
+        ("SELECT load_extension('/tmp/x.so')", "load_extension"),
+    ],
+)
+async def test_sql_query_refuses_functions_that_leak_addresses_or_load_code(query: str, name: str) -> None:
+    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    assert (result.is_error, result.output) == (
+        True,
+        f"Tool sql_query failed: SQLQueryError: refused: the function {name}() is not available in sql_query",
+    )
+
+
+async def test_sql_query_reads_table_valued_schema_pragmas_only() -> None:
+    both = [
+        run_sql_query(CONCERT_SINGER, "SELECT name, type, pk FROM pragma_table_info('singer')")["rows"],
+        run_sql_query(CONCERT_SINGER, "PRAGMA table_info(singer)")["rows"],
+    ]
+    assert both[0] == [[name, kind, pk] for _, name, kind, _, _, pk in both[1]]
+    assert both[0][:2] == [["Singer_ID", "INT", 1], ["Name", "TEXT", 0]]
+    keys = run_sql_query(CONCERT_SINGER, "SELECT \"table\", \"from\" FROM pragma_foreign_key_list('concert')")
+    assert keys["rows"] == [["stadium", "Stadium_ID"]]
+    result = await default_registry().execute(
+        _call("sql_query", {"query": "SELECT name FROM pragma_function_list"}), _with_database(CONCERT_SINGER)
+    )
+    assert (result.is_error, result.output) == (True, REFUSED)
 
 
 async def test_sql_query_returns_at_most_50_rows_and_counts_the_rest() -> None:
