@@ -40,7 +40,9 @@ def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
     """Check that the database can be reached and has every migration applied.
 
     Raises ``CommandError(returncode=2)``: ``cannot connect to the database
-    <vendor/name>: <reason>`` (the driver's reason on one line), or ``the
+    <vendor/name>: <reason>`` (the driver's reason on one line), ``cannot
+    read the database <vendor/name>: <reason>`` (e.g. a file that is not a
+    SQLite database), or ``the
     database is not migrated (N migration(s) not applied: …); run `manage.py
     migrate` first`` naming up to five of them.
     """
@@ -50,7 +52,16 @@ def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
         reason = " ".join(str(exc).split())
         raise CommandError(f"cannot connect to the database {database_label(using=using)}: {reason}",
                            returncode=2) from exc
-    pending = pending_migrations(using=using)
+    except DatabaseError as exc:  # opened, but its first statement failed: see below
+        reason = " ".join(str(exc).split())
+        raise CommandError(f"cannot read the database {database_label(using=using)}: {reason}",
+                           returncode=2) from exc
+    try:
+        pending = pending_migrations(using=using)
+    except DatabaseError as exc:  # reachable but unreadable: a file that is not a database, say
+        reason = " ".join(str(exc).split())
+        raise CommandError(f"cannot read the database {database_label(using=using)}: {reason}",
+                           returncode=2) from exc
     if pending:
         shown = ", ".join(pending[:5]) + (" …" if len(pending) > 5 else "")
         raise CommandError(f"the database is not migrated ({len(pending)} migration(s) not applied: {shown}); "

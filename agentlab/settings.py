@@ -9,6 +9,7 @@ root is read if present.
 from __future__ import annotations
 
 import math
+import os
 from pathlib import Path
 from typing import TypeVar
 
@@ -32,16 +33,22 @@ def env_number(name: str, default: Number, *, minimum: Number | None = None, pos
     heartbeat of 0 s that spins, a negative timeout that ends every turn)."""
     cast = type(default)
     kind = "an integer" if cast is int else "a number"
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    # Python's own int()/float(), not django-environ's cast, which drops every
+    # character but digits, '.', ',' and '-' first ("1e3" became 13.0,
+    # "5 minutes" 5.0)
     try:
-        value = env.get_value(name, cast=cast, default=default)
+        value = cast(raw.strip())
     except ValueError as exc:
-        raise ImproperlyConfigured(f"{name} must be {kind}, got {env.str(name)!r}") from exc
+        raise ImproperlyConfigured(f"{name} must be {kind}, got {raw!r}") from exc
     if not math.isfinite(value):
-        raise ImproperlyConfigured(f"{name} must be a finite number, got {env.str(name)!r}")
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     if positive and value <= 0:
-        raise ImproperlyConfigured(f"{name} must be above 0, got {env.str(name)!r}")
+        raise ImproperlyConfigured(f"{name} must be above 0, got {raw!r}")
     if minimum is not None and value < minimum:
-        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {env.str(name)!r}")
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {raw!r}")
     return value
 
 

@@ -14,6 +14,8 @@ def test_env_number_reads_the_variable_as_the_default_type(monkeypatch):
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", "7")
     assert env_number("AGENTLAB_TEST_NUMBER", 6) == 7
     assert env_number("AGENTLAB_TEST_NUMBER", 1.5) == 7.0
+    monkeypatch.setenv("AGENTLAB_TEST_NUMBER", " 1e3 ")
+    assert env_number("AGENTLAB_TEST_NUMBER", 1.5) == 1000.0  # Python's float syntax, spaces around it ignored
     monkeypatch.delenv("AGENTLAB_TEST_NUMBER")
     assert env_number("AGENTLAB_TEST_NUMBER", 6) == 6
 
@@ -23,6 +25,10 @@ def test_env_number_reads_the_variable_as_the_default_type(monkeypatch):
     ("1.5", 6, "AGENTLAB_TEST_NUMBER must be an integer, got '1.5'"),
     ("ten", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got 'ten'"),
     ("", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got ''"),
+    # django-environ's own cast dropped the letters: 13.0, 5.0, 25.1
+    ("1e3x", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '1e3x'"),
+    ("5 minutes", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '5 minutes'"),
+    ("2.5.1", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '2.5.1'"),
 ])
 def test_env_number_names_the_variable_and_the_bad_value(monkeypatch, value, default, message):
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", value)
@@ -34,7 +40,8 @@ def test_env_number_names_the_variable_and_the_bad_value(monkeypatch, value, def
 @pytest.mark.parametrize(("value", "bounds", "message"), [
     ("0", {"positive": True}, "AGENTLAB_TEST_NUMBER must be above 0, got '0'"),
     ("-5", {"minimum": 0.0}, "AGENTLAB_TEST_NUMBER must be at least 0.0, got '-5'"),
-    ("inf", {}, "AGENTLAB_TEST_NUMBER must be a number, got 'inf'"),  # environ refuses inf and nan
+    ("inf", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got 'inf'"),
+    ("1e999", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got '1e999'"),
 ])
 def test_env_number_refuses_values_out_of_range(monkeypatch, value, bounds, message):
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", value)

@@ -612,8 +612,14 @@ def run_sql_query(
     if not query.strip():
         raise SQLQueryError("empty query; write one SELECT statement")
     path = Path(database_path)
+    # The model sees these messages: they name the file, not the server's folders.
     if not path.is_file():
-        raise SQLQueryError(f"the database file {path} does not exist")
+        raise SQLQueryError(f"the database file {path.name} of this question is missing or not a file")
+    if path.is_absolute() and path.resolve() != path:
+        # a dataset stores its database's resolved path at import; a link
+        # put in the way since then could lead anywhere (the app's own database)
+        raise SQLQueryError(f"the database file {path.name} of this question now leads elsewhere (a link was put "
+                            "in its place); re-import the dataset")
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:

@@ -571,9 +571,33 @@ async def test_sql_query_with_a_missing_database_file_is_an_error_result(tmp_pat
     )
     assert (result.is_error, result.output) == (
         True,
-        f"Tool sql_query failed: SQLQueryError: the database file {missing} does not exist",
+        "Tool sql_query failed: SQLQueryError: the database file gone.sqlite of this question is missing or "
+        "not a file",
     )
     assert not missing.exists()
+
+
+async def test_sql_query_refuses_a_database_path_that_a_link_now_diverts(tmp_path: Path) -> None:
+    import shutil
+
+    own = tmp_path / "app.sqlite3"  # stands for AgentLab's own database
+    shutil.copy(CONCERT_SINGER, own)
+    folder = tmp_path / "dataset"
+    folder.mkdir()
+    stored = folder / "db.sqlite"
+    shutil.copy(CONCERT_SINGER, stored)
+    stored = stored.resolve()  # as the dataset import stores it
+    ok = await default_registry().execute(_call("sql_query", {"query": "SELECT count(*) FROM singer"}),
+                                          _with_database(stored))
+    assert json.loads(ok.output)["rows"] == [[6]]
+
+    stored.unlink()
+    stored.symlink_to(own)  # swapped after the import
+    result = await default_registry().execute(_call("sql_query", {"query": "SELECT count(*) FROM singer"}),
+                                              _with_database(stored))
+    assert (result.is_error, result.output) == (
+        True, "Tool sql_query failed: SQLQueryError: the database file db.sqlite of this question now leads "
+              "elsewhere (a link was put in its place); re-import the dataset")
 
 
 def test_without_a_database_the_offered_tools_are_exactly_the_old_ones() -> None:

@@ -665,3 +665,22 @@ def test_a_json_file_that_cannot_be_written_is_exit_2_and_the_run_is_kept(endpoi
     assert "could not write --json /dev/full" in str(excinfo.value) and "run id full" in str(excinfo.value)
     run = Run.objects.get(run_id="full")
     assert (run.status, run.metrics["total"], run.metrics["correct"]) == ("success", 1, 1)
+
+
+def test_a_database_file_that_is_not_a_database_is_exit_2_naming_it(tmp_path):
+    if connection.vendor != "sqlite":
+        pytest.skip("a file that is not a database is a SQLite case")
+    settings_dict = connection.settings_dict
+    real_name = settings_dict["NAME"]
+    broken = tmp_path / "broken.sqlite3"
+    broken.write_text('{"run_id": "x"}' * 100, encoding="utf-8")  # e.g. a --json written over it
+    connection.close()
+    settings_dict["NAME"] = str(broken)
+    try:
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", "demo", "--limit", "1")
+    finally:
+        connection.close()
+        settings_dict["NAME"] = real_name
+    assert excinfo.value.returncode == 2
+    assert str(excinfo.value) == f"cannot read the database sqlite/{broken}: file is not a database"
