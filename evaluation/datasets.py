@@ -156,11 +156,12 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         if not isinstance(context, dict):
             raise _fail(f"field 'context' must be an object, got {_json_type(context)}", source, line)
         context = dict(context)
-        if "database_path" in context:
-            # derived here from database_file; taken from input it would point
-            # sql_query at any SQLite file, the application's own included
-            message = "field 'context.database_path' is not allowed (give 'context.database_file')"
-            raise _fail(message, source, line)
+        for derived in ("database_path", "database_root"):
+            if derived in context:
+                # derived here from database_file; taken from input it would
+                # point sql_query at any SQLite file, the application's own included
+                message = f"field 'context.{derived}' is not allowed (give 'context.database_file')"
+                raise _fail(message, source, line)
         database_file = context.get("database_file")
         if database_file is not None:
             if not isinstance(database_file, str) or not database_file.strip():
@@ -177,6 +178,9 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
                     )
                     raise _fail(message, source, line)
                 context["database_path"] = str(database_path)
+                # sql_query checks again when it opens the file: a link put
+                # in the way after the import must not lead out of the folder
+                context["database_root"] = str(folder)
 
     scorer = record.get("scorer")
     if scorer is not None:

@@ -572,6 +572,7 @@ def run_sql_query(
     *,
     max_rows: int = SQL_MAX_ROWS,
     time_limit_s: float = SQL_TIME_LIMIT_S,
+    root: str | Path | None = None,
 ) -> dict[str, Any]:
     """Run one read-only SQLite statement and return its result as JSON-able data.
 
@@ -603,8 +604,11 @@ def run_sql_query(
     connection per call, so nothing (a pragma, a temp table) carries over
     between calls.
 
+    ``root``: the dataset's folder (``context.metadata["database_root"]``,
+    set at import); the file must still resolve inside it when opened.
+
     Raises ``SQLQueryError`` (a ``ValueError``) with a message for the model:
-    missing database file, empty query, several statements, a refused (writing)
+    missing database file, one that now resolves outside ``root``, empty query, several statements, a refused (writing)
     statement or function, the time limit, a value or query over its limit, or
     any SQLite error (for an unknown table or column the message lists the
     tables).
@@ -615,11 +619,11 @@ def run_sql_query(
     # The model sees these messages: they name the file, not the server's folders.
     if not path.is_file():
         raise SQLQueryError(f"the database file {path.name} of this question is missing or not a file")
-    if path.is_absolute() and path.resolve() != path:
-        # a dataset stores its database's resolved path at import; a link
-        # put in the way since then could lead anywhere (the app's own database)
-        raise SQLQueryError(f"the database file {path.name} of this question now leads elsewhere (a link was put "
-                            "in its place); re-import the dataset")
+    if root is not None and not path.resolve().is_relative_to(Path(root).resolve()):
+        # checked at import too; a link put in the way since then could lead
+        # anywhere (the application's own database)
+        raise SQLQueryError(f"the database file {path.name} of this question now leads outside its dataset's "
+                            "folder (a link was put in its place); re-import the dataset")
     try:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
@@ -822,7 +826,9 @@ def sql_query_tool(*, max_rows: int = SQL_MAX_ROWS, time_limit_s: float = SQL_TI
             # ToolRegistry.execute answers "unknown tool" first (the tool is
             # not available without a database); this covers a direct call
             raise SQLQueryError(NO_DATABASE)
-        return run_sql_query(str(database_path), args.query, max_rows=max_rows, time_limit_s=time_limit_s)
+        root = context.metadata.get("database_root")
+        return run_sql_query(str(database_path), args.query, max_rows=max_rows, time_limit_s=time_limit_s,
+                             root=str(root) if root else None)
 
     return Tool(
         name="sql_query",

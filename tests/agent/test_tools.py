@@ -586,18 +586,22 @@ async def test_sql_query_refuses_a_database_path_that_a_link_now_diverts(tmp_pat
     folder.mkdir()
     stored = folder / "db.sqlite"
     shutil.copy(CONCERT_SINGER, stored)
-    stored = stored.resolve()  # as the dataset import stores it
-    ok = await default_registry().execute(_call("sql_query", {"query": "SELECT count(*) FROM singer"}),
-                                          _with_database(stored))
-    assert json.loads(ok.output)["rows"] == [[6]]
+    # as a dataset import leaves the context: the resolved file and its folder
+    context = ToolContext(metadata={"database_path": str(stored.resolve()), "database_root": str(folder.resolve())})
+    call = _call("sql_query", {"query": "SELECT count(*) FROM singer"})
+    assert json.loads((await default_registry().execute(call, context)).output)["rows"] == [[6]]
 
     stored.unlink()
     stored.symlink_to(own)  # swapped after the import
-    result = await default_registry().execute(_call("sql_query", {"query": "SELECT count(*) FROM singer"}),
-                                              _with_database(stored))
+    result = await default_registry().execute(call, context)
     assert (result.is_error, result.output) == (
         True, "Tool sql_query failed: SQLQueryError: the database file db.sqlite of this question now leads "
-              "elsewhere (a link was put in its place); re-import the dataset")
+              "outside its dataset's folder (a link was put in its place); re-import the dataset")
+
+    stored.unlink()
+    stored.symlink_to(folder / "real.sqlite")  # a link that stays inside the folder is fine
+    shutil.copy(CONCERT_SINGER, folder / "real.sqlite")
+    assert json.loads((await default_registry().execute(call, context)).output)["rows"] == [[6]]
 
 
 def test_without_a_database_the_offered_tools_are_exactly_the_old_ones() -> None:

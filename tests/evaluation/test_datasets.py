@@ -200,6 +200,7 @@ def test_missing_database_file_is_not_an_error(tmp_path: Path) -> None:
         "db_id": "x",
         "database_file": "dbs/x.sqlite",
         "database_path": str((tmp_path / "dbs" / "x.sqlite").resolve()),
+        "database_root": str(tmp_path.resolve()),
     }
 
 
@@ -213,6 +214,10 @@ def test_missing_database_file_is_not_an_error(tmp_path: Path) -> None:
         (
             {"database_file": "x.sqlite", "database_path": "/abs/app.sqlite3"},
             "field 'context.database_path' is not allowed (give 'context.database_file')",
+        ),
+        (
+            {"database_file": "x.sqlite", "database_root": "/"},
+            "field 'context.database_root' is not allowed (give 'context.database_file')",
         ),
         (
             {"database_file": "/abs/app.sqlite3"},
@@ -259,7 +264,8 @@ def test_a_dataset_folder_reached_through_a_symlink_still_resolves(tmp_path: Pat
     (tmp_path / "link").symlink_to(real)
     _write(real, _line(context={"database_file": "dbs/x.sqlite"}), name="set.jsonl")
     (only,) = parse_jsonl(tmp_path / "link" / "set.jsonl")
-    assert only.context == {"database_file": "dbs/x.sqlite", "database_path": str(real / "dbs" / "x.sqlite")}
+    assert only.context == {"database_file": "dbs/x.sqlite", "database_path": str(real / "dbs" / "x.sqlite"),
+                            "database_root": str(real)}
 
 
 # --------------------------------------------------------------------------- malformed files
@@ -356,6 +362,7 @@ def test_parse_records_uses_positions_as_line_numbers() -> None:
     assert only.context == {
         "database_file": "x.sqlite",
         "database_path": str(Path("/data/x.sqlite").resolve()),
+        "database_root": str(Path("/data").resolve()),
     }
 
 
