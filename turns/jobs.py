@@ -84,18 +84,13 @@ def _host_tag() -> str:
 def local_job_id(kind: str, number: int) -> str:
     """The job id of the ``number``-th turn this process drives itself —
     ``kind`` ``"inline"`` (the inline executor) or ``"eval"`` (``run_eval``):
-    ``<kind>-<host>-<pid>-<number>`` (``inline_job_is_gone`` reads it back)."""
+    ``<kind>-<host>-<pid>-<number>`` (``local_job_is_gone`` reads it back)."""
     if kind not in ("inline", "eval"):
         raise ValueError(f"unknown local job kind {kind!r}")
     return f"{kind}-{_host_tag()}-{os.getpid()}-{number}"
 
 
-def inline_job_id(number: int) -> str:
-    """``local_job_id("inline", number)``."""
-    return local_job_id("inline", number)
-
-
-def inline_job_is_gone(job_id: str) -> bool:
+def local_job_is_gone(job_id: str) -> bool:
     """Whether ``job_id`` (a claim token, ``Turn.job_id``) belongs to a
     process of this machine that drove turns itself (the inline executor,
     ``run_eval``; see ``local_job_id``) and no longer exists.
@@ -117,7 +112,7 @@ def inline_job_is_gone(job_id: str) -> bool:
     except ProcessLookupError:
         return True
     except PermissionError:  # alive, another user's
-        return False
+        pass
     return False
 
 
@@ -274,7 +269,7 @@ class InlineExecutor:
         try:
             if self._provider is None:
                 self._provider = self._provider_factory()
-            job_id = inline_job_id(next(self._ids))
+            job_id = local_job_id("inline", next(self._ids))
             await run_turn_job(turn_id, provider=self._provider, db=self.db, tools=self._tools_factory(),
                                job_id=job_id)
         except Exception:  # noqa: BLE001 - the driver records its own failures; log the rest

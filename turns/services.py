@@ -13,6 +13,7 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from agentlab.errors import StateConflict
@@ -300,18 +301,21 @@ def turns_sweep_stale(*, stale_s: float) -> int:
     """
     from datetime import timedelta
 
-    from django.db.models import Q
-
     swept = (TurnStatus.RUNNING, TurnStatus.WAITING)
     cutoff = timezone.now() - timedelta(seconds=stale_s)
     stale = Q(status__in=swept) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
-    marked = 0
-    for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True)):
-        with transaction.atomic():
-            still_stale = bool(list(Turn.objects.select_for_update().filter(stale, pk=turn_id).values_list("pk")))
-            if still_stale and turn_interrupt(turn_id=turn_id, reason=f"no heartbeat for {stale_s:g} s"):
-                marked += 1
-    return marked
+    return sum(_interrupt_if(turn_id=turn_id, still=stale, reason=f"no heartbeat for {stale_s:g} s")
+               for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True)))
+
+
+def _interrupt_if(*, turn_id: int, still: Q, reason: str) -> bool:
+    """``turn_interrupt`` the turn if it still matches ``still`` once its row
+    is locked: a candidate read earlier may have moved on since (a heartbeat
+    written, a new claim). Returns whether it was marked."""
+    with transaction.atomic():
+        if not list(Turn.objects.select_for_update().filter(still, pk=turn_id).values_list("pk")):
+            return False
+        return turn_interrupt(turn_id=turn_id, reason=reason)
 
 
 def turns_requeue_lost(*, older_than_s: float) -> list[int]:
@@ -352,21 +356,15 @@ REQUEUE_BATCH = 500
 def turns_interrupt_gone(*, job_is_gone: Callable[[str], bool]) -> int:
     """Mark running or waiting turns whose driver is known to be dead as
     interrupted now, without waiting for their heartbeat to go stale:
-    ``job_is_gone(job_id)`` says so (``turns.jobs.inline_job_is_gone``: an
-    inline executor of a process of this machine that exited). Each turn is
-    re-checked under its row lock. Returns how many were marked."""
-    from django.db.models import Q
-
+    ``job_is_gone(job_id)`` says so (``turns.jobs.local_job_is_gone``: the
+    inline executor or ``run_eval`` of a process of this machine that
+    exited). Each turn is re-checked under its row lock, still held by that
+    job. Returns how many were marked."""
     active = Q(status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)) & ~Q(job_id="")
-    marked = 0
-    for turn_id, job_id in list(Turn.objects.filter(active).values_list("pk", "job_id")):
-        if not job_is_gone(job_id):
-            continue
-        with transaction.atomic():
-            held = Turn.objects.select_for_update().filter(active, pk=turn_id, job_id=job_id).exists()
-            if held and turn_interrupt(turn_id=turn_id, reason=f"its driver ({job_id}) is gone"):
-                marked += 1
-    return marked
+    return sum(_interrupt_if(turn_id=turn_id, still=active & Q(job_id=job_id),
+                             reason=f"its driver ({job_id}) is gone")
+               for turn_id, job_id in list(Turn.objects.filter(active).values_list("pk", "job_id"))
+               if job_is_gone(job_id))
 
 
 @dataclass(frozen=True)
@@ -382,9 +380,9 @@ def turns_sweep(*, stale_s: float) -> SweepResult:
     ``manage.py sweep_turns``): ``turns_interrupt_gone`` for inline drivers
     of this machine that exited, ``turns_sweep_stale`` with ``stale_s``
     seconds, then ``turns_requeue_lost`` with the same age."""
-    from .jobs import inline_job_is_gone
+    from .jobs import local_job_is_gone
 
-    interrupted = turns_interrupt_gone(job_is_gone=inline_job_is_gone)
+    interrupted = turns_interrupt_gone(job_is_gone=local_job_is_gone)
     interrupted += turns_sweep_stale(stale_s=stale_s)
     requeued = turns_requeue_lost(older_than_s=stale_s)
     if requeued:
@@ -475,8 +473,6 @@ def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBas
     driver waiting on the approval reads the row. Raises ``NotFound`` for an
     unknown approval, ``StateConflict`` for one already decided or expired.
     """
-    from django.db.models import Q
-
     from agentlab.errors import NotFound
 
     from .models import ApprovalStatus

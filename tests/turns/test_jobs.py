@@ -303,29 +303,29 @@ def dead_pid() -> int:
     return proc.pid
 
 
-def test_inline_job_ids_say_whether_their_process_is_gone():
+def test_local_job_ids_say_whether_their_process_is_gone():
     import os
 
-    mine = jobs.inline_job_id(7)
+    mine = jobs.local_job_id("inline", 7)
     assert mine.startswith("inline-") and mine.endswith(f"-{os.getpid()}-7")
     host = mine.split("-")[1]
     gone = f"inline-{host}-{dead_pid()}-1"
     # as a claim leaves it in Turn.job_id: the job id, ':' and a random part
-    assert jobs.inline_job_is_gone(f"{gone}:0123abcd") is True
-    assert jobs.inline_job_is_gone(f"{mine}:0123abcd") is False                        # this very process
-    assert jobs.inline_job_is_gone(f"inline-{host}-1-1:0123abcd") is False              # pid 1 is alive
-    assert jobs.inline_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
-    assert jobs.inline_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False          # an older id, no host
-    assert jobs.inline_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
-    assert jobs.inline_job_is_gone("") is False
+    assert jobs.local_job_is_gone(f"{gone}:0123abcd") is True
+    assert jobs.local_job_is_gone(f"{mine}:0123abcd") is False                        # this very process
+    assert jobs.local_job_is_gone(f"inline-{host}-1-1:0123abcd") is False              # pid 1 is alive
+    assert jobs.local_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
+    assert jobs.local_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False          # an older id, no host
+    assert jobs.local_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
+    assert jobs.local_job_is_gone("") is False
 
 
 def test_the_sweep_interrupts_at_once_the_turns_of_an_inline_driver_that_exited(owner):
-    host = jobs.inline_job_id(1).split("-")[1]
+    host = jobs.local_job_id("inline", 1).split("-")[1]
     orphan = turn_create(owner=owner, question="q")
     turn_claim(turn_id=orphan.pk, job_id=f"inline-{host}-{dead_pid()}-3")
     alive = turn_create(owner=owner, question="q")
-    turn_claim(turn_id=alive.pk, job_id=jobs.inline_job_id(4))
+    turn_claim(turn_id=alive.pk, job_id=jobs.local_job_id("inline", 4))
     # both heartbeats are fresh: the stale sweep alone would wait TURN_STALE_S
 
     assert turns_sweep(stale_s=120) == SweepResult(interrupted=1, requeued=0)
