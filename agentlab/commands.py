@@ -46,22 +46,18 @@ def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
     database is not migrated (N migration(s) not applied: …); run `manage.py
     migrate` first`` naming up to five of them.
     """
+    def refused(what: str, exc: DatabaseError) -> CommandError:
+        reason = " ".join(str(exc).split())  # the driver's reason, on one line
+        return CommandError(f"cannot {what} the database {database_label(using=using)}: {reason}", returncode=2)
+
     try:
-        connections[using].ensure_connection()
-    except OperationalError as exc:
-        reason = " ".join(str(exc).split())
-        raise CommandError(f"cannot connect to the database {database_label(using=using)}: {reason}",
-                           returncode=2) from exc
-    except DatabaseError as exc:  # opened, but its first statement failed: see below
-        reason = " ".join(str(exc).split())
-        raise CommandError(f"cannot read the database {database_label(using=using)}: {reason}",
-                           returncode=2) from exc
-    try:
+        try:
+            connections[using].ensure_connection()
+        except OperationalError as exc:
+            raise refused("connect to", exc) from exc
         pending = pending_migrations(using=using)
-    except DatabaseError as exc:  # reachable but unreadable: a file that is not a database, say
-        reason = " ".join(str(exc).split())
-        raise CommandError(f"cannot read the database {database_label(using=using)}: {reason}",
-                           returncode=2) from exc
+    except DatabaseError as exc:  # opened, but unreadable: a file that is not a SQLite database, say
+        raise refused("read", exc) from exc
     if pending:
         shown = ", ".join(pending[:5]) + (" …" if len(pending) > 5 else "")
         raise CommandError(f"the database is not migrated ({len(pending)} migration(s) not applied: {shown}); "

@@ -190,20 +190,12 @@ def _run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any], started
             raise StateConflict(
                 f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
                 "one run measures one setup; start a new run id")
-    holder = run_lease_holder(run=run)
+    holder = run_lease_holder(run=run) or _turn_holder(run=run)
     if holder is not None:
         raise StateConflict(
             f"run {run_id!r} is being driven by another process right now ({holder}). Wait for that "
             "run_eval to finish or stop it; the run can then be resumed — at once if that process ran on "
             f"this machine, else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
-    busy = run_driven_elsewhere(run=run)
-    if busy is not None:
-        age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
-        raise StateConflict(
-            f"run {run_id!r} is being driven by another process right now: its turn {busy.pk} is "
-            f"{busy.status} under job {busy.job_id} (heartbeat {age:.0f} s ago). Wait for that run_eval to "
-            f"finish or stop it; the run can then be resumed — at once if that process ran on this machine, "
-            f"else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
     resumes = list(run.config.get("resumes", []))
     resumes.append({"at": timezone.now().isoformat(), "config": config})
     run.config = {**run.config, "resumes": resumes}
@@ -218,7 +210,7 @@ def _run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any], started
 
 def run_lease_tag() -> str:
     """The lease tag of this process for ``run_start(driver=…)``: host and
-    pid, in the form ``turns.jobs.inline_job_is_gone`` can judge."""
+    pid, in the form ``turns.jobs.local_job_is_gone`` can judge."""
     from turns.jobs import local_job_id
 
     return f"{local_job_id('eval', 0)}:run"
@@ -228,12 +220,12 @@ def run_lease_holder(*, run: Run) -> str | None:
     """Who holds ``run``'s lease, as words for a message, or ``None`` when no
     live process does (no lease, a heartbeat older than ``TURN_STALE_S``, or
     a process of this machine that has exited)."""
-    from turns.jobs import inline_job_is_gone
+    from turns.jobs import local_job_is_gone
 
     if not run.driver or run.heartbeat_at is None:
         return None
     age = (timezone.now() - run.heartbeat_at).total_seconds()
-    if age > float(settings.TURN_STALE_S) or inline_job_is_gone(run.driver):
+    if age > float(settings.TURN_STALE_S) or local_job_is_gone(run.driver):
         return None
     return f"run_eval {run.driver.split(':')[0]}, heartbeat {age:.0f} s ago"
 
@@ -249,22 +241,31 @@ def run_driven_elsewhere(*, run: Run) -> Turn | None:
 
     A running or waiting turn counts when its heartbeat is younger than
     ``TURN_STALE_S`` and its job is not known to be gone
-    (``turns.jobs.inline_job_is_gone``: ``run_eval`` names host and pid in
+    (``turns.jobs.local_job_is_gone``: ``run_eval`` names host and pid in
     its job ids, so the turns of a killed run on this machine do not count).
     Two ``run_eval`` processes on one run id would otherwise take each
     other's turns, and each print metrics over rows the other is writing.
     """
     from datetime import timedelta
 
-    from turns.jobs import inline_job_is_gone
+    from turns.jobs import local_job_is_gone
 
     cutoff = timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S))
     active = Turn.objects.filter(predictions__run=run, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING),
                                  heartbeat_at__gte=cutoff).only("pk", "status", "job_id", "heartbeat_at")
     for turn in active.order_by("pk"):
-        if not inline_job_is_gone(turn.job_id):
+        if not local_job_is_gone(turn.job_id):
             return turn
     return None
+
+
+def _turn_holder(*, run: Run) -> str | None:
+    """``run_driven_elsewhere`` in words for a message, or ``None``."""
+    busy = run_driven_elsewhere(run=run)
+    if busy is None:
+        return None
+    age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
+    return f"its turn {busy.pk} is {busy.status} under job {busy.job_id}, heartbeat {age:.0f} s ago"
 
 
 @dataclass(frozen=True)

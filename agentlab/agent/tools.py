@@ -619,13 +619,14 @@ def run_sql_query(
     # The model sees these messages: they name the file, not the server's folders.
     if not path.is_file():
         raise SQLQueryError(f"the database file {path.name} of this question is missing or not a file")
-    if root is not None and not path.resolve().is_relative_to(Path(root).resolve()):
+    resolved = path.resolve()
+    if root is not None and not resolved.is_relative_to(Path(root).resolve()):
         # checked at import too; a link put in the way since then could lead
         # anywhere (the application's own database)
         raise SQLQueryError(f"the database file {path.name} of this question now leads outside its dataset's "
                             "folder (a link was put in its place); re-import the dataset")
     try:
-        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, isolation_level=None)
+        connection = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise SQLQueryError(f"cannot open the database: {exc}") from exc
     helper = sqlite3.connect(":memory:", isolation_level=None)
