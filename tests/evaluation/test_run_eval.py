@@ -69,6 +69,17 @@ def endpoint(settings):
     return use
 
 
+def refused_before_any_llm_call(endpoint, *argv: str) -> CommandError:
+    """Run ``manage.py run_eval --no-review *argv`` against a stub endpoint;
+    it must fail with ``CommandError`` before asking the LLM anything."""
+    with StubLLMServer(lambda body: text_reply("2")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", *argv)
+        assert server.request_count == 0
+    return excinfo.value
+
+
 def test_gsm8k_and_arc_scores_are_exact(endpoint, tmp_path, capsys):
     gsm = rows(GSM8K, 20)
     arc = rows(ARC, 20)
@@ -131,13 +142,9 @@ def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoi
     path = tmp_path / "bad.jsonl"
     good = json.dumps({"question_id": "1", "question": "1+1?", "answer": "2", "task_type": "math"})
     path.write_text(good + "\n" + good.replace('"1"', '"2"', 1) + "\n{not json\n", encoding="utf-8")
-    with StubLLMServer(lambda body: text_reply("2")) as server:
-        endpoint(server)
-        with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", "--no-review", str(path), "--run-id", "bad")
-        assert server.request_count == 0
-    assert excinfo.value.returncode == 2
-    assert "bad.jsonl, line 3" in str(excinfo.value)
+    error = refused_before_any_llm_call(endpoint, str(path), "--run-id", "bad")
+    assert error.returncode == 2
+    assert "bad.jsonl, line 3" in str(error)
     assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
 
 
@@ -148,14 +155,10 @@ def test_a_database_file_outside_the_dataset_folder_is_exit_2_and_writes_nothing
     good = {"question_id": "1", "question": "How many users?", "answer": "1", "task_type": "sql"}
     bad = {**good, "question_id": "2", "context": {"database_file": "../a.sqlite3"}}
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
-    with StubLLMServer(lambda body: text_reply("1")) as server:
-        endpoint(server)
-        with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", "--no-review", str(path), "--run-id", "escape")
-        assert server.request_count == 0
-    assert excinfo.value.returncode == 2
+    error = refused_before_any_llm_call(endpoint, str(path), "--run-id", "escape")
+    assert error.returncode == 2
     assert "escape.jsonl, line 2: field 'context.database_file' '../a.sqlite3' is outside the dataset's folder" in (
-        str(excinfo.value)
+        str(error)
     )
     assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
 
@@ -480,13 +483,9 @@ def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_
 
 
 def test_a_json_path_that_is_a_folder_is_refused_before_running(tmp_path, endpoint):
-    with StubLLMServer(lambda body: text_reply("2")) as server:
-        endpoint(server)
-        with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", "--no-review", str(GSM8K), "--limit", "1", "--json", str(tmp_path))
-        assert server.request_count == 0
-    assert excinfo.value.returncode == 2
-    assert f"--json {tmp_path} is a folder" in str(excinfo.value)
+    error = refused_before_any_llm_call(endpoint, str(GSM8K), "--limit", "1", "--json", str(tmp_path))
+    assert error.returncode == 2
+    assert f"--json {tmp_path} is a folder" in str(error)
     assert (Dataset.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0)
 
 
@@ -513,16 +512,12 @@ def test_a_database_that_cannot_be_reached_is_exit_2_naming_it(endpoint, tmp_pat
     connection.close()
     settings_dict["NAME"] = missing
     try:
-        with StubLLMServer(lambda body: text_reply("2")) as server:
-            endpoint(server)
-            with pytest.raises(CommandError) as excinfo:
-                call_command("run_eval", "--no-review", str(GSM8K), "--limit", "1")
-            assert server.request_count == 0
+        error = refused_before_any_llm_call(endpoint, str(GSM8K), "--limit", "1")
     finally:
         connection.close()
         settings_dict["NAME"] = real_name
-    assert excinfo.value.returncode == 2
-    assert f"cannot connect to the database {connection.vendor}/{missing}: " in str(excinfo.value)
+    assert error.returncode == 2
+    assert f"cannot connect to the database {connection.vendor}/{missing}: " in str(error)
     assert (Dataset.objects.count(), Run.objects.count()) == (0, 0)
 
 
