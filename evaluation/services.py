@@ -37,6 +37,9 @@ from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Example, Prediction, Run, RunStatus
 from .scoring import score, scorer_for
 
+#: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
+DEMO_SOURCE = "agentlab demo"
+
 #: Characters a run id or dataset name may not hold (both appear in URLs).
 _RUN_ID_FORBIDDEN = _NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 
@@ -54,6 +57,8 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
     name = (name or "").strip()
     if not name:
         raise BadInput("a dataset needs a non-empty name")
+    if name == DEMO_DATASET_NAME and source != DEMO_SOURCE:
+        raise BadInput(f"dataset name {name!r} is reserved for the project's demo dataset; choose another name")
     bad = _NAME_FORBIDDEN.search(name)
     if bad:
         # run ids are made from dataset names, and both appear in URLs
@@ -101,7 +106,7 @@ def dataset_resolve(*, name_or_path: str) -> Dataset:
     if found is not None:
         return found
     if name_or_path == DEMO_DATASET_NAME:
-        return dataset_import(name=DEMO_DATASET_NAME, examples=demo_examples(), source="agentlab demo")
+        return dataset_import(name=DEMO_DATASET_NAME, examples=demo_examples(), source=DEMO_SOURCE)
     path = Path(name_or_path)
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():

@@ -509,6 +509,8 @@ def _has_database(context: ToolContext) -> bool:
 
 def _json_cell(value: Any) -> Any:
     # SQLite gives None, int, float, str or bytes; a blob is shown as an SQL blob literal.
+    # Also cuts column names and SQLite's error messages, which may quote any
+    # part of the query or its data back.
     if isinstance(value, bytes):
         value = f"X'{value.hex()}'"
     if isinstance(value, str) and len(value) > SQL_MAX_CELL_CHARS:
@@ -675,7 +677,7 @@ def run_sql_query(
         over_size = False
         try:
             cursor = connection.execute(query)
-            columns = [str(d[0]) for d in cursor.description or ()]
+            columns = [_json_cell(str(d[0])) for d in cursor.description or ()]  # a name can be long too
             for row in cursor.fetchmany(max_rows):
                 fetched += 1
                 cells = [_json_cell(v) for v in row]
@@ -692,7 +694,7 @@ def run_sql_query(
         except sqlite3.ProgrammingError as exc:
             if "one statement" in str(exc):
                 raise SQLQueryError("only one statement per call; send the queries one by one") from exc
-            raise SQLQueryError(str(exc)) from exc
+            raise SQLQueryError(_json_cell(str(exc))) from exc
         except sqlite3.Error as exc:
             if denied_functions:
                 raise SQLQueryError(
@@ -718,7 +720,7 @@ def run_sql_query(
                 connection.set_progress_handler(None, 0)
                 tables = ", ".join(_table_names(connection))
                 message += f" (the tables are: {tables}; {SCHEMA_QUERY} shows their columns)"
-            raise SQLQueryError(message) from exc
+            raise SQLQueryError(_json_cell(message)) from exc  # SQLite quotes the query back
     finally:
         connection.close()
         helper.close()

@@ -637,3 +637,15 @@ def test_with_a_database_sql_query_is_offered_last_with_its_hint() -> None:
 def test_a_registry_without_conditional_tools_offers_itself() -> None:
     registry = ToolRegistry([calculator_tool(), final_answer_tool()])
     assert registry.offered(ToolContext()) is registry
+
+
+def test_sql_query_cuts_long_column_names_and_long_error_messages() -> None:
+    name = "n" * 5_000
+    result = run_sql_query(CONCERT_SINGER, f'SELECT 1 AS "{name}"')
+    assert result["columns"] == [f"{'n' * 1_000}…[cut: 5000 characters]"]
+    assert result["rows"] == [[1]]
+    with pytest.raises(SQLQueryError) as info:
+        run_sql_query(CONCERT_SINGER, f"SELECT {'x' * 5_000} FROM singer")  # SQLite quotes the column back
+    message = str(info.value)
+    assert message.startswith("no such column: xxx") and message.endswith("characters]")
+    assert len(message) < 1_100

@@ -679,3 +679,11 @@ def test_a_database_file_that_is_not_a_database_is_exit_2_naming_it(tmp_path):
         settings_dict["NAME"] = real_name
     assert excinfo.value.returncode == 2
     assert str(excinfo.value) == f"cannot read the database sqlite/{broken}: file is not a database"
+
+
+def test_the_demo_datasets_name_is_reserved(capsys):
+    with pytest.raises(CommandError) as excinfo:
+        call_command("import_dataset", str(GSM8K), "--name", "demo")
+    assert excinfo.value.returncode == 2
+    assert "dataset name 'demo' is reserved for the project's demo dataset" in str(excinfo.value)
+    assert Dataset.objects.count() == 0
