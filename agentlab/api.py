@@ -9,7 +9,7 @@ Django's own forms do). Programs use ``X-API-Key`` (``apikeys``): a key may
 read runs and predictions and nothing else — on any other route a valid key
 gets 403, an unknown one 401.
 
-**Errors.** Every error, ours (``agentlab.errors``) or the framework's, leaves
+**Errors.** Every error, ours (``common.errors``) or the framework's, leaves
 as ``{"error": {"code": …, "message": …, "details": […] | null}}`` with the
 status of the error class (STYLE.md 13): 400 bad input, 401 not logged in,
 403 forbidden (CSRF, API key off its routes), 404 not found — also for an
@@ -29,7 +29,7 @@ from ninja.pagination import LimitOffsetPagination
 from ninja.security import APIKeyCookie, APIKeyHeader
 from ninja.utils import check_csrf
 
-from agentlab.errors import AgentLabError
+from common.errors import AgentLabError
 
 API_KEY_HEADER = "X-API-Key"
 _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
@@ -37,14 +37,22 @@ _SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS", "TRACE"})
 MAX_ID = 2**63 - 1
 
 _CODES = {
-    400: "bad_input", 401: "unauthenticated", 403: "forbidden", 404: "not_found", 405: "method_not_allowed",
-    409: "state_conflict", 422: "invalid", 429: "throttled",
+    400: "bad_input",
+    401: "unauthenticated",
+    403: "forbidden",
+    404: "not_found",
+    405: "method_not_allowed",
+    409: "state_conflict",
+    422: "invalid",
+    429: "throttled",
 }
 
 
 class ErrorBody(Schema):
-    code: str = Field(description="machine-readable: bad_input, unauthenticated, forbidden, not_found, "
-                                  "state_conflict, invalid …")
+    code: str = Field(
+        description="machine-readable: bad_input, unauthenticated, forbidden, not_found, "
+        "state_conflict, invalid …"
+    )
     message: str
     details: list[dict[str, Any]] | None = None
 
@@ -84,9 +92,12 @@ class SessionAuth(APIKeyCookie):
             if _api_key_sent(request):
                 raise HttpError(403, "API keys may read runs and predictions only")
             return None
-        if request.method not in _SAFE_METHODS and not getattr(request, "_ninja_csrf_exempt", False):
-            if check_csrf(request) is not None:
-                raise HttpError(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
+        if (
+            request.method not in _SAFE_METHODS
+            and not getattr(request, "_ninja_csrf_exempt", False)
+            and check_csrf(request) is not None
+        ):
+            raise HttpError(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
         return user  # type: ignore[return-value]
 
 
@@ -117,14 +128,15 @@ api = NinjaAPI(
     title="AgentLab API",
     version="1",
     description="Conversations, turns and their event logs (session + CSRF); evaluation runs and "
-                "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`.',
+    "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`.',
     auth=session_auth,
     urls_namespace="api",
 )
 
 
-def error_response(request: HttpRequest, status: int, message: str,
-                   details: list[dict[str, Any]] | None = None) -> HttpResponse:
+def error_response(
+    request: HttpRequest, status: int, message: str, details: list[dict[str, Any]] | None = None
+) -> HttpResponse:
     body = {"error": {"code": _CODES.get(status, "error"), "message": message, "details": details}}
     return api.create_response(request, body, status=status)
 
@@ -147,7 +159,11 @@ def _not_found(request: HttpRequest, exc: Http404) -> HttpResponse:
 @api.exception_handler(ValidationError)
 def _invalid(request: HttpRequest, exc: ValidationError) -> HttpResponse:
     details = [
-        {"loc": [str(part) for part in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+        {
+            "loc": [str(part) for part in e.get("loc", ())],
+            "msg": str(e.get("msg", "")),
+            "type": str(e.get("type", "")),
+        }
         for e in exc.errors
     ]
     return error_response(request, 422, "the request is invalid; see details", details)

@@ -22,8 +22,10 @@ from agentlab.startup import RunAtServerStart  # noqa: E402
 from turns.routing import websocket_urlpatterns  # noqa: E402
 
 application = RunAtServerStart(
-    ProtocolTypeRouter({
-        "http": django_asgi_app,
-        "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
-    })
+    ProtocolTypeRouter(
+        {
+            "http": django_asgi_app,
+            "websocket": AllowedHostsOriginValidator(AuthMiddlewareStack(URLRouter(websocket_urlpatterns))),
+        }
+    )
 )

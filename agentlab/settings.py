@@ -24,7 +24,9 @@ environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 Number = TypeVar("Number", int, float)
 
 
-def env_number(name: str, default: Number, *, minimum: Number | None = None, positive: bool = False) -> Number:
+def env_number(
+    name: str, default: Number, *, minimum: Number | None = None, positive: bool = False
+) -> Number:
     """The environment variable ``name`` as a number of ``default``'s type
     (``int`` or ``float``), or ``default`` when it is unset. A value that is
     not such a finite number, is below ``minimum`` or, with ``positive``, is
@@ -124,7 +126,9 @@ else:
             "OPTIONS": {
                 "transaction_mode": "IMMEDIATE",
                 "timeout": 30,
-                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+                "init_command": (
+                    "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;"
+                ),
             },
             "TEST": {"NAME": str(Path(SQLITE_PATH).with_name("test_agentlab.sqlite3"))},
         }

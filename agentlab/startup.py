@@ -9,7 +9,8 @@ in-memory one (its queues belong to the loop the consumers run on; see
 ``turns.events._Doorbell``) and starts ``server_start`` on a thread, so that
 the first request is not delayed by it:
 
-- no broker (embedded default): start the inline executor; it sweeps stale turns at once and then every ``TURN_STALE_S / 2``;
+- no broker (embedded default): start the inline executor; it sweeps stale turns at once and
+  then every ``TURN_STALE_S / 2``;
 - with a broker: sweep once (Celery beat does it periodically): stale turns
   are marked interrupted and turns whose hand-over was lost are queued again.
 
@@ -45,7 +46,7 @@ def server_start() -> None:
             from turns.jobs import inline_executor
 
             inline_executor()
-    except Exception:  # noqa: BLE001 - serving must not depend on it; beat or cron sweeps again
+    except Exception:
         logger.exception("server start tasks failed")
     finally:
         connections.close_all()  # this thread's connections would linger otherwise

@@ -27,8 +27,11 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return f"al_{key.prefix}_…"
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
-        return ("name",) if obj is None else ("name", "key_prefix", "created_by", "created_at", "last_used_at",
-                                               "revoked")
+        return (
+            ("name",)
+            if obj is None
+            else ("name", "key_prefix", "created_by", "created_at", "last_used_at", "revoked")
+        )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         return () if obj is None else ("name", *self.readonly_fields)
@@ -40,4 +43,6 @@ class ApiKeyAdmin(admin.ModelAdmin):
         key, raw = apikey_create(name=obj.name, created_by=request.user)  # type: ignore[arg-type]
         obj.pk, obj.prefix, obj.digest = key.pk, key.prefix, key.digest
         obj.created_at, obj.created_by = key.created_at, key.created_by
-        messages.warning(request, f"New API key “{key.name}”: {raw} — copy it now; it will not be shown again.")
+        messages.warning(
+            request, f"New API key “{key.name}”: {raw} — copy it now; it will not be shown again."
+        )

@@ -37,8 +37,17 @@ ROOT = Path(__file__).resolve().parent.parent
 def write_examples(path: Path, n: int) -> None:
     with path.open("w", encoding="utf-8") as f:
         for i in range(n):
-            f.write(json.dumps({"question_id": f"bench-{i}", "question": f"What is {i} + 0? Answer {i}.",
-                                "answer": str(i), "task_type": "math"}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "question_id": f"bench-{i}",
+                        "question": f"What is {i} + 0? Answer {i}.",
+                        "answer": str(i),
+                        "task_type": "math",
+                    }
+                )
+                + "\n"
+            )
 
 
 def ensure_pg_database(url: str) -> None:
@@ -51,10 +60,25 @@ def ensure_pg_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
-def run_eval(env: dict[str, str], dataset: Path, run_id: str, concurrency: int, workers: int, out: Path) -> dict:
+def run_eval(
+    env: dict[str, str], dataset: Path, run_id: str, concurrency: int, workers: int, out: Path
+) -> dict:
     # one LLM call per example, as the benchmark is defined: no review call
-    cmd = [sys.executable, "manage.py", "run_eval", str(dataset), "--run-id", run_id,
-           "--concurrency", str(concurrency), "--workers", str(workers), "--no-review", "--json", str(out)]
+    cmd = [
+        sys.executable,
+        "manage.py",
+        "run_eval",
+        str(dataset),
+        "--run-id",
+        run_id,
+        "--concurrency",
+        str(concurrency),
+        "--workers",
+        str(workers),
+        "--no-review",
+        "--json",
+        str(out),
+    ]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"run_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
@@ -67,14 +91,19 @@ async def bare_client(base_url: str, n: int, concurrency: int, *, aiohttp: bool 
     the SDK's aiohttp transport (as AgentLab's provider), else its default."""
     import openai
 
-    client = openai.AsyncOpenAI(base_url=base_url, api_key="bench", max_retries=0,
-                                **({"http_client": openai.DefaultAioHttpClient()} if aiohttp else {}))
+    client = openai.AsyncOpenAI(
+        base_url=base_url,
+        api_key="bench",
+        max_retries=0,
+        **({"http_client": openai.DefaultAioHttpClient()} if aiohttp else {}),
+    )
     gate = asyncio.Semaphore(concurrency)
 
     async def one(i: int) -> None:
         async with gate:
             await client.chat.completions.create(
-                model="stub", messages=[{"role": "user", "content": f"What is {i} + 0?"}])
+                model="stub", messages=[{"role": "user", "content": f"What is {i} + 0?"}]
+            )
 
     started = time.monotonic()
     await asyncio.gather(*(one(i) for i in range(n)))
@@ -88,17 +117,37 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=500)
     parser.add_argument("--latency-ms", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2],
-                        help="run_eval worker processes (each concurrency below the count is skipped)")
-    parser.add_argument("--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"])
-    parser.add_argument("--pg-url", default=os.environ.get("BENCH_PG_URL",
-                                                            "postgres://postgres@127.0.0.1:5432/agentlab_bench"))
+    parser.add_argument(
+        "--workers",
+        type=int,
+        nargs="+",
+        default=[1, 2],
+        help="run_eval worker processes (each concurrency below the count is skipped)",
+    )
+    parser.add_argument(
+        "--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
+    )
+    parser.add_argument(
+        "--pg-url",
+        default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/agentlab_bench"),
+    )
     args = parser.parse_args()
 
     port = free_port()
-    stub = subprocess.Popen([sys.executable, "-m", "agentlab.testing.stub_llm", "--port", str(port),
-                             "--latency-ms", str(args.latency_ms)], cwd=ROOT,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stub = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "agentlab.testing.stub_llm",
+            "--port",
+            str(port),
+            "--latency-ms",
+            str(args.latency_ms),
+        ],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     base_url = f"http://127.0.0.1:{port}/v1"
     wait_for_port(port, timeout=10, process=stub, what="the stub LLM server")
     latency = args.latency_ms / 1000
@@ -108,8 +157,12 @@ def main() -> int:
             tmpdir = Path(tmp)
             dataset = tmpdir / "bench.jsonl"
             write_examples(dataset, args.examples)
-            base_env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")}
-            base_env.update(AGENTLAB_LLM_BASE_URL=base_url, AGENTLAB_LLM_API_KEY="bench", AGENTLAB_MODEL="stub")
+            base_env = {
+                k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")
+            }
+            base_env.update(
+                AGENTLAB_LLM_BASE_URL=base_url, AGENTLAB_LLM_API_KEY="bench", AGENTLAB_MODEL="stub"
+            )
             for db in args.databases:
                 env = dict(base_env)
                 if db == "sqlite":
@@ -117,27 +170,46 @@ def main() -> int:
                 else:
                     ensure_pg_database(args.pg_url)
                     env["DATABASE_URL"] = args.pg_url
-                subprocess.run([sys.executable, "manage.py", "migrate", "--noinput"], cwd=ROOT, env=env,
-                               check=True, capture_output=True)
+                subprocess.run(
+                    [sys.executable, "manage.py", "migrate", "--noinput"],
+                    cwd=ROOT,
+                    env=env,
+                    check=True,
+                    capture_output=True,
+                )
                 stamp = time.strftime("%Y%m%d-%H%M%S")
                 for workers in args.workers:
                     name = db if workers == 1 else f"{db} ×{workers}"
                     for c in args.concurrency:
                         if c < workers:
                             continue
-                        metrics = run_eval(env, dataset, f"bench-{db}-w{workers}-c{c}-{stamp}", c, workers,
-                                           tmpdir / "out.json")
+                        metrics = run_eval(
+                            env,
+                            dataset,
+                            f"bench-{db}-w{workers}-c{c}-{stamp}",
+                            c,
+                            workers,
+                            tmpdir / "out.json",
+                        )
                         sps = metrics["throughput"]["samples_per_s"]
-                        assert metrics["total"] == args.examples and metrics["correct"] == args.examples, metrics
+                        assert metrics["total"] == args.examples and metrics["correct"] == args.examples, (
+                            metrics
+                        )
                         rows.append((name, c, sps, sps / (c / latency)))
-                        print(f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
-                              f"of ideal {c / latency:.0f}/s)", flush=True)
+                        print(
+                            f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  "
+                            f"({sps / (c / latency):5.1%} of ideal {c / latency:.0f}/s)",
+                            flush=True,
+                        )
             for name, aiohttp in (("bare SDK", False), ("bare aiohttp", True)):
                 for c in args.concurrency:
                     sps = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
                     rows.append((name, c, sps, sps / (c / latency)))
-                    print(f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
-                          "of ideal)", flush=True)
+                    print(
+                        f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
+                        "of ideal)",
+                        flush=True,
+                    )
     finally:
         stub.terminate()
         stub.wait()
@@ -147,8 +219,10 @@ def main() -> int:
     print(f"{'':<13}" + "".join(f"{'c=' + str(c):>12}" for c in args.concurrency))
     for name in dict.fromkeys(db for db, *_ in rows):
         cells = {c: sps for db, c, sps, _ in rows if db == name}
-        print(f"{name:<13}" + "".join(f"{cells[c]:>10.1f}/s" if c in cells else f"{'—':>12}"
-                                      for c in args.concurrency))
+        print(
+            f"{name:<13}"
+            + "".join(f"{cells[c]:>10.1f}/s" if c in cells else f"{'—':>12}" for c in args.concurrency)
+        )
     return 0
 
 

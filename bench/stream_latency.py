@@ -42,12 +42,15 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def pct(values: list[float], q: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(q / 100 * (len(values) - 1))))] * 1000
+    return values[min(len(values) - 1, round(q / 100 * (len(values) - 1)))] * 1000
 
 
 def line(name: str, values: list[float], extra: str = "") -> None:
-    print(f"{name:<52} n={len(values):>6}  p50={pct(values, 50):7.1f} ms  p99={pct(values, 99):7.1f} ms {extra}",
-          flush=True)
+    print(
+        f"{name:<52} n={len(values):>6}  p50={pct(values, 50):7.1f} ms  "
+        f"p99={pct(values, 99):7.1f} ms {extra}",
+        flush=True,
+    )
 
 
 def rss_kb(pid: int) -> int:
@@ -109,8 +112,12 @@ async def open_sockets(urls: list[str], headers: dict[str, str], origin: str) ->
 
     sockets = []
     for start in range(0, len(urls), 50):
-        sockets += await asyncio.gather(*(connect(u, origin=origin, additional_headers=headers, max_queue=None,
-                                                  open_timeout=30) for u in urls[start:start + 50]))
+        sockets += await asyncio.gather(
+            *(
+                connect(u, origin=origin, additional_headers=headers, max_queue=None, open_timeout=30)
+                for u in urls[start : start + 50]
+            )
+        )
     return sockets
 
 
@@ -132,7 +139,9 @@ async def stream(sockets: list, turn_ids: list[int], events_per_turn: int, inter
     async def writer(turn_id: int) -> None:
         await asyncio.sleep(random.random() * interval)
         for i in range(events_per_turn):
-            await asyncio.to_thread(event_append, turn_id=turn_id, type="thinking", data={"t0": time.time(), "i": i})
+            await asyncio.to_thread(
+                event_append, turn_id=turn_id, type="thinking", data={"t0": time.time(), "i": i}
+            )
             await asyncio.sleep(interval)
 
     readers = [asyncio.create_task(reader(ws)) for ws in sockets]
@@ -155,8 +164,10 @@ async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str
 
     print(f"events per scenario: {args.events}, one every {args.interval * 1000:.0f} ms", flush=True)
     for subscribers in (1, 100):
-        line(f"raw PG commit + Redis publish, {subscribers} subscriber(s)",
-             await raw_baseline(dbname, subscribers, args.events, args.interval))
+        line(
+            f"raw PG commit + Redis publish, {subscribers} subscriber(s)",
+            await raw_baseline(dbname, subscribers, args.events, args.interval),
+        )
     results: dict[tuple[str, int], list[float]] = {}
     for subscribers in (1, 100):
         for name, path in (("minimal forwarder", "ws/bench/forward"), ("turn stream consumer", "ws/turns")):
@@ -169,9 +180,15 @@ async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str
             line(f"{name}, {subscribers} subscriber(s) on one turn", values)
             await asyncio.gather(*(ws.close() for ws in sockets))
     for subscribers in (1, 100):
-        fwd, real = results[("minimal forwarder", subscribers)], results[("turn stream consumer", subscribers)]
-        print(f"consumer/forwarder p99 ratio at {subscribers} subscriber(s): {pct(real, 99) / pct(fwd, 99):.2f}",
-              flush=True)
+        fwd, real = (
+            results[("minimal forwarder", subscribers)],
+            results[("turn stream consumer", subscribers)],
+        )
+        print(
+            f"consumer/forwarder p99 ratio at {subscribers} subscriber(s): "
+            f"{pct(real, 99) / pct(fwd, 99):.2f}",
+            flush=True,
+        )
 
     # 1,000 sockets, each on its own turn; 100 of the turns stream at once.
     turn_ids = [await new_turn() for _ in range(1000)]
@@ -180,12 +197,18 @@ async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str
     sockets = await open_sockets([f"{base}/ws/turns/{t}/?after=1" for t in turn_ids], headers, origin)
     await asyncio.sleep(3)
     after = rss_kb(daphne_pid)
-    print(f"daphne RSS: {before / 1024:.1f} MB before, {after / 1024:.1f} MB with 1000 idle sockets → "
-          f"{(after - before) / 1000:.1f} KB per idle socket", flush=True)
+    print(
+        f"daphne RSS: {before / 1024:.1f} MB before, {after / 1024:.1f} MB with 1000 idle sockets → "
+        f"{(after - before) / 1000:.1f} KB per idle socket",
+        flush=True,
+    )
     streaming = 100
     values = await stream(sockets[:streaming], turn_ids[:streaming], args.events_1000, args.interval_1000)
-    line(f"1000 sockets, {streaming} turns streaming at once", values,
-         f"({args.events_1000} events per turn, one every {args.interval_1000 * 1000:.0f} ms per turn)")
+    line(
+        f"1000 sockets, {streaming} turns streaming at once",
+        values,
+        f"({args.events_1000} events per turn, one every {args.interval_1000 * 1000:.0f} ms per turn)",
+    )
     await asyncio.gather(*(ws.close() for ws in sockets))
 
 
@@ -193,7 +216,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200, help="events per single-turn scenario")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between appends")
-    parser.add_argument("--events-1000", type=int, default=20, help="events per streaming turn with 1000 sockets")
+    parser.add_argument(
+        "--events-1000", type=int, default=20, help="events per streaming turn with 1000 sockets"
+    )
     parser.add_argument("--interval-1000", type=float, default=0.5, help="seconds between appends per turn")
     args = parser.parse_args()
 
@@ -206,14 +231,16 @@ def main() -> int:
     with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{dbname}"')
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "CELERY_"))}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
-        "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
-        "REDIS_URL": "redis://127.0.0.1:6379/0",
-        "ALLOWED_HOSTS": "127.0.0.1,localhost",
-        "HEARTBEAT_S": "15",
-        "LOG_LEVEL": "ERROR",
-    })
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+            "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
+            "REDIS_URL": "redis://127.0.0.1:6379/0",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "HEARTBEAT_S": "15",
+            "LOG_LEVEL": "ERROR",
+        }
+    )
     os.environ.update(env)
     for key in [k for k in os.environ if k.startswith("CELERY_")]:
         del os.environ[key]
@@ -239,8 +266,22 @@ def main() -> int:
         port = free_port()
         # -v 0: no access log; a line per websocket event on stdout is work
         # for daphne's loop that neither a forwarder nor the stream is about
-        daphne = subprocess.Popen([sys.executable, "-m", "daphne", "-v", "0", "-b", "127.0.0.1", "-p", str(port),
-                                   "bench.asgi_bench:application"], cwd=ROOT, env=env)
+        daphne = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "daphne",
+                "-v",
+                "0",
+                "-b",
+                "127.0.0.1",
+                "-p",
+                str(port),
+                "bench.asgi_bench:application",
+            ],
+            cwd=ROOT,
+            env=env,
+        )
         wait_for_port(port, timeout=30, process=daphne, what="daphne")
         asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
     finally:

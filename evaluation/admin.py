@@ -45,7 +45,10 @@ def _count(model: type[Model], fk: str, **filters: Any) -> Coalesce:
     """``COUNT(*)`` of ``model`` rows pointing at the outer row, as a scalar subquery."""
     rows = (
         model._default_manager.filter(**{fk: OuterRef("pk")}, **filters)
-        .order_by().values(fk).annotate(n=Count("pk")).values("n")
+        .order_by()
+        .values(fk)
+        .annotate(n=Count("pk"))
+        .values("n")
     )
     return Coalesce(Subquery(rows, output_field=IntegerField()), 0)
 
@@ -70,12 +73,20 @@ class DatasetAdmin(StaffReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
         task_types = (
-            Example.objects.filter(dataset_id=OuterRef("pk")).order_by().values("dataset_id")
-            .annotate(n=Count("task_type", distinct=True)).values("n")
+            Example.objects.filter(dataset_id=OuterRef("pk"))
+            .order_by()
+            .values("dataset_id")
+            .annotate(n=Count("task_type", distinct=True))
+            .values("n")
         )
-        return super().get_queryset(request).annotate(
-            example_count=_count(Example, "dataset_id"), run_count=_count(Run, "dataset_id"),
-            task_type_count=Coalesce(Subquery(task_types, output_field=IntegerField()), 0),
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                example_count=_count(Example, "dataset_id"),
+                run_count=_count(Run, "dataset_id"),
+                task_type_count=Coalesce(Subquery(task_types, output_field=IntegerField()), 0),
+            )
         )
 
     @admin.display(description="examples", ordering="example_count")
@@ -93,9 +104,15 @@ class DatasetAdmin(StaffReadOnlyAdmin):
     @admin.display(description="examples per task type")
     def task_types_table(self, dataset: Dataset) -> SafeString:
         rows = [
-            (admin_link(Example, None, row["task_type"],
-                        query=_query(dataset__id__exact=dataset.pk, task_type__exact=row["task_type"])),
-             row["n"])
+            (
+                admin_link(
+                    Example,
+                    None,
+                    row["task_type"],
+                    query=_query(dataset__id__exact=dataset.pk, task_type__exact=row["task_type"]),
+                ),
+                row["n"],
+            )
             for row in dataset.examples.order_by("task_type").values("task_type").annotate(n=Count("pk"))
         ]
         return html_table(("task type", "examples"), rows, empty="no examples")
@@ -119,8 +136,19 @@ class ExampleAdmin(StaffReadOnlyAdmin):
     search_fields = ("external_id", "question", "answer")
     search_help_text = "Example id, question or gold answer."
     list_per_page = 100
-    fields = ("dataset", "external_id", "position", "task_type", "scorer_display", "question", "answer",
-              "choices_json", "context_json", "metadata_json", "predictions_link")
+    fields = (
+        "dataset",
+        "external_id",
+        "position",
+        "task_type",
+        "scorer_display",
+        "question",
+        "answer",
+        "choices_json",
+        "context_json",
+        "metadata_json",
+        "predictions_link",
+    )
     readonly_fields = fields
 
     @admin.display(description="scorer", ordering="scorer")
@@ -149,8 +177,12 @@ class ExampleAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="predictions")
     def predictions_link(self, example: Example) -> SafeString:
-        return admin_link(Prediction, None, "predictions of this example in every run",
-                          query=_query(example__id__exact=example.pk))
+        return admin_link(
+            Prediction,
+            None,
+            "predictions of this example in every run",
+            query=_query(example__id__exact=example.pk),
+        )
 
 
 # --- runs ----------------------------------------------------------------------
@@ -158,31 +190,71 @@ class ExampleAdmin(StaffReadOnlyAdmin):
 
 @admin.register(Run)
 class RunAdmin(StaffReadOnlyAdmin):
-    list_display = ("run_id", "dataset", "status", "model_name", "accuracy", "total", "errors", "started",
-                    "duration", "started_by")
+    list_display = (
+        "run_id",
+        "dataset",
+        "status",
+        "model_name",
+        "accuracy",
+        "total",
+        "errors",
+        "started",
+        "duration",
+        "started_by",
+    )
     list_select_related = ("dataset", "started_by")
     list_filter = ("status", "dataset")
     date_hierarchy = "created_at"
     search_fields = ("run_id", "dataset__name")
     list_per_page = 50
     readonly_fields = (
-        "run_id", "dataset", "status", "model_name", "started_by", "system_user", "created_at", "finished_at",
-        "duration", "browse", "turns_by_status", "config_table", "config_json", "metrics_summary",
-        "per_task_type", "stop_reasons", "latency",
+        "run_id",
+        "dataset",
+        "status",
+        "model_name",
+        "started_by",
+        "system_user",
+        "created_at",
+        "finished_at",
+        "duration",
+        "browse",
+        "turns_by_status",
+        "config_table",
+        "config_json",
+        "metrics_summary",
+        "per_task_type",
+        "stop_reasons",
+        "latency",
     )
     fieldsets = (
-        (None, {"fields": (("run_id", "status"), ("dataset", "model_name"), ("started_by", "system_user"),
-                           ("created_at", "finished_at", "duration"), "browse", "turns_by_status")}),
+        (
+            None,
+            {
+                "fields": (
+                    ("run_id", "status"),
+                    ("dataset", "model_name"),
+                    ("started_by", "system_user"),
+                    ("created_at", "finished_at", "duration"),
+                    "browse",
+                    "turns_by_status",
+                )
+            },
+        ),
         ("Metrics", {"fields": ("metrics_summary", "per_task_type", "stop_reasons", "latency")}),
         ("Config snapshot", {"fields": ("config_table", "config_json")}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
-        return super().get_queryset(request).select_related("dataset", "started_by", "system_user").annotate(
-            prediction_count=_count(Prediction, "run_id"),
-            error_count=_count(Prediction, "run_id", error__gt=""),
-            model_name=KT("config__model"),
-            accuracy_value=Cast(KT("metrics__accuracy"), FloatField()),
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("dataset", "started_by", "system_user")
+            .annotate(
+                prediction_count=_count(Prediction, "run_id"),
+                error_count=_count(Prediction, "run_id", error__gt=""),
+                model_name=KT("config__model"),
+                accuracy_value=Cast(KT("metrics__accuracy"), FloatField()),
+            )
         )
 
     # -- list columns --
@@ -235,8 +307,12 @@ class RunAdmin(StaffReadOnlyAdmin):
         return format_html(
             "{} · {} · {} · {}",
             admin_link(Prediction, None, f"all {total} predictions", query=_query(run__id__exact=run.pk)),
-            admin_link(Prediction, None, f"{errors} with an error",
-                       query=_query(run__id__exact=run.pk, errored="yes")),
+            admin_link(
+                Prediction,
+                None,
+                f"{errors} with an error",
+                query=_query(run__id__exact=run.pk, errored="yes"),
+            ),
             admin_link(Prediction, None, "wrong ones", query=_query(run__id__exact=run.pk, correct__exact=0)),
             admin_link(Turn, None, "its turns", query=_query(run=run.pk)),
         )
@@ -245,11 +321,15 @@ class RunAdmin(StaffReadOnlyAdmin):
     def turns_by_status(self, run: Run) -> SafeString:
         counts = (
             Turn.objects.filter(pk__in=Prediction.objects.filter(run_id=run.pk).values("turn_id"))
-            .order_by("status").values("status").annotate(n=Count("pk"))
+            .order_by("status")
+            .values("status")
+            .annotate(n=Count("pk"))
         )
         rows = [
-            (status_badge(row["status"]),
-             admin_link(Turn, None, row["n"], query=_query(run=run.pk, status__exact=row["status"])))
+            (
+                status_badge(row["status"]),
+                admin_link(Turn, None, row["n"], query=_query(run=run.pk, status__exact=row["status"])),
+            )
             for row in counts
         ]
         return html_table(("status", "turns"), rows, empty="no turns")
@@ -259,10 +339,15 @@ class RunAdmin(StaffReadOnlyAdmin):
         metrics, live = self._metrics(run)
         tokens = metrics.get("tokens") or {}
         rows = [
-            ("accuracy", f"{_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/"
-                         f"{metrics.get('scored', 0)} scored)"),
-            ("total", metrics.get("total", 0)), ("scored", metrics.get("scored", 0)),
-            ("unscored", metrics.get("unscored", 0)), ("correct", metrics.get("correct", 0)),
+            (
+                "accuracy",
+                f"{_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/"
+                f"{metrics.get('scored', 0)} scored)",
+            ),
+            ("total", metrics.get("total", 0)),
+            ("scored", metrics.get("scored", 0)),
+            ("unscored", metrics.get("unscored", 0)),
+            ("correct", metrics.get("correct", 0)),
             ("errors", metrics.get("errors", 0)),
             ("mean steps", DASH if metrics.get("steps_mean") is None else f"{metrics['steps_mean']:.2f}"),
             ("input tokens", f"{tokens.get('input', 0):,}"),
@@ -272,17 +357,24 @@ class RunAdmin(StaffReadOnlyAdmin):
         ]
         table = html_table(("metric", "value"), rows)
         if live:
-            return format_html("<p>{}</p>{}", "Computed now from the predictions: the run has not finished.",
-                               table)
+            return format_html(
+                "<p>{}</p>{}", "Computed now from the predictions: the run has not finished.", table
+            )
         return table
 
     @admin.display(description="per task type")
     def per_task_type(self, run: Run) -> SafeString:
         metrics, _ = self._metrics(run)
         rows = [
-            (admin_link(Prediction, None, task_type,
-                        query=_query(run__id__exact=run.pk, task_type=task_type)),
-             b.get("total", 0), b.get("scored", 0), b.get("correct", 0), _pct(b.get("accuracy")))
+            (
+                admin_link(
+                    Prediction, None, task_type, query=_query(run__id__exact=run.pk, task_type=task_type)
+                ),
+                b.get("total", 0),
+                b.get("scored", 0),
+                b.get("correct", 0),
+                _pct(b.get("accuracy")),
+            )
             for task_type, b in (metrics.get("per_task_type") or {}).items()
         ]
         return html_table(("task type", "total", "scored", "correct", "accuracy"), rows)
@@ -291,8 +383,10 @@ class RunAdmin(StaffReadOnlyAdmin):
     def stop_reasons(self, run: Run) -> SafeString:
         metrics, _ = self._metrics(run)
         rows = [
-            (reason or "(none)",
-             admin_link(Prediction, None, count, query=_query(run__id__exact=run.pk, stop_reason=reason)))
+            (
+                reason or "(none)",
+                admin_link(Prediction, None, count, query=_query(run__id__exact=run.pk, stop_reason=reason)),
+            )
             for reason, count in (metrics.get("stop_reasons") or {}).items()
         ]
         return html_table(("stop reason", "predictions"), rows)
@@ -301,14 +395,17 @@ class RunAdmin(StaffReadOnlyAdmin):
     def latency(self, run: Run) -> SafeString:
         metrics, _ = self._metrics(run)
         latency = metrics.get("latency_ms") or {}
-        return html_table(("p50", "p95", "mean"), [(fmt_ms(latency.get("p50")), fmt_ms(latency.get("p95")),
-                                                    fmt_ms(latency.get("mean")))])
+        return html_table(
+            ("p50", "p95", "mean"),
+            [(fmt_ms(latency.get("p50")), fmt_ms(latency.get("p95")), fmt_ms(latency.get("mean")))],
+        )
 
     @admin.display(description="config")
     def config_table(self, run: Run) -> SafeString:
         config = {k: v for k, v in (run.config or {}).items() if k != "resumes"}
-        rows = [(k, v if isinstance(v, str | int | float) else json_block(v))
-                for k, v in sorted(config.items())]
+        rows = [
+            (k, v if isinstance(v, str | int | float) else json_block(v)) for k, v in sorted(config.items())
+        ]
         resumes = (run.config or {}).get("resumes") or []
         if resumes:
             rows.append(("resumed", format_html_join(", ", "{}", ((r.get("at", "?"),) for r in resumes))))
@@ -343,8 +440,9 @@ class _DistinctFilter(admin.SimpleListFilter):
     field_name = ""
 
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
-        values = (Prediction.objects.order_by(self.field_name)
-                  .values_list(self.field_name, flat=True).distinct())
+        values = (
+            Prediction.objects.order_by(self.field_name).values_list(self.field_name, flat=True).distinct()
+        )
         return [(v, v or "(none)") for v in values]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Prediction]) -> QuerySet[Prediction]:
@@ -366,35 +464,93 @@ class StopReasonFilter(_DistinctFilter):
 
 @admin.register(Prediction)
 class PredictionAdmin(StaffReadOnlyAdmin):
-    list_display = ("id", "run", "example_id_display", "task_type", "correct", "score", "stop_reason",
-                    "steps", "tokens", "latency", "error_short", "turn_link")
+    list_display = (
+        "id",
+        "run",
+        "example_id_display",
+        "task_type",
+        "correct",
+        "score",
+        "stop_reason",
+        "steps",
+        "tokens",
+        "latency",
+        "error_short",
+        "turn_link",
+    )
     list_display_links = ("id", "example_id_display")
     list_select_related = ("run", "example")
-    list_filter = ("run", TaskTypeFilter, "correct", StopReasonFilter, ErroredFilter, "review_verdict",
-                   "turn__status")
+    list_filter = (
+        "run",
+        TaskTypeFilter,
+        "correct",
+        StopReasonFilter,
+        ErroredFilter,
+        "review_verdict",
+        "turn__status",
+    )
     search_fields = ("example__external_id", "prediction", "gold_answer")
     search_help_text = "Example id, prediction or gold answer."
     list_per_page = 100
     readonly_fields = (
-        "run", "example_link", "task_type", "turn_link", "question", "prediction", "gold_answer", "scorer",
-        "score", "correct", "evidence", "reasoning", "steps", "tokens", "cost_display", "stop_reason",
-        "error", "latency", "review_verdict", "review_retried", "first_correct", "created_at", "completed_at",
+        "run",
+        "example_link",
+        "task_type",
+        "turn_link",
+        "question",
+        "prediction",
+        "gold_answer",
+        "scorer",
+        "score",
+        "correct",
+        "evidence",
+        "reasoning",
+        "steps",
+        "tokens",
+        "cost_display",
+        "stop_reason",
+        "error",
+        "latency",
+        "review_verdict",
+        "review_retried",
+        "first_correct",
+        "created_at",
+        "completed_at",
     )
     fieldsets = (
-        (None, {"fields": (("run", "example_link", "task_type"), "turn_link",
-                           ("created_at", "completed_at"))}),
-        ("Answer", {"fields": ("question", "prediction", "gold_answer", ("scorer", "score", "correct"),
-                               "evidence", "reasoning")}),
-        ("How it ended", {"fields": (("stop_reason", "steps", "tokens", "cost_display", "latency"),
-                                     "error")}),
+        (
+            None,
+            {"fields": (("run", "example_link", "task_type"), "turn_link", ("created_at", "completed_at"))},
+        ),
+        (
+            "Answer",
+            {
+                "fields": (
+                    "question",
+                    "prediction",
+                    "gold_answer",
+                    ("scorer", "score", "correct"),
+                    "evidence",
+                    "reasoning",
+                )
+            },
+        ),
+        (
+            "How it ended",
+            {"fields": (("stop_reason", "steps", "tokens", "cost_display", "latency"), "error")},
+        ),
         ("Review", {"fields": (("review_verdict", "review_retried", "first_correct"),)}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Prediction]:
         # The turn's status as an annotation: joining the whole turn row would
         # drag its context documents into every list row.
-        return super().get_queryset(request).select_related("run", "example").annotate(
-            turn_status=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1]))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("run", "example")
+            .annotate(turn_status=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1]))
+        )
 
     @admin.display(description="example", ordering="example__external_id")
     def example_id_display(self, prediction: Prediction) -> str:
@@ -430,5 +586,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     def turn_link(self, prediction: Prediction) -> SafeString | str:
         if prediction.turn_id is None:
             return DASH
-        return format_html("{} {}", admin_link(Turn, prediction.turn_id, f"#{prediction.turn_id}"),
-                           status_badge(prediction.turn_status))  # type: ignore[attr-defined]
+        return format_html(
+            "{} {}",
+            admin_link(Turn, prediction.turn_id, f"#{prediction.turn_id}"),
+            status_badge(prediction.turn_status),
+        )  # type: ignore[attr-defined]

@@ -92,8 +92,11 @@ def run_get(request: HttpRequest, run_id: RunId) -> Run:
     return selectors.run_get(run_id=run_id)
 
 
-@router.get("/runs/{run_id}/predictions", response={200: list[PredictionOut], **ERRORS},
-            summary="A run's predictions, filterable by task type, correctness and stop reason")
+@router.get(
+    "/runs/{run_id}/predictions",
+    response={200: list[PredictionOut], **ERRORS},
+    summary="A run's predictions, filterable by task type, correctness and stop reason",
+)
 @paginate(Pagination)
 def prediction_list(
     request: HttpRequest,
@@ -104,5 +107,6 @@ def prediction_list(
     stop_reason: Text | None = Query(None, max_length=32),
 ) -> Any:
     run = selectors.run_get(run_id=run_id)
-    return selectors.prediction_list(run=run, task_type=task_type, correct=correct, scored=scored,
-                                     stop_reason=stop_reason)
+    return selectors.prediction_list(
+        run=run, task_type=task_type, correct=correct, scored=scored, stop_reason=stop_reason
+    )

@@ -249,8 +249,8 @@ def parse_jsonl(path: str | Path) -> list[ExampleSpec]:
     Raises :class:`DatasetFormatError` (a ``ValueError``) naming the file and the
     1-based line for: a file that cannot be read, bytes that are not UTF-8, a line
     that is not JSON or not an object, a missing or ill-typed field, a database
-    file outside the folder, an unknown scorer, a duplicate ``question_id``; and, with ``line=None``, a file with no
-    examples. Nothing is returned unless the whole file is valid."""
+    file outside the folder, an unknown scorer, a duplicate ``question_id``; and, with ``line=None``,
+    a file with no examples. Nothing is returned unless the whole file is valid."""
     path = Path(path)
     source = str(path)
     try:

@@ -189,8 +189,10 @@ def review_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     by_type: dict[str, list[PredictionRow]] = {}
     for r in rows:
         by_type.setdefault(r.task_type, []).append(r)
-    return {**_review_bucket(rows),
-            "per_task_type": {tt: _review_bucket(by_type[tt]) for tt in sorted(by_type)}}
+    return {
+        **_review_bucket(rows),
+        "per_task_type": {tt: _review_bucket(by_type[tt]) for tt in sorted(by_type)},
+    }
 
 
 # --------------------------------------------------------------------------- table
@@ -243,8 +245,10 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     review = metrics.get("review") or {}
     if review.get("review_retries"):
         summary.add_row("first-attempt accuracy", _pct(review.get("first_attempt_accuracy")))
-        summary.add_row("review retries (fixed/broke)",
-                        f"{review['review_retries']} ({review.get('retry_fixed', 0)}/{review.get('retry_broke', 0)})")
+        summary.add_row(
+            "review retries (fixed/broke)",
+            f"{review['review_retries']} ({review.get('retry_fixed', 0)}/{review.get('retry_broke', 0)})",
+        )
     if review.get("verdicts"):
         summary.add_row("review verdicts", ", ".join(f"{v} {n}" for v, n in review["verdicts"].items()))
 

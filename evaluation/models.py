@@ -38,7 +38,9 @@ class Example(models.Model):
     class Meta:
         ordering = ["dataset_id", "position"]
         constraints = [
-            models.UniqueConstraint(fields=["dataset", "external_id"], name="example_unique_dataset_external_id"),
+            models.UniqueConstraint(
+                fields=["dataset", "external_id"], name="example_unique_dataset_external_id"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -58,7 +60,9 @@ class Run(models.Model):
 
     run_id = models.CharField(max_length=200, unique=True)
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="runs")
-    status = models.CharField(max_length=16, choices=RunStatus.choices, default=RunStatus.STARTED, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=RunStatus.choices, default=RunStatus.STARTED, db_index=True
+    )
     config = models.JSONField(default=dict, blank=True)
     metrics = models.JSONField(default=dict, blank=True)
     started_by = models.ForeignKey(
@@ -96,7 +100,9 @@ class Prediction(models.Model):
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="predictions")
     example = models.ForeignKey(Example, on_delete=models.CASCADE, related_name="predictions")
-    turn = models.ForeignKey("turns.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="predictions")
+    turn = models.ForeignKey(
+        "turns.Turn", null=True, blank=True, on_delete=models.SET_NULL, related_name="predictions"
+    )
     task_type = models.CharField(max_length=64, db_index=True)
     prediction = models.TextField(blank=True, default="")
     gold_answer = models.TextField(blank=True, default="")

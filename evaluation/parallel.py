@@ -36,13 +36,21 @@ from .worker import EvalJob, eval_worker
 logger = logging.getLogger(__name__)
 
 #: Settings a worker takes from its parent (the LLM endpoint).
-_INHERITED_SETTINGS = ("AGENTLAB_LLM_BASE_URL", "AGENTLAB_LLM_API_KEY", "AGENTLAB_MODEL", "AGENTLAB_GGUF_PATH",
-                       "AGENTLAB_REVIEW", "AGENTLAB_TURN_TIMEOUT_S")
+_INHERITED_SETTINGS = (
+    "AGENTLAB_LLM_BASE_URL",
+    "AGENTLAB_LLM_API_KEY",
+    "AGENTLAB_MODEL",
+    "AGENTLAB_GGUF_PATH",
+    "AGENTLAB_REVIEW",
+    "AGENTLAB_TURN_TIMEOUT_S",
+)
 #: How long a worker may take to start (import Django, build its provider).
 READY_TIMEOUT_S = 120.0
 
 
-def split(planned: Sequence[PlannedExample], *, workers: int, concurrency: int) -> list[tuple[list[PlannedExample], int]]:
+def split(
+    planned: Sequence[PlannedExample], *, workers: int, concurrency: int
+) -> list[tuple[list[PlannedExample], int]]:
     """Deal ``planned`` round-robin to ``workers`` workers and share
     ``concurrency`` between them (the first ``concurrency % workers`` get one
     more). Returns ``(examples, concurrency)`` per worker that has examples.
@@ -53,8 +61,15 @@ def split(planned: Sequence[PlannedExample], *, workers: int, concurrency: int) 
     return [(list(planned[i::workers]), shares[i]) for i in range(workers) if planned[i::workers]]
 
 
-def drive_in_processes(planned: Sequence[PlannedExample], *, workers: int, concurrency: int, model: str | None,
-                       review: bool, on_done: Callable[[], None] | None = None) -> float:
+def drive_in_processes(
+    planned: Sequence[PlannedExample],
+    *,
+    workers: int,
+    concurrency: int,
+    model: str | None,
+    review: bool,
+    on_done: Callable[[], None] | None = None,
+) -> float:
     """Drive ``planned`` in ``workers`` processes; return the driving wall time
     in seconds (from the moment every worker is ready to the last one's end).
 
@@ -71,8 +86,14 @@ def drive_in_processes(planned: Sequence[PlannedExample], *, workers: int, concu
     names = {alias: str(connections[alias].settings_dict["NAME"]) for alias in connections}
     processes = []
     for items, share in parts:
-        job = EvalJob(items=tuple((p.prediction_id, p.turn_id, p.example_id, p.resumed) for p in items),
-                   concurrency=share, model=model, review=review, settings=inherited, database_names=names)
+        job = EvalJob(
+            items=tuple((p.prediction_id, p.turn_id, p.example_id, p.resumed) for p in items),
+            concurrency=share,
+            model=model,
+            review=review,
+            settings=inherited,
+            database_names=names,
+        )
         process = context.Process(target=eval_worker, args=(job, messages, go), name="agentlab-eval-worker")
         process.start()
         processes.append(process)
@@ -118,4 +139,6 @@ def _next(messages: Any, processes: list[Any], *, until: float | None) -> tuple[
             if dead:
                 raise RuntimeError(f"an evaluation worker exited with code {dead[0].exitcode}") from None
             if until is not None and time.monotonic() > until:
-                raise RuntimeError(f"the evaluation workers were not ready within {READY_TIMEOUT_S:.0f} s") from None
+                raise RuntimeError(
+                    f"the evaluation workers were not ready within {READY_TIMEOUT_S:.0f} s"
+                ) from None

@@ -17,7 +17,7 @@ from typing import Any
 
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
 from turns.jobs import local_job_id
 
@@ -55,17 +55,26 @@ async def drive_examples(
             def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
                 # in the terminal event's transaction: one UPDATE, no read-back
                 nonlocal recorded
-                prediction_complete(prediction_id=item.prediction_id, example=item.example,
-                                    turn=TurnFinal.from_fields(turn_fields))
+                prediction_complete(
+                    prediction_id=item.prediction_id,
+                    example=item.example,
+                    turn=TurnFinal.from_fields(turn_fields),
+                )
                 recorded = True
 
             error: str | None = None
             try:
                 # a job id that names this process: another run_eval can tell
                 # whether the turn's driver is still alive (run_plan)
-                await drive_turn(item.turn_id, policy=EvaluationPolicy(finish=finish, review=review),
-                                 provider=provider, db=db, tools=tools, job_id=local_job_id("eval", next(numbers)))
-            except Exception as exc:  # noqa: BLE001 - the prediction row is written regardless
+                await drive_turn(
+                    item.turn_id,
+                    policy=EvaluationPolicy(finish=finish, review=review),
+                    provider=provider,
+                    db=db,
+                    tools=tools,
+                    job_id=local_job_id("eval", next(numbers)),
+                )
+            except Exception as exc:
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
                 error = f"{type(exc).__name__}: {exc}"
             if not recorded:
@@ -91,8 +100,11 @@ class RunLease:
         from django.conf import settings
 
         self.run_pk, self.driver = run_pk, driver
-        self.every = every if every is not None else max(
-            1.0, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
+        self.every = (
+            every
+            if every is not None
+            else max(1.0, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
+        )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -112,7 +124,7 @@ class RunLease:
                     if not run_heartbeat(run_pk=self.run_pk, driver=self.driver):
                         logger.warning("run %s: the lease is no longer %s", self.run_pk, self.driver)
                         return
-                except Exception:  # noqa: BLE001 - the next beat tries again
+                except Exception:
                     logger.warning("run %s: could not renew the lease", self.run_pk, exc_info=True)
         finally:
             connections.close_all()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from agentlab.errors import NotFound
+from common.errors import NotFound
 
 from .models import Dataset, Prediction, Run
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
@@ -70,6 +70,8 @@ def fallback_note(task_types: list[str]) -> str:
     if not task_types:
         return ""
     known = ", ".join(f"{t} → {s}" for t, s in DEFAULT_SCORER_BY_TASK_TYPE.items())
-    return (f"note: task type(s) {', '.join(repr(t) for t in task_types)} have no scorer of their own, so their "
-            f"examples are scored with {FALLBACK_SCORER!r}; known task types: {known}; or set \"scorer\" per "
-            "example")
+    return (
+        f"note: task type(s) {', '.join(repr(t) for t in task_types)} have no scorer of their own, so their "
+        f'examples are scored with {FALLBACK_SCORER!r}; known task types: {known}; or set "scorer" per '
+        "example"
+    )

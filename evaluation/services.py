@@ -19,8 +19,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from agentlab.db import update_by_pk
-from agentlab.errors import BadInput, StateConflict
+from common.db import update_by_pk
+from common.errors import BadInput, StateConflict
 from turns.models import Turn, TurnKind, TurnOutcome, TurnStatus
 from turns.services import (
     RETRYABLE_STATUSES,
@@ -58,12 +58,16 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
     if not name:
         raise BadInput("a dataset needs a non-empty name")
     if name == DEMO_DATASET_NAME and source != DEMO_SOURCE:
-        raise BadInput(f"dataset name {name!r} is reserved for the project's demo dataset; choose another name")
+        raise BadInput(
+            f"dataset name {name!r} is reserved for the project's demo dataset; choose another name"
+        )
     bad = _NAME_FORBIDDEN.search(name)
     if bad:
         # run ids are made from dataset names, and both appear in URLs
-        raise BadInput(f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
-                       "are not allowed")
+        raise BadInput(
+            f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
+            "are not allowed"
+        )
     if not examples:
         raise BadInput(f"dataset {name!r} has no examples")
     for spec in examples:  # fail before writing anything
@@ -74,9 +78,14 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
         new, changed = [], []
         for position, spec in enumerate(examples):
             values = {
-                "position": position, "question": spec.question, "answer": spec.answer,
-                "task_type": spec.task_type, "scorer": spec.scorer or "", "choices": spec.choices,
-                "context": spec.context or {}, "metadata": spec.metadata or {},
+                "position": position,
+                "question": spec.question,
+                "answer": spec.answer,
+                "task_type": spec.task_type,
+                "scorer": spec.scorer or "",
+                "choices": spec.choices,
+                "context": spec.context or {},
+                "metadata": spec.metadata or {},
             }
             row = existing.get(spec.external_id)
             if row is None:
@@ -89,7 +98,8 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
             raise BadInput(
                 f"a dataset named {name!r} already exists with different examples"
                 + (f" (from {dataset.source})" if dataset.source else "")
-                + "; import this file under another name: manage.py import_dataset FILE --name NEW_NAME")
+                + "; import this file under another name: manage.py import_dataset FILE --name NEW_NAME"
+            )
         Example.objects.bulk_create(new, batch_size=500)
     return dataset
 
@@ -116,7 +126,8 @@ def dataset_resolve(*, name_or_path: str) -> Dataset:
     known = sorted(Dataset.objects.exclude(name=DEMO_DATASET_NAME).values_list("name", flat=True))
     raise BadInput(
         f"no dataset named {name_or_path!r} and no such .jsonl file; registered datasets: "
-        + (", ".join(known) if known else "none") + f" (and {DEMO_DATASET_NAME!r})"
+        + (", ".join(known) if known else "none")
+        + f" (and {DEMO_DATASET_NAME!r})"
     )
 
 
@@ -144,13 +155,20 @@ def run_id_check(run_id: str | None) -> str:
         raise BadInput(f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX} are allowed")
     bad = _RUN_ID_FORBIDDEN.search(run_id)
     if bad:
-        raise BadInput(f"run id {run_id!r} contains {bad.group()!r}; control characters and / \\ ? # % "
-                       "are not allowed")
+        raise BadInput(
+            f"run id {run_id!r} contains {bad.group()!r}; control characters and / \\ ? # % are not allowed"
+        )
     return run_id
 
 
-def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
-              started_by: AbstractBaseUser | None = None, driver: str = "") -> tuple[Run, bool]:
+def run_start(
+    *,
+    run_id: str,
+    dataset: Dataset,
+    config: dict[str, Any],
+    started_by: AbstractBaseUser | None = None,
+    driver: str = "",
+) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
 
     Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
@@ -172,21 +190,37 @@ def run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any],
     leased = {"driver": driver, "heartbeat_at": timezone.now() if driver else None}
     try:
         with transaction.atomic():
-            return _run_start(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
-                              leased=leased)
+            return _run_start(
+                run_id=run_id, dataset=dataset, config=config, started_by=started_by, leased=leased
+            )
     except IntegrityError as exc:
         if not Run.objects.filter(run_id=run_id).exists():
             raise
-        raise StateConflict(f"run {run_id!r} was just started by another process; wait for it to finish, "
-                            "then run again to resume") from exc
+        raise StateConflict(
+            f"run {run_id!r} was just started by another process; wait for it to finish, "
+            "then run again to resume"
+        ) from exc
 
 
-def _run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any], started_by: AbstractBaseUser | None,
-               leased: dict[str, Any]) -> tuple[Run, bool]:
+def _run_start(
+    *,
+    run_id: str,
+    dataset: Dataset,
+    config: dict[str, Any],
+    started_by: AbstractBaseUser | None,
+    leased: dict[str, Any],
+) -> tuple[Run, bool]:
     run = Run.objects.select_for_update().filter(run_id=run_id).first()
     if run is None:
-        run = Run.objects.create(run_id=run_id, dataset=dataset, config=config, started_by=started_by,
-                                 system_user=_system_user(run_id), status=RunStatus.STARTED, **leased)
+        run = Run.objects.create(
+            run_id=run_id,
+            dataset=dataset,
+            config=config,
+            started_by=started_by,
+            system_user=_system_user(run_id),
+            status=RunStatus.STARTED,
+            **leased,
+        )
         return run, False
     if run.dataset_id != dataset.pk:
         raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
@@ -194,13 +228,15 @@ def _run_start(*, run_id: str, dataset: Dataset, config: dict[str, Any], started
         if key in run.config and key in config and run.config[key] != config[key]:
             raise StateConflict(
                 f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
-                "one run measures one setup; start a new run id")
+                "one run measures one setup; start a new run id"
+            )
     holder = run_lease_holder(run=run) or _turn_holder(run=run)
     if holder is not None:
         raise StateConflict(
             f"run {run_id!r} is being driven by another process right now ({holder}). Wait for that "
             "run_eval to finish or stop it; the run can then be resumed — at once if that process ran on "
-            f"this machine, else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old")
+            f"this machine, else once its heartbeat is TURN_STALE_S ({float(settings.TURN_STALE_S):g} s) old"
+        )
     resumes = list(run.config.get("resumes", []))
     resumes.append({"at": timezone.now().isoformat(), "config": config})
     run.config = {**run.config, "resumes": resumes}
@@ -256,8 +292,9 @@ def run_driven_elsewhere(*, run: Run) -> Turn | None:
     from turns.jobs import local_job_is_gone
 
     cutoff = timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S))
-    active = Turn.objects.filter(predictions__run=run, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING),
-                                 heartbeat_at__gte=cutoff).only("pk", "status", "job_id", "heartbeat_at")
+    active = Turn.objects.filter(
+        predictions__run=run, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING), heartbeat_at__gte=cutoff
+    ).only("pk", "status", "job_id", "heartbeat_at")
     for turn in active.order_by("pk"):
         if not local_job_is_gone(turn.job_id):
             return turn
@@ -296,8 +333,9 @@ def _turn_context(example: Example) -> dict[str, Any]:
     return context
 
 
-def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
-             retry_errors: bool = False) -> tuple[list[PlannedExample], int]:
+def run_plan(
+    *, run: Run, limit: int | None, max_steps: int, model: str, retry_errors: bool = False
+) -> tuple[list[PlannedExample], int]:
     """Decide what a (possibly resumed) run still has to do.
 
     For the first ``limit`` examples of the run's dataset (all when ``None``):
@@ -319,8 +357,14 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
     skipped = 0
     for example in examples:
         prediction = predictions.get(example.pk)
-        if (retry_errors and prediction is not None and prediction.completed_at is not None and prediction.error
-                and prediction.turn is not None and prediction.turn.status in RETRYABLE_STATUSES):
+        if (
+            retry_errors
+            and prediction is not None
+            and prediction.completed_at is not None
+            and prediction.error
+            and prediction.turn is not None
+            and prediction.turn.status in RETRYABLE_STATUSES
+        ):
             with transaction.atomic():
                 turn_retry(turn_id=prediction.turn_id)
                 Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
@@ -342,8 +386,9 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
         fresh.append((len(planned), example, prediction))
         planned.append(None)
     for start in range(0, len(fresh), PLAN_BATCH):
-        for index, item in _queue_fresh(run=run, fresh=fresh[start:start + PLAN_BATCH], max_steps=max_steps,
-                                        model=model):
+        for index, item in _queue_fresh(
+            run=run, fresh=fresh[start : start + PLAN_BATCH], max_steps=max_steps, model=model
+        ):
             planned[index] = item
     return [item for item in planned if item is not None], skipped
 
@@ -352,30 +397,53 @@ def run_plan(*, run: Run, limit: int | None, max_steps: int, model: str,
 PLAN_BATCH = 500
 
 
-def _queue_fresh(*, run: Run, fresh: Sequence[tuple[int, Example, Prediction | None]], max_steps: int,
-                 model: str) -> list[tuple[int, PlannedExample]]:
+def _queue_fresh(
+    *, run: Run, fresh: Sequence[tuple[int, Example, Prediction | None]], max_steps: int, model: str
+) -> list[tuple[int, PlannedExample]]:
     """Queue a turn for each ``(slot, example, prediction or None)`` and give
     each its pessimistic prediction row (stop reason ``error``, wrong), all in
     one transaction and a handful of statements (``turn_create_many``,
     ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
     with transaction.atomic():
-        turns = turn_create_many(owner=run.system_user, kind=TurnKind.EVALUATION, turns=[
-            NewTurn(question=example.question, context=_turn_context(example), max_steps=max_steps, model=model)
-            for _, example, _ in fresh])
+        turns = turn_create_many(
+            owner=run.system_user,
+            kind=TurnKind.EVALUATION,
+            turns=[
+                NewTurn(
+                    question=example.question,
+                    context=_turn_context(example),
+                    max_steps=max_steps,
+                    model=model,
+                )
+                for _, example, _ in fresh
+            ],
+        )
         new_rows, relinked = [], []
         for (_, example, prediction), turn in zip(fresh, turns, strict=True):
             if prediction is None:
-                new_rows.append(Prediction(
-                    run=run, example=example, turn=turn, task_type=example.task_type, gold_answer=example.answer,
-                    stop_reason="error", correct=False, score=0.0, error="the turn did not finish"))
+                new_rows.append(
+                    Prediction(
+                        run=run,
+                        example=example,
+                        turn=turn,
+                        task_type=example.task_type,
+                        gold_answer=example.answer,
+                        stop_reason="error",
+                        correct=False,
+                        score=0.0,
+                        error="the turn did not finish",
+                    )
+                )
             else:
                 prediction.turn = turn
                 relinked.append(prediction)
         Prediction.objects.bulk_create(new_rows)
         Prediction.objects.bulk_update(relinked, ["turn"])
     by_example = {p.example_id: p for p in [*new_rows, *relinked]}
-    return [(index, PlannedExample(by_example[example.pk].pk, turn.pk, example, resumed=False))
-            for (index, example, _), turn in zip(fresh, turns, strict=True)]
+    return [
+        (index, PlannedExample(by_example[example.pk].pk, turn.pk, example, resumed=False))
+        for (index, example, _), turn in zip(fresh, turns, strict=True)
+    ]
 
 
 @dataclass(frozen=True)
@@ -400,22 +468,37 @@ class TurnFinal:
 
     @classmethod
     def from_turn(cls, turn: Turn) -> TurnFinal:
-        return cls(outcome=turn.outcome, answer=turn.answer, evidence=turn.evidence, reasoning=turn.reasoning,
-                   steps=turn.steps, stop_reason=turn.stop_reason, usage=turn.usage or {}, meta=turn.meta or {},
-                   timings=turn.timings or {})
+        return cls(
+            outcome=turn.outcome,
+            answer=turn.answer,
+            evidence=turn.evidence,
+            reasoning=turn.reasoning,
+            steps=turn.steps,
+            stop_reason=turn.stop_reason,
+            usage=turn.usage or {},
+            meta=turn.meta or {},
+            timings=turn.timings or {},
+        )
 
     @classmethod
     def from_fields(cls, fields: Mapping[str, Any]) -> TurnFinal:
         """From the turn fields of a terminal event (``TurnPolicy.on_finish``)."""
-        return cls(outcome=fields.get("outcome") or "", answer=fields.get("answer") or "",
-                   evidence=fields.get("evidence") or "", reasoning=fields.get("reasoning") or "",
-                   steps=int(fields.get("steps") or 0), stop_reason=fields.get("stop_reason") or "",
-                   usage=dict(fields.get("usage") or {}), meta=dict(fields.get("meta") or {}),
-                   timings=dict(fields.get("timings") or {}))
+        return cls(
+            outcome=fields.get("outcome") or "",
+            answer=fields.get("answer") or "",
+            evidence=fields.get("evidence") or "",
+            reasoning=fields.get("reasoning") or "",
+            steps=int(fields.get("steps") or 0),
+            stop_reason=fields.get("stop_reason") or "",
+            usage=dict(fields.get("usage") or {}),
+            meta=dict(fields.get("meta") or {}),
+            timings=dict(fields.get("timings") or {}),
+        )
 
 
-def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | None = None,
-                      latency_ms: int | None = None) -> dict[str, Any]:
+def prediction_values(
+    *, example: Example, turn: TurnFinal | None, error: str | None = None, latency_ms: int | None = None
+) -> dict[str, Any]:
     """The fields of a completed prediction (a dict of ``Prediction`` field
     values, ``completed_at`` included), scored against ``example``.
 
@@ -428,8 +511,13 @@ def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | 
     scorer = scorer_for(example_scorer=example.scorer or None, task_type=example.task_type)
     answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
     answer = turn.answer if answered and turn is not None else None
-    result = score(prediction=answer, gold=example.answer, scorer=scorer, choices=example.choices,
-                   metadata=example.metadata)
+    result = score(
+        prediction=answer,
+        gold=example.answer,
+        scorer=scorer,
+        choices=example.choices,
+        metadata=example.metadata,
+    )
     usage = _usage_total(turn.usage, turn.meta) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
@@ -445,8 +533,13 @@ def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | 
         first_correct = result.correct
     else:
         first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
-        first_correct = score(prediction=first_answer, gold=example.answer, scorer=scorer,
-                              choices=example.choices, metadata=example.metadata).correct
+        first_correct = score(
+            prediction=first_answer,
+            gold=example.answer,
+            scorer=scorer,
+            choices=example.choices,
+            metadata=example.metadata,
+        ).correct
     return {
         "prediction": answer or "",
         "scorer": scorer,
@@ -468,13 +561,16 @@ def prediction_values(*, example: Example, turn: TurnFinal | None, error: str | 
     }
 
 
-def prediction_record(*, prediction_id: int, error: str | None = None, latency_ms: int | None = None) -> Prediction:
+def prediction_record(
+    *, prediction_id: int, error: str | None = None, latency_ms: int | None = None
+) -> Prediction:
     """Complete a prediction from its turn's row and score it (see
     ``prediction_values``). Raises ``Prediction.DoesNotExist``."""
     prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
     turn = TurnFinal.from_turn(prediction.turn) if prediction.turn is not None else None
-    for name, value in prediction_values(example=prediction.example, turn=turn, error=error,
-                                         latency_ms=latency_ms).items():
+    for name, value in prediction_values(
+        example=prediction.example, turn=turn, error=error, latency_ms=latency_ms
+    ).items():
         setattr(prediction, name, value)
     prediction.save()
     return prediction
@@ -528,17 +624,28 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
     """Metrics over every prediction row of the run (completed or not), read
     from the database so a resumed run never counts an example twice."""
     rows = [
-        PredictionRow(task_type=p.task_type, correct=p.correct, steps=p.steps, input_tokens=p.input_tokens,
-                      output_tokens=p.output_tokens, cost=p.cost, stop_reason=p.stop_reason,
-                      latency_ms=p.latency_ms, error=p.error or None,
-                      first_correct=p.first_correct if p.review_retried else p.correct,
-                      review_retried=bool(p.review_retried), review_verdict=p.review_verdict)
+        PredictionRow(
+            task_type=p.task_type,
+            correct=p.correct,
+            steps=p.steps,
+            input_tokens=p.input_tokens,
+            output_tokens=p.output_tokens,
+            cost=p.cost,
+            stop_reason=p.stop_reason,
+            latency_ms=p.latency_ms,
+            error=p.error or None,
+            first_correct=p.first_correct if p.review_retried else p.correct,
+            review_retried=bool(p.review_retried),
+            review_verdict=p.review_verdict,
+        )
         for p in run.predictions.all()
     ]
     return compute_metrics(rows)
 
 
-def run_finish(*, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wall_s: float | None = None) -> Run:
+def run_finish(
+    *, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wall_s: float | None = None
+) -> Run:
     """Compute and store the run's metrics and final status.
 
     ``driven`` examples were driven in ``wall_s`` seconds by this invocation
@@ -553,7 +660,8 @@ def run_finish(*, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wa
         run.metrics["throughput"] = earlier
     elif wall_s is not None:
         run.metrics["throughput"] = {
-            "examples": driven, "wall_s": round(wall_s, 3),
+            "examples": driven,
+            "wall_s": round(wall_s, 3),
             "samples_per_s": round(driven / wall_s, 2) if wall_s > 0 else None,
         }
     run.status = status

@@ -42,7 +42,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
     from django.conf import settings as worker_settings
     from django.db import connections as worker_connections
 
-    from agentlab.db import DatabaseThreads
+    from common.db import DatabaseThreads
     from turns.llm import get_provider
 
     from .models import Example
@@ -55,11 +55,13 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
         for alias, name in job.database_names.items():
             worker_connections[alias].settings_dict["NAME"] = name
         examples = Example.objects.in_bulk([example_id for _, _, example_id, _ in job.items])
-        planned = [PlannedExample(prediction_id, turn_id, examples[example_id], resumed)
-                   for prediction_id, turn_id, example_id, resumed in job.items]
+        planned = [
+            PlannedExample(prediction_id, turn_id, examples[example_id], resumed)
+            for prediction_id, turn_id, example_id, resumed in job.items
+        ]
         provider = get_provider(model=job.model)
         worker_connections.close_all()
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except Exception as exc:
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from exc
     messages.put(("ready", os.getpid()))
@@ -68,9 +70,14 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
     async def drive() -> None:
         with DatabaseThreads(max_workers=min(job.concurrency, 8)) as db:
             try:
-                await drive_examples(planned, provider=provider, db=db, concurrency=job.concurrency,
-                                     on_done=lambda item: messages.put(("done", item.prediction_id)),
-                                     review=job.review)
+                await drive_examples(
+                    planned,
+                    provider=provider,
+                    db=db,
+                    concurrency=job.concurrency,
+                    on_done=lambda item: messages.put(("done", item.prediction_id)),
+                    review=job.review,
+                )
             finally:
                 close = getattr(provider, "aclose", None)
                 if close is not None:
@@ -78,7 +85,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
 
     try:
         asyncio.run(drive())
-    except Exception as exc:  # noqa: BLE001 - reported to the parent, which fails the run
+    except Exception as exc:
         logger.exception("evaluation worker failed")
         messages.put(("error", f"{type(exc).__name__}: {exc}"))
         raise SystemExit(1) from exc

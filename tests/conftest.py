@@ -28,7 +28,7 @@ def staff(django_user_model):
 
 @pytest.fixture
 def db_threads():
-    from agentlab.db import DatabaseThreads
+    from common.db import DatabaseThreads
 
     pool = DatabaseThreads(max_workers=4)
     yield pool

@@ -21,5 +21,6 @@ def dataset_path(name: str) -> Path:
     if not path.is_file():
         raise FileNotFoundError(
             f"shared dataset {name} not found in {DATASETS}; lay shared/ beside the checkout "
-            "or set AGENTLAB_DATASETS_DIR")
+            "or set AGENTLAB_DATASETS_DIR"
+        )
     return path

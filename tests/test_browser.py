@@ -28,7 +28,9 @@ SCREENS = Path("/tmp/screens")
 pytestmark = [
     pytest.mark.browser,
     pytest.mark.django_db(transaction=True),
-    pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+    ),
 ]
 
 
@@ -42,9 +44,12 @@ def stub_handler(body):
     if not body.get("tools"):
         return text_reply("ok", delay=delay)
     if any(m.get("role") == "tool" for m in messages):
-        return final_answer_reply("42", "calculator: 6*7 = 42", "The calculator multiplied 6 by 7.", delay=delay)
-    return tool_call_reply("calculator", {"expression": "6*7"}, content="I will multiply with the calculator.",
-                           delay=delay)
+        return final_answer_reply(
+            "42", "calculator: 6*7 = 42", "The calculator multiplied 6 by 7.", delay=delay
+        )
+    return tool_call_reply(
+        "calculator", {"expression": "6*7"}, content="I will multiply with the calculator.", delay=delay
+    )
 
 
 @pytest.fixture
@@ -55,19 +60,31 @@ def live_server_url(transactional_db):
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "DATABASE_URL")}
     db = connection.settings_dict
     if db["ENGINE"] == "django.db.backends.postgresql":
-        env["DATABASE_URL"] = (f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
-                               f"{db['PORT'] or 5432}/{db['NAME']}")
+        env["DATABASE_URL"] = (
+            f"postgres://{db['USER']}:{db['PASSWORD'] or ''}@{db['HOST'] or '127.0.0.1'}:"
+            f"{db['PORT'] or 5432}/{db['NAME']}"
+        )
     else:
         env["AGENTLAB_SQLITE_PATH"] = str(db["NAME"])
-    env.update({
-        "AGENTLAB_LLM_BASE_URL": stub.base_url, "AGENTLAB_LLM_API_KEY": "stub", "AGENTLAB_MODEL": "stub-model",
-        "DEBUG": "1", "HEARTBEAT_S": "1", "ALLOWED_HOSTS": "127.0.0.1,localhost", "PYTHONPATH": str(ROOT),
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
-    })
+    env.update(
+        {
+            "AGENTLAB_LLM_BASE_URL": stub.base_url,
+            "AGENTLAB_LLM_API_KEY": "stub",
+            "AGENTLAB_MODEL": "stub-model",
+            "DEBUG": "1",
+            "HEARTBEAT_S": "1",
+            "ALLOWED_HOSTS": "127.0.0.1,localhost",
+            "PYTHONPATH": str(ROOT),
+            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        }
+    )
     log = open("/tmp/h5-daphne.log", "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
         [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
     )
     try:
         wait_for_port(port, timeout=30, process=server, what="daphne (log: /tmp/h5-daphne.log)")
@@ -95,16 +112,24 @@ def browser_page(monkeypatch):
     with sync_playwright() as p:
         browser = p.chromium.launch(
             executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync"],
+            args=[
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+            ],
         )
         # a phone-sized window: the pages must be readable on a narrow screen
         context = browser.new_context(viewport={"width": 430, "height": 900}, device_scale_factor=2)
         page = context.new_page()
         errors: list[str] = []
         page.on("pageerror", lambda exc: errors.append(f"pageerror: {exc}"))
-        page.on("console", lambda msg: errors.append(f"console.{msg.type}: {msg.text}")
-                if msg.type == "error" else None)
+        page.on(
+            "console",
+            lambda msg: errors.append(f"console.{msg.type}: {msg.text}") if msg.type == "error" else None,
+        )
         page.js_errors = errors  # type: ignore[attr-defined]
         try:
             yield page

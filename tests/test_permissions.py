@@ -40,15 +40,23 @@ def world(owner, teammate, outsider, staff) -> World:
     paused_conversation = conversation_create(owner=owner, title="paused")
     paused = turn_start(conversation=paused_conversation, question="7*8?", acting_user=owner)
     turn_interrupt(turn_id=paused.pk, reason="worker lost")
-    approval = Approval.objects.create(turn=queued, tool_call={"id": "c1", "name": "send_email", "arguments": {}})
+    approval = Approval.objects.create(
+        turn=queued, tool_call={"id": "c1", "name": "send_email", "arguments": {}}
+    )
     dataset = Dataset.objects.create(name="tiny")
     run, _ = run_start(run_id="r1", dataset=dataset, config={}, started_by=staff)
     _, raw = apikey_create(name="ci")
     return World(
         users={"owner": owner, "teammate": teammate, "outsider": outsider, "staff": staff},
         raw_key=raw,
-        ids={"empty": empty.pk, "busy": busy.pk, "queued": queued.pk, "paused": paused.pk,
-             "approval": approval.pk, "run": run.run_id},
+        ids={
+            "empty": empty.pk,
+            "busy": busy.pk,
+            "queued": queued.pk,
+            "paused": paused.pk,
+            "approval": approval.pk,
+            "run": run.run_id,
+        },
     )
 
 
@@ -135,8 +143,14 @@ def test_hidden_objects_are_untouched_by_a_refused_caller(world):
 # --- the websocket ------------------------------------------------------------------------
 
 #: Close codes of ``turns.consumers`` (4401 not logged in, 4403 someone else's turn).
-WS_EXPECTED = {"owner": "stream", "staff": "stream", "teammate": 4403, "outsider": 4403, "anonymous": 4401,
-               "api_key": 4401}
+WS_EXPECTED = {
+    "owner": "stream",
+    "staff": "stream",
+    "teammate": 4403,
+    "outsider": 4403,
+    "anonymous": 4401,
+    "api_key": 4401,
+}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -145,7 +159,9 @@ WS_EXPECTED = {"owner": "stream", "staff": "stream", "teammate": 4403, "outsider
 async def test_websocket_permission_matrix(world, actor):
     user = world.users.get(actor)
     headers = [(b"x-api-key", world.raw_key.encode())] if actor == "api_key" else []
-    communicator = WebsocketCommunicator(ws_app(user), f"/ws/turns/{world.ids['queued']}/?after=0", headers=headers)
+    communicator = WebsocketCommunicator(
+        ws_app(user), f"/ws/turns/{world.ids['queued']}/?after=0", headers=headers
+    )
     connected, _ = await communicator.connect(timeout=5)
     assert connected  # accepted, then closed with a code the page can explain
     expected = WS_EXPECTED[actor]

@@ -15,21 +15,26 @@ def test_env_number_reads_the_variable_as_the_default_type(monkeypatch):
     assert env_number("AGENTLAB_TEST_NUMBER", 6) == 7
     assert env_number("AGENTLAB_TEST_NUMBER", 1.5) == 7.0
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", " 1e3 ")
-    assert env_number("AGENTLAB_TEST_NUMBER", 1.5) == 1000.0  # Python's float syntax, spaces around it ignored
+    assert (
+        env_number("AGENTLAB_TEST_NUMBER", 1.5) == 1000.0
+    )  # Python's float syntax, spaces around it ignored
     monkeypatch.delenv("AGENTLAB_TEST_NUMBER")
     assert env_number("AGENTLAB_TEST_NUMBER", 6) == 6
 
 
-@pytest.mark.parametrize(("value", "default", "message"), [
-    ("abc", 6, "AGENTLAB_TEST_NUMBER must be an integer, got 'abc'"),
-    ("1.5", 6, "AGENTLAB_TEST_NUMBER must be an integer, got '1.5'"),
-    ("ten", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got 'ten'"),
-    ("", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got ''"),
-    # django-environ's own cast dropped the letters: 13.0, 5.0, 25.1
-    ("1e3x", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '1e3x'"),
-    ("5 minutes", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '5 minutes'"),
-    ("2.5.1", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '2.5.1'"),
-])
+@pytest.mark.parametrize(
+    ("value", "default", "message"),
+    [
+        ("abc", 6, "AGENTLAB_TEST_NUMBER must be an integer, got 'abc'"),
+        ("1.5", 6, "AGENTLAB_TEST_NUMBER must be an integer, got '1.5'"),
+        ("ten", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got 'ten'"),
+        ("", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got ''"),
+        # django-environ's own cast dropped the letters: 13.0, 5.0, 25.1
+        ("1e3x", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '1e3x'"),
+        ("5 minutes", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '5 minutes'"),
+        ("2.5.1", 15.0, "AGENTLAB_TEST_NUMBER must be a number, got '2.5.1'"),
+    ],
+)
 def test_env_number_names_the_variable_and_the_bad_value(monkeypatch, value, default, message):
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", value)
     with pytest.raises(ImproperlyConfigured) as excinfo:
@@ -37,12 +42,15 @@ def test_env_number_names_the_variable_and_the_bad_value(monkeypatch, value, def
     assert str(excinfo.value) == message
 
 
-@pytest.mark.parametrize(("value", "bounds", "message"), [
-    ("0", {"positive": True}, "AGENTLAB_TEST_NUMBER must be above 0, got '0'"),
-    ("-5", {"minimum": 0.0}, "AGENTLAB_TEST_NUMBER must be at least 0.0, got '-5'"),
-    ("inf", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got 'inf'"),
-    ("1e999", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got '1e999'"),
-])
+@pytest.mark.parametrize(
+    ("value", "bounds", "message"),
+    [
+        ("0", {"positive": True}, "AGENTLAB_TEST_NUMBER must be above 0, got '0'"),
+        ("-5", {"minimum": 0.0}, "AGENTLAB_TEST_NUMBER must be at least 0.0, got '-5'"),
+        ("inf", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got 'inf'"),
+        ("1e999", {}, "AGENTLAB_TEST_NUMBER must be a finite number, got '1e999'"),
+    ],
+)
 def test_env_number_refuses_values_out_of_range(monkeypatch, value, bounds, message):
     monkeypatch.setenv("AGENTLAB_TEST_NUMBER", value)
     with pytest.raises(ImproperlyConfigured) as excinfo:
@@ -61,7 +69,13 @@ def test_manage_py_reports_a_bad_setting_in_one_line_with_exit_2(tmp_path):
     root = Path(__file__).resolve().parents[1]
     env = {**os.environ, "HEARTBEAT_S": "0", "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.sqlite3")}
     env.pop("DATABASE_URL", None)
-    proc = subprocess.run([sys.executable, "manage.py", "sweep_turns"], cwd=root, env=env, capture_output=True,
-                          text=True, timeout=60)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "sweep_turns"],
+        cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 2
     assert proc.stderr == "configuration error: HEARTBEAT_S must be above 0, got '0'\n"

@@ -42,7 +42,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from agentlab.errors import NotFound, StateConflict
+from common.errors import NotFound, StateConflict
 from evaluation.models import Prediction, Run
 
 from .events import events_after
@@ -76,8 +76,12 @@ DASH = "—"
 _PRE_STYLE = "max-height:24em;overflow:auto;white-space:pre-wrap;margin:0;font-size:12px"
 
 _STATUS_COLOURS = {
-    TurnStatus.QUEUED: "#6b7280", TurnStatus.RUNNING: "#2563eb", TurnStatus.WAITING: "#b45309",
-    TurnStatus.SUCCEEDED: "#15803d", TurnStatus.FAILED: "#b91c1c", TurnStatus.CANCELLED: "#6b7280",
+    TurnStatus.QUEUED: "#6b7280",
+    TurnStatus.RUNNING: "#2563eb",
+    TurnStatus.WAITING: "#b45309",
+    TurnStatus.SUCCEEDED: "#15803d",
+    TurnStatus.FAILED: "#b91c1c",
+    TurnStatus.CANCELLED: "#6b7280",
     TurnStatus.INTERRUPTED: "#c2410c",
 }
 
@@ -135,12 +139,16 @@ def html_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, empty: 
         return format_html("<span>{}</span>", empty)
     head = format_html_join("", "<th>{}</th>", ((h,) for h in headers))
     body = format_html_join(
-        "", "<tr>{}</tr>",
-        ((format_html_join("", "<td>{}</td>", ((DASH if c is None or c == "" else c,) for c in row)),)
-         for row in rows),
+        "",
+        "<tr>{}</tr>",
+        (
+            (format_html_join("", "<td>{}</td>", ((DASH if c is None or c == "" else c,) for c in row)),)
+            for row in rows
+        ),
     )
-    return format_html('<table style="margin:0"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>',
-                       head, body)
+    return format_html(
+        '<table style="margin:0"><thead><tr>{}</tr></thead><tbody>{}</tbody></table>', head, body
+    )
 
 
 def admin_link(obj_or_model: Any, pk: Any, text: Any, *, query: str = "") -> SafeString:
@@ -214,7 +222,9 @@ class DistinctValuesFilter(admin.SimpleListFilter):
     def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
         values = (
             model_admin.model._default_manager.exclude(**{self.field_name: ""})
-            .order_by(self.field_name).values_list(self.field_name, flat=True).distinct()
+            .order_by(self.field_name)
+            .values_list(self.field_name, flat=True)
+            .distinct()
         )
         return [(v, v) for v in values] + [(self.NONE, "(none)")]
 
@@ -293,9 +303,12 @@ class ConversationAdmin(StaffReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Conversation]:
         return (
-            super().get_queryset(request).select_related("owner")
-            .annotate(turn_count=Count("turns"),
-                      last_activity=Coalesce(Max("turns__updated_at"), "updated_at"))
+            super()
+            .get_queryset(request)
+            .select_related("owner")
+            .annotate(
+                turn_count=Count("turns"), last_activity=Coalesce(Max("turns__updated_at"), "updated_at")
+            )
         )
 
     @admin.display(description="title", ordering="title")
@@ -313,8 +326,12 @@ class ConversationAdmin(StaffReadOnlyAdmin):
     @admin.display(description="all turns")
     def all_turns(self, conversation: Conversation) -> SafeString:
         count = conversation.turn_count  # type: ignore[attr-defined]
-        return admin_link(Turn, None, f"all {count} turns in the turn list",
-                          query=f"conversation__id__exact={conversation.pk}")
+        return admin_link(
+            Turn,
+            None,
+            f"all {count} turns in the turn list",
+            query=f"conversation__id__exact={conversation.pk}",
+        )
 
 
 # --- turns ---------------------------------------------------------------------
@@ -343,7 +360,8 @@ class AttentionFilter(admin.SimpleListFilter):
         if value == "stale":
             cutoff = timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S))
             return queryset.filter(status__in=[TurnStatus.RUNNING, TurnStatus.WAITING]).filter(
-                Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+                Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True)
+            )
         if value == "failed":
             return queryset.filter(status=TurnStatus.FAILED)
         return queryset
@@ -389,8 +407,11 @@ class TurnChangeList(ChangeList):
     answer texts stay in the database (search still reads them there)."""
 
     def get_queryset(self, request: HttpRequest, exclude_parameters: Any = None) -> QuerySet[Turn]:
-        return super().get_queryset(request, exclude_parameters).defer(
-            "context", "meta", "answer", "evidence", "reasoning", "clarifying_question")
+        return (
+            super()
+            .get_queryset(request, exclude_parameters)
+            .defer("context", "meta", "answer", "evidence", "reasoning", "clarifying_question")
+        )
 
 
 _VerbFn = Callable[[int, Any], Turn]
@@ -403,21 +424,45 @@ _VERBS: dict[str, tuple[_VerbFn, str]] = {
     "resume": (lambda turn_id, user: turn_resume_and_enqueue(turn_id=turn_id, acting_user=user), "resumed"),
     "cancel": (lambda turn_id, user: turn_cancel(turn_id=turn_id, acting_user=user), "cancelled"),
     "retry": (lambda turn_id, user: turn_retry_and_enqueue(turn_id=turn_id, acting_user=user), "retried"),
-    "continue": (lambda turn_id, user: turn_continue_and_enqueue(turn_id=turn_id, extra_steps=CONTINUE_EXTRA_STEPS,
-                                                                 acting_user=user), "continued"),
+    "continue": (
+        lambda turn_id, user: turn_continue_and_enqueue(
+            turn_id=turn_id, extra_steps=CONTINUE_EXTRA_STEPS, acting_user=user
+        ),
+        "continued",
+    ),
 }
 
 
 @admin.register(Turn)
 class TurnAdmin(StaffReadOnlyAdmin):
     list_display = (
-        "id", "question_short", "status_display", "outcome", "phase", "stop_reason", "steps", "tokens",
-        "cost", "duration", "conversation_link", "owner", "run_link", "created_at",
+        "id",
+        "question_short",
+        "status_display",
+        "outcome",
+        "phase",
+        "stop_reason",
+        "steps",
+        "tokens",
+        "cost",
+        "duration",
+        "conversation_link",
+        "owner",
+        "run_link",
+        "created_at",
     )
     list_display_links = ("id", "question_short")
     list_select_related = ("owner", "conversation")
-    list_filter = (AttentionFilter, "status", "outcome", "phase", StopReasonFilter, RunFilter, ModelFilter,
-                   "kind")
+    list_filter = (
+        AttentionFilter,
+        "status",
+        "outcome",
+        "phase",
+        StopReasonFilter,
+        RunFilter,
+        ModelFilter,
+        "kind",
+    )
     date_hierarchy = "created_at"
     search_fields = ("question", "answer")
     search_help_text = "Question or answer text; a number (or #number) also finds the turn with that id."
@@ -427,20 +472,51 @@ class TurnAdmin(StaffReadOnlyAdmin):
     show_full_result_count = False
     actions = ("resume_turns", "cancel_turns", "retry_turns", "continue_turns")
     readonly_fields = (
-        "status_display", "phase", "outcome", "stop_reason", "kind", "model", "steps_of_max", "attempts",
-        "conversation_link", "owner_name", "run_link", "created_at", "started_at", "finished_at",
-        "heartbeat_at", "job_id", "cancel_requested", "last_seq", "duration",
-        "question", "answer", "evidence", "reasoning", "clarifying_question", "failure",
-        "attempts_table", "usage_table", "timings_table", "approvals_table", "context_json", "meta_json",
+        "status_display",
+        "phase",
+        "outcome",
+        "stop_reason",
+        "kind",
+        "model",
+        "steps_of_max",
+        "attempts",
+        "conversation_link",
+        "owner_name",
+        "run_link",
+        "created_at",
+        "started_at",
+        "finished_at",
+        "heartbeat_at",
+        "job_id",
+        "cancel_requested",
+        "last_seq",
+        "duration",
+        "question",
+        "answer",
+        "evidence",
+        "reasoning",
+        "clarifying_question",
+        "failure",
+        "attempts_table",
+        "usage_table",
+        "timings_table",
+        "approvals_table",
+        "context_json",
+        "meta_json",
     )
     fieldsets = (
-        (None, {"fields": (
-            ("status_display", "phase", "outcome", "stop_reason"),
-            ("kind", "model", "steps_of_max", "attempts"),
-            ("conversation_link", "owner_name", "run_link"),
-            ("created_at", "started_at", "finished_at", "duration"),
-            ("heartbeat_at", "job_id", "cancel_requested", "last_seq"),
-        )}),
+        (
+            None,
+            {
+                "fields": (
+                    ("status_display", "phase", "outcome", "stop_reason"),
+                    ("kind", "model", "steps_of_max", "attempts"),
+                    ("conversation_link", "owner_name", "run_link"),
+                    ("created_at", "started_at", "finished_at", "duration"),
+                    ("heartbeat_at", "job_id", "cancel_requested", "last_seq"),
+                )
+            },
+        ),
         ("Question", {"fields": ("question",)}),
         ("Answer", {"fields": ("answer", "evidence", "reasoning", "clarifying_question", "failure")}),
         ("Attempts", {"fields": ("attempts_table",)}),
@@ -456,16 +532,21 @@ class TurnAdmin(StaffReadOnlyAdmin):
         # prediction's turn_id index instead of one query per row.
         prediction = Prediction.objects.filter(turn_id=OuterRef("pk")).order_by("pk")
         return (
-            super().get_queryset(request).select_related("owner", "conversation")
-            .annotate(run_pk=Subquery(prediction.values("run_id")[:1]),
-                      run_label=Subquery(prediction.values("run__run_id")[:1]))
+            super()
+            .get_queryset(request)
+            .select_related("owner", "conversation")
+            .annotate(
+                run_pk=Subquery(prediction.values("run_id")[:1]),
+                run_label=Subquery(prediction.values("run__run_id")[:1]),
+            )
         )
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return TurnChangeList
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Turn],
-                           search_term: str) -> tuple[QuerySet[Turn], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Turn], search_term: str
+    ) -> tuple[QuerySet[Turn], bool]:
         found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
         term = search_term.strip().lstrip("#")
         if term.isdigit():
@@ -529,16 +610,34 @@ class TurnAdmin(StaffReadOnlyAdmin):
     @admin.display(description="archived attempts")
     def attempts_table(self, turn: Turn) -> SafeString:
         rows = [
-            (a.get("attempt"), a.get("status"), a.get("outcome"), a.get("stop_reason"), a.get("steps"),
-             fmt_tokens(a.get("usage")), fmt_cost((a.get("usage") or {}).get("cost")),
-             fmt_ms((a.get("timings") or {}).get("total_ms")),
-             ": ".join(str(p) for p in (a.get("failure_cause"), a.get("failure_error")) if p),
-             Truncator(a.get("answer") or "").chars(200))
+            (
+                a.get("attempt"),
+                a.get("status"),
+                a.get("outcome"),
+                a.get("stop_reason"),
+                a.get("steps"),
+                fmt_tokens(a.get("usage")),
+                fmt_cost((a.get("usage") or {}).get("cost")),
+                fmt_ms((a.get("timings") or {}).get("total_ms")),
+                ": ".join(str(p) for p in (a.get("failure_cause"), a.get("failure_error")) if p),
+                Truncator(a.get("answer") or "").chars(200),
+            )
             for a in (turn.meta or {}).get("attempts", [])
         ]
         return html_table(
-            ("attempt", "status", "outcome", "stop reason", "steps", "tokens", "cost", "duration", "failure",
-             "answer"), rows,
+            (
+                "attempt",
+                "status",
+                "outcome",
+                "stop reason",
+                "steps",
+                "tokens",
+                "cost",
+                "duration",
+                "failure",
+                "answer",
+            ),
+            rows,
             empty="none: this is the turn's first attempt",
         )
 
@@ -549,14 +648,20 @@ class TurnAdmin(StaffReadOnlyAdmin):
             return format_html("<span>{}</span>", DASH)
 
         def row(name: str, u: dict[str, Any]) -> tuple[Any, ...]:
-            return (name, u.get("calls", 0), u.get("unknown_calls", 0),
-                    f"{int(u.get('input_tokens') or 0):,}", f"{int(u.get('output_tokens') or 0):,}",
-                    fmt_cost(u.get("cost")))
+            return (
+                name,
+                u.get("calls", 0),
+                u.get("unknown_calls", 0),
+                f"{int(u.get('input_tokens') or 0):,}",
+                f"{int(u.get('output_tokens') or 0):,}",
+                fmt_cost(u.get("cost")),
+            )
 
         by_model = sorted((usage.get("by_model") or {}).items())
         rows = [row("all models", usage)] + [row(m, u) for m, u in by_model]
         return html_table(
-            ("model", "calls", "calls with unknown usage", "input tokens", "output tokens", "cost"), rows)
+            ("model", "calls", "calls with unknown usage", "input tokens", "output tokens", "cost"), rows
+        )
 
     @admin.display(description="timings")
     def timings_table(self, turn: Turn) -> SafeString:
@@ -566,16 +671,31 @@ class TurnAdmin(StaffReadOnlyAdmin):
     @admin.display(description="approvals")
     def approvals_table(self, turn: Turn) -> SafeString:
         rows = [
-            (admin_link(Approval, a.pk, f"#{a.pk}"), (a.tool_call or {}).get("name", ""), a.status,
-             a.decided_by.get_username() if a.decided_by else "", a.decided_at, a.deadline, a.created_at)
+            (
+                admin_link(Approval, a.pk, f"#{a.pk}"),
+                (a.tool_call or {}).get("name", ""),
+                a.status,
+                a.decided_by.get_username() if a.decided_by else "",
+                a.decided_at,
+                a.deadline,
+                a.created_at,
+            )
             for a in turn.approvals.select_related("decided_by").order_by("created_at")
         ]
         if not rows:
             return format_html("<span>{}</span>", "none")
-        return format_html("{}<p>{}</p>", html_table(
-            ("approval", "tool", "status", "decided by", "decided at", "deadline", "created"), rows),
-            admin_link(Approval, None, "approve or reject them in the approval list",
-                       query=f"turn__id__exact={turn.pk}"))
+        return format_html(
+            "{}<p>{}</p>",
+            html_table(
+                ("approval", "tool", "status", "decided by", "decided at", "deadline", "created"), rows
+            ),
+            admin_link(
+                Approval,
+                None,
+                "approve or reject them in the approval list",
+                query=f"turn__id__exact={turn.pk}",
+            ),
+        )
 
     @admin.display(description="context")
     def context_json(self, turn: Turn) -> SafeString:
@@ -585,8 +705,15 @@ class TurnAdmin(StaffReadOnlyAdmin):
     def meta_json(self, turn: Turn) -> SafeString:
         return json_block(turn.meta)
 
-    def render_change_form(self, request: HttpRequest, context: dict[str, Any], add: bool = False,
-                           change: bool = False, form_url: str = "", obj: Turn | None = None) -> HttpResponse:
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Turn | None = None,
+    ) -> HttpResponse:
         if obj is not None:
             context["event_log"] = self._event_log(request, obj)
             context["turn_actions"] = self._available_actions(request, obj)
@@ -608,14 +735,20 @@ class TurnAdmin(StaffReadOnlyAdmin):
         for event in events:
             data = event.data if isinstance(event.data, dict) else {"value": event.data}
             text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
-            rows.append({
-                "seq": event.seq, "at": event.created_at, "type": event.type,
-                "attempt": data.get("attempt", ""), "step": data.get("step", ""),
-                "summary": Truncator(text).chars(160),
-                "full": json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-                if len(text) > 160 else "",
-                "terminal": event.type in TERMINAL_EVENT_TYPES,
-            })
+            rows.append(
+                {
+                    "seq": event.seq,
+                    "at": event.created_at,
+                    "type": event.type,
+                    "attempt": data.get("attempt", ""),
+                    "step": data.get("step", ""),
+                    "summary": Truncator(text).chars(160),
+                    "full": json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+                    if len(text) > 160
+                    else "",
+                    "terminal": event.type in TERMINAL_EVENT_TYPES,
+                }
+            )
 
         def url(p: int) -> str:
             query = request.GET.copy()
@@ -629,10 +762,16 @@ class TurnAdmin(StaffReadOnlyAdmin):
                 links.append({"gap": True})
             links.append({"page": p, "url": url(p), "current": p == page})
         return {
-            "rows": rows, "page": page, "pages": pages, "total": turn.last_seq, "per_page": EVENTS_PER_PAGE,
-            "first_seq": rows[0]["seq"] if rows else 0, "last_seq": rows[-1]["seq"] if rows else 0,
+            "rows": rows,
+            "page": page,
+            "pages": pages,
+            "total": turn.last_seq,
+            "per_page": EVENTS_PER_PAGE,
+            "first_seq": rows[0]["seq"] if rows else 0,
+            "last_seq": rows[-1]["seq"] if rows else 0,
             "links": links if pages > 1 else [],
-            "prev_url": url(page - 1) if page > 1 else "", "next_url": url(page + 1) if page < pages else "",
+            "prev_url": url(page - 1) if page > 1 else "",
+            "next_url": url(page + 1) if page < pages else "",
         }
 
     def _available_actions(self, request: HttpRequest, turn: Turn) -> list[dict[str, str]]:
@@ -645,15 +784,19 @@ class TurnAdmin(StaffReadOnlyAdmin):
         ]
         return [
             {"verb": verb, "label": label, "url": reverse("admin:turns_turn_act", args=[turn.pk, verb])}
-            for verb, label, ok in possible if ok
+            for verb, label, ok in possible
+            if ok
         ]
 
     # -- actions --
 
     def get_urls(self) -> list[URLPattern]:
         return [
-            path("<int:object_id>/act/<str:verb>/", self.admin_site.admin_view(self.act_view),
-                 name="turns_turn_act"),
+            path(
+                "<int:object_id>/act/<str:verb>/",
+                self.admin_site.admin_view(self.act_view),
+                name="turns_turn_act",
+            ),
             *super().get_urls(),
         ]
 
@@ -676,13 +819,17 @@ class TurnAdmin(StaffReadOnlyAdmin):
     def cancel_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
         self._apply(request, queryset.order_by("pk").values_list("pk", flat=True), "cancel")
 
-    @admin.action(description="Retry selected failed, interrupted or cancelled turns as a new attempt",
-                  permissions=["operate"])
+    @admin.action(
+        description="Retry selected failed, interrupted or cancelled turns as a new attempt",
+        permissions=["operate"],
+    )
     def retry_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
         self._apply(request, queryset.order_by("pk").values_list("pk", flat=True), "retry")
 
-    @admin.action(description=f"Continue selected turns that hit max_steps, with {CONTINUE_EXTRA_STEPS} more steps",
-                  permissions=["operate"])
+    @admin.action(
+        description=f"Continue selected turns that hit max_steps, with {CONTINUE_EXTRA_STEPS} more steps",
+        permissions=["operate"],
+    )
     def continue_turns(self, request: HttpRequest, queryset: QuerySet[Turn]) -> None:
         self._apply(request, queryset.order_by("pk").values_list("pk", flat=True), "continue")
 
@@ -701,8 +848,9 @@ class TurnAdmin(StaffReadOnlyAdmin):
                 self.message_user(request, f"Turn #{turn_id} not {past}: {exc}.", messages.WARNING)
                 continue
             except Turn.DoesNotExist:
-                self.message_user(request, f"Turn #{turn_id} not {past}: it no longer exists.",
-                                  messages.WARNING)
+                self.message_user(
+                    request, f"Turn #{turn_id} not {past}: it no longer exists.", messages.WARNING
+                )
                 continue
             if verb == "cancel" and turn.status != TurnStatus.CANCELLED:
                 pending_cancel.append(f"#{turn_id}")
@@ -712,12 +860,16 @@ class TurnAdmin(StaffReadOnlyAdmin):
             label = f"#{turn_id}" + (f" (attempt {turn.attempts})" if verb == "retry" else "")
             done.append(label)
         if done:
-            self.message_user(request, f"{past.capitalize()} {len(done)} turn(s): {', '.join(done)}.",
-                              messages.SUCCESS)
+            self.message_user(
+                request, f"{past.capitalize()} {len(done)} turn(s): {', '.join(done)}.", messages.SUCCESS
+            )
         if pending_cancel:
             self.message_user(
-                request, f"Cancel requested for {len(pending_cancel)} running turn(s): "
-                f"{', '.join(pending_cancel)}; each stops at its driver's next check.", messages.SUCCESS)
+                request,
+                f"Cancel requested for {len(pending_cancel)} running turn(s): "
+                f"{', '.join(pending_cancel)}; each stops at its driver's next check.",
+                messages.SUCCESS,
+            )
 
 
 # --- approvals -----------------------------------------------------------------
@@ -725,15 +877,33 @@ class TurnAdmin(StaffReadOnlyAdmin):
 
 @admin.register(Approval)
 class ApprovalAdmin(StaffReadOnlyAdmin):
-    list_display = ("id", "turn_link", "turn_status", "tool", "status", "decided_by", "decided_at",
-                    "deadline", "created_at")
+    list_display = (
+        "id",
+        "turn_link",
+        "turn_status",
+        "tool",
+        "status",
+        "decided_by",
+        "decided_at",
+        "deadline",
+        "created_at",
+    )
     list_select_related = ("decided_by",)
     list_filter = ("status",)
     search_fields = ("tool_call",)
     search_help_text = "Tool call JSON (tool name, arguments); a number finds the approvals of that turn."
     date_hierarchy = "created_at"
-    fields = ("turn_link", "turn_status", "tool", "status", "decided_by", "decided_at", "deadline",
-              "created_at", "tool_call_json")
+    fields = (
+        "turn_link",
+        "turn_status",
+        "tool",
+        "status",
+        "decided_by",
+        "decided_at",
+        "deadline",
+        "created_at",
+        "tool_call_json",
+    )
     readonly_fields = fields
     actions = ("approve", "reject")
 
@@ -760,15 +930,23 @@ class ApprovalAdmin(StaffReadOnlyAdmin):
             self.log_change(request, approval, f"{verb.capitalize()} in the admin.")
             done.append(f"#{approval_id} (turn #{approval.turn_id})")
         if done:
-            self.message_user(request, f"{verb.capitalize()} {len(done)} approval(s): {', '.join(done)}.",
-                              messages.SUCCESS)
+            self.message_user(
+                request, f"{verb.capitalize()} {len(done)} approval(s): {', '.join(done)}.", messages.SUCCESS
+            )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Approval]:
-        return super().get_queryset(request).select_related("decided_by").annotate(
-            turn_status_value=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1]))
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("decided_by")
+            .annotate(
+                turn_status_value=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1])
+            )
+        )
 
-    def get_search_results(self, request: HttpRequest, queryset: QuerySet[Approval],
-                           search_term: str) -> tuple[QuerySet[Approval], bool]:
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Approval], search_term: str
+    ) -> tuple[QuerySet[Approval], bool]:
         found, may_have_duplicates = super().get_search_results(request, queryset, search_term)
         term = search_term.strip().lstrip("#")
         if term.isdigit():

@@ -159,28 +159,41 @@ def conversation_create(request: HttpRequest, payload: ConversationIn) -> Status
     return Status(201, services.conversation_create(owner=request.auth, title=payload.title))
 
 
-@router.get("/conversations", response={200: list[ConversationOut], **ERRORS}, summary="List my conversations")
+@router.get(
+    "/conversations", response={200: list[ConversationOut], **ERRORS}, summary="List my conversations"
+)
 @paginate(Pagination)
-def conversation_list(request: HttpRequest, everyone: bool = Query(False, description="staff: every owner's")) -> Any:
+def conversation_list(
+    request: HttpRequest, everyone: bool = Query(False, description="staff: every owner's")
+) -> Any:
     return selectors.conversation_list(user=request.auth, everyone=everyone)
 
 
-@router.get("/conversations/{conversation_id}", response={200: ConversationDetailOut, **ERRORS},
-            summary="A conversation with its turns")
+@router.get(
+    "/conversations/{conversation_id}",
+    response={200: ConversationDetailOut, **ERRORS},
+    summary="A conversation with its turns",
+)
 def conversation_get(request: HttpRequest, conversation_id: Id) -> Conversation:
     return _detail(selectors.conversation_get(user=request.auth, conversation_id=conversation_id))
 
 
-@router.delete("/conversations/{conversation_id}", response={204: None, **ERRORS},
-               summary="Delete a conversation (its active turn is cancelled first)")
+@router.delete(
+    "/conversations/{conversation_id}",
+    response={204: None, **ERRORS},
+    summary="Delete a conversation (its active turn is cancelled first)",
+)
 def conversation_delete(request: HttpRequest, conversation_id: Id) -> Status:
     conversation = selectors.conversation_get(user=request.auth, conversation_id=conversation_id)
     services.conversation_delete(conversation_id=conversation.pk)
     return Status(204, None)
 
 
-@router.post("/conversations/{conversation_id}/turns", response={202: TurnStartedOut, 409: ErrorOut, **ERRORS},
-             summary="Ask a question: start a turn in the background")
+@router.post(
+    "/conversations/{conversation_id}/turns",
+    response={202: TurnStartedOut, 409: ErrorOut, **ERRORS},
+    summary="Ask a question: start a turn in the background",
+)
 def turn_start(request: HttpRequest, conversation_id: Id, payload: TurnIn) -> Status:
     conversation = selectors.conversation_get(user=request.auth, conversation_id=conversation_id)
     turn = services.turn_start(conversation=conversation, question=payload.question, acting_user=request.auth)
@@ -195,8 +208,11 @@ def turn_get(request: HttpRequest, turn_id: Id) -> Turn:
     return selectors.turn_get(user=request.auth, turn_id=turn_id)
 
 
-@router.get("/turns/{turn_id}/events", response={200: EventPageOut, **ERRORS},
-            summary="A turn's events after a seq (the websocket's contract, for clients without one)")
+@router.get(
+    "/turns/{turn_id}/events",
+    response={200: EventPageOut, **ERRORS},
+    summary="A turn's events after a seq (the websocket's contract, for clients without one)",
+)
 def turn_events(
     request: HttpRequest,
     turn_id: Id,
@@ -205,26 +221,41 @@ def turn_events(
 ) -> dict[str, Any]:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     page = selectors.turn_events_page(turn=turn, after=after, limit=limit)
-    return {"turn_id": page.turn_id, "status": page.status, "last_seq": page.last_seq, "ended": page.ended,
-            "next_after": page.next_after, "events": [e.as_frame() for e in page.events]}
+    return {
+        "turn_id": page.turn_id,
+        "status": page.status,
+        "last_seq": page.last_seq,
+        "ended": page.ended,
+        "next_after": page.next_after,
+        "events": [e.as_frame() for e in page.events],
+    }
 
 
-@router.post("/turns/{turn_id}/cancel", response={200: TurnOut, 409: ErrorOut, **ERRORS},
-             summary="Cancel a turn (a running one stops at its next step)")
+@router.post(
+    "/turns/{turn_id}/cancel",
+    response={200: TurnOut, 409: ErrorOut, **ERRORS},
+    summary="Cancel a turn (a running one stops at its next step)",
+)
 def turn_cancel(request: HttpRequest, turn_id: Id) -> Turn:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     return services.turn_cancel(turn_id=turn.pk, acting_user=request.user)
 
 
-@router.post("/turns/{turn_id}/resume", response={202: TurnOut, 409: ErrorOut, **ERRORS},
-             summary="Resume an interrupted or failed turn where it stopped")
+@router.post(
+    "/turns/{turn_id}/resume",
+    response={202: TurnOut, 409: ErrorOut, **ERRORS},
+    summary="Resume an interrupted or failed turn where it stopped",
+)
 def turn_resume(request: HttpRequest, turn_id: Id) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     return Status(202, services.turn_resume_and_enqueue(turn_id=turn.pk, acting_user=request.user))
 
 
-@router.post("/turns/{turn_id}/retry", response={202: TurnOut, 409: ErrorOut, **ERRORS},
-             summary="Retry a failed, interrupted or cancelled turn as a new attempt")
+@router.post(
+    "/turns/{turn_id}/retry",
+    response={202: TurnOut, 409: ErrorOut, **ERRORS},
+    summary="Retry a failed, interrupted or cancelled turn as a new attempt",
+)
 def turn_retry(request: HttpRequest, turn_id: Id) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     return Status(202, services.turn_retry_and_enqueue(turn_id=turn.pk, acting_user=request.auth))
@@ -234,26 +265,39 @@ class ContinueIn(Schema):
     extra_steps: int = Field(..., ge=1, le=100)
 
 
-@router.post("/turns/{turn_id}/continue", response={202: TurnOut, 409: ErrorOut, **ERRORS},
-             summary="Continue a turn that failed with max_steps, with more steps (a new attempt)")
+@router.post(
+    "/turns/{turn_id}/continue",
+    response={202: TurnOut, 409: ErrorOut, **ERRORS},
+    summary="Continue a turn that failed with max_steps, with more steps (a new attempt)",
+)
 def turn_continue(request: HttpRequest, turn_id: Id, payload: ContinueIn) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
-    return Status(202, services.turn_continue_and_enqueue(turn_id=turn.pk, extra_steps=payload.extra_steps,
-                                                          acting_user=request.auth))
+    return Status(
+        202,
+        services.turn_continue_and_enqueue(
+            turn_id=turn.pk, extra_steps=payload.extra_steps, acting_user=request.auth
+        ),
+    )
 
 
 # --- approvals ----------------------------------------------------------------------------
 
 
-@router.post("/approvals/{approval_id}/approve", response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
-             summary="Approve a pending tool call (exactly one decision counts)")
+@router.post(
+    "/approvals/{approval_id}/approve",
+    response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
+    summary="Approve a pending tool call (exactly one decision counts)",
+)
 def approval_approve(request: HttpRequest, approval_id: Id) -> Approval:
     approval = selectors.approval_get(user=request.auth, approval_id=approval_id)
     return services.approval_decide(approval_id=approval.pk, approve=True, acting_user=request.auth)
 
 
-@router.post("/approvals/{approval_id}/reject", response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
-             summary="Reject a pending tool call (exactly one decision counts)")
+@router.post(
+    "/approvals/{approval_id}/reject",
+    response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
+    summary="Reject a pending tool call (exactly one decision counts)",
+)
 def approval_reject(request: HttpRequest, approval_id: Id) -> Approval:
     approval = selectors.approval_get(user=request.auth, approval_id=approval_id)
     return services.approval_decide(approval_id=approval.pk, approve=False, acting_user=request.auth)

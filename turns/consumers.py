@@ -67,7 +67,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from django.conf import settings
 from django.db import DatabaseError, connection
 
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 
 from .events import events_after, turn_group
 from .models import TERMINAL_EVENT_TYPES, EventType, Turn, TurnStatus
@@ -149,7 +149,9 @@ def turns_last_seq(turn_ids: Iterable[int]) -> dict[int, int]:
     ids = sorted(set(turn_ids))
     found: dict[int, int] = {}
     for start in range(0, len(ids), TICK_BATCH):
-        found.update(Turn.objects.filter(pk__in=ids[start:start + TICK_BATCH]).values_list("pk", "last_seq"))
+        found.update(
+            Turn.objects.filter(pk__in=ids[start : start + TICK_BATCH]).values_list("pk", "last_seq")
+        )
     return found
 
 
@@ -231,12 +233,15 @@ class StreamTicker:
         except DatabaseError:
             logger.warning("turn stream ticker: last_seq read failed", exc_info=True)
             last_seqs = {}
-        results = await asyncio.gather(*(c._tick(last_seqs.get(c.turn_id)) for c in due), return_exceptions=True)
+        results = await asyncio.gather(
+            *(c._tick(last_seqs.get(c.turn_id)) for c in due), return_exceptions=True
+        )
         for consumer, result in zip(due, results, strict=True):
             if isinstance(result, Exception):
                 # Most likely a socket that went away without a disconnect.
-                logger.warning("turn %s stream: tick failed; no more ticks for it", consumer.turn_id,
-                               exc_info=result)
+                logger.warning(
+                    "turn %s stream: tick failed; no more ticks for it", consumer.turn_id, exc_info=result
+                )
                 self.discard(consumer)
 
 
@@ -339,8 +344,10 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
             # A doorbell may carry the frames of several coalesced rings, not
             # necessarily in seq order: use only the run that continues the
             # stream exactly, and read anything beyond it from the database.
-            frames = sorted((f for f in message.get("events") or () if f.get("seq", 0) > self.last_sent),
-                            key=lambda f: f["seq"])
+            frames = sorted(
+                (f for f in message.get("events") or () if f.get("seq", 0) > self.last_sent),
+                key=lambda f: f["seq"],
+            )
             if not frames:
                 return  # all of it was sent already (replayed, or read on a tick)
             run = [f for i, f in enumerate(frames) if f["seq"] == self.last_sent + 1 + i]
@@ -350,8 +357,9 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
                 if len(run) < len(frames) and not self._ended:
                     await self._catch_up()  # a doorbell went missing: read the gap
             except DatabaseError:
-                logger.warning("turn %s stream: gap read failed; the next tick retries", self.turn_id,
-                               exc_info=True)
+                logger.warning(
+                    "turn %s stream: gap read failed; the next tick retries", self.turn_id, exc_info=True
+                )
 
     async def _tick(self, last_seq: int | None) -> None:
         """A heartbeat tick from the ``StreamTicker``: read the gap if the
@@ -374,8 +382,9 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
     async def _catch_up(self) -> None:
         """Send everything after ``last_sent`` from the database, in batches."""
         while not self._ended:
-            frames = await stream_db().run(_reading, stream_frames_after, self.turn_id, self.last_sent,
-                                           REPLAY_BATCH)
+            frames = await stream_db().run(
+                _reading, stream_frames_after, self.turn_id, self.last_sent, REPLAY_BATCH
+            )
             if not frames:
                 return
             await self._send_frames(frames, may_end=len(frames) < REPLAY_BATCH)

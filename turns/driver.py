@@ -27,22 +27,28 @@ import time
 import uuid
 import weakref
 from collections import defaultdict
-from datetime import timedelta
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from agentlab.agent.loop import AgentLoop, ApprovalDecision, CompletionReport, LoopResult, Report, ToolResultReport
+from agentlab.agent.loop import (
+    AgentLoop,
+    ApprovalDecision,
+    CompletionReport,
+    LoopResult,
+    Report,
+    ToolResultReport,
+)
 from agentlab.agent.review import Review, retry_question, review_answer
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall, ToolResult, Usage
 from agentlab.agent.usage import UsageTotals
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 
 from .events import ClaimedTurn, NewEvent, TurnNotHeld, event_append_claim, event_append_many, json_safe
 from .models import Approval, ApprovalStatus, EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
@@ -80,7 +86,9 @@ class TurnPolicy:
         stop_reason, usage, meta, timings …): what the caller records here
         commits or rolls back with the end of the turn."""
 
-    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
+    async def approval(
+        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+    ) -> ApprovalDecision:
         return "unavailable"
 
 
@@ -117,7 +125,9 @@ class ChatPolicy(TurnPolicy):
     def review_wait_s(self) -> float | None:
         return float(settings.REVIEW_WAIT_S)
 
-    async def approval(self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
+    async def approval(
+        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+    ) -> ApprovalDecision:
         return await approval_wait(turn_id=turn_id, call=call, db=db, holder=holder)
 
 
@@ -175,10 +185,15 @@ def turn_claim(*, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
     """
     job_id = f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
     with transaction.atomic():
-        claimed = event_append_claim(turn_id=turn_id, job_id=job_id, count=2, events=lambda turn: [
-            NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
-            NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
-        ])
+        claimed = event_append_claim(
+            turn_id=turn_id,
+            job_id=job_id,
+            count=2,
+            events=lambda turn: [
+                NewEvent(EventType.TURN_STARTED, {"attempt": turn.attempts, "job_id": job_id}),
+                NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+            ],
+        )
     return None if claimed is None else claimed[0]
 
 
@@ -190,7 +205,9 @@ def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
     observations, each tagged with ``step``. A step whose process died between
     tools comes back with fewer results than calls.
     """
-    by_step: dict[int, dict[str, Any]] = defaultdict(lambda: {"text": None, "calls": [], "results": [], "usage": None})
+    by_step: dict[int, dict[str, Any]] = defaultdict(
+        lambda: {"text": None, "calls": [], "results": [], "usage": None}
+    )
     rows = TurnEvent.objects.filter(
         turn_id=turn_id,
         type__in=[EventType.THINKING, EventType.LLM_USAGE, EventType.TOOL_CALL, EventType.TOOL_RESULT],
@@ -239,8 +256,10 @@ def _poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bo
         # a claim token belongs to one claim of one turn: job_id IN (ours)
         # matches exactly the turns still held by their watcher
         active.filter(job_id__in=list(holders.values())).update(heartbeat_at=timezone.now())
-    found = {pk: (bool(flag), job_id == holders[pk]) for pk, job_id, flag in
-             active.values_list("pk", "job_id", "cancel_requested")}
+    found = {
+        pk: (bool(flag), job_id == holders[pk])
+        for pk, job_id, flag in active.values_list("pk", "job_id", "cancel_requested")
+    }
     return {turn_id: found.get(turn_id, (False, False)) for turn_id in holders}
 
 
@@ -267,14 +286,22 @@ def approval_open(*, turn_id: int, call: ToolCall, holder: str) -> tuple[int, st
         if approval is None:
             timeout = settings.APPROVAL_TIMEOUT_S
             deadline = timezone.now() + timedelta(seconds=float(timeout)) if timeout else None
-            approval = Approval.objects.create(turn_id=turn_id, tool_call=json_safe(call.to_dict()),
-                                               deadline=deadline)
+            approval = Approval.objects.create(
+                turn_id=turn_id, tool_call=json_safe(call.to_dict()), deadline=deadline
+            )
         else:
             data["resumed"] = True
-        data.update(approval_id=approval.pk, call=call.to_dict(),
-                    deadline=approval.deadline.isoformat() if approval.deadline else None)
-        event_append_many(turn_id=turn_id, events=[NewEvent(EventType.APPROVAL_REQUESTED, data)],
-                          turn_fields={"status": TurnStatus.WAITING}, holder=holder)
+        data.update(
+            approval_id=approval.pk,
+            call=call.to_dict(),
+            deadline=approval.deadline.isoformat() if approval.deadline else None,
+        )
+        event_append_many(
+            turn_id=turn_id,
+            events=[NewEvent(EventType.APPROVAL_REQUESTED, data)],
+            turn_fields={"status": TurnStatus.WAITING},
+            holder=holder,
+        )
     return approval.pk, ApprovalStatus.PENDING
 
 
@@ -291,17 +318,33 @@ def approval_poll(*, approval_id: int, turn_id: int, holder: str) -> str:
     """
     approval = Approval.objects.get(pk=approval_id)
     now = timezone.now()
-    if approval.status == ApprovalStatus.PENDING and approval.deadline is not None and approval.deadline <= now:
+    if (
+        approval.status == ApprovalStatus.PENDING
+        and approval.deadline is not None
+        and approval.deadline <= now
+    ):
         with transaction.atomic():
             # turn row first, as approval_decide does: one lock order, no deadlock
             list(Turn.objects.select_for_update().filter(pk=turn_id).values_list("pk", flat=True))
             expired = Approval.objects.filter(pk=approval_id, status=ApprovalStatus.PENDING).update(
-                status=ApprovalStatus.EXPIRED, decided_at=now)
+                status=ApprovalStatus.EXPIRED, decided_at=now
+            )
             if expired == 1:
-                event_append_many(turn_id=turn_id, events=[NewEvent(EventType.APPROVAL_RESOLVED, {
-                    "approval_id": approval_id, "status": ApprovalStatus.EXPIRED, "by": None,
-                    "tool": (approval.tool_call or {}).get("name"),
-                })], holder=holder)
+                event_append_many(
+                    turn_id=turn_id,
+                    events=[
+                        NewEvent(
+                            EventType.APPROVAL_RESOLVED,
+                            {
+                                "approval_id": approval_id,
+                                "status": ApprovalStatus.EXPIRED,
+                                "by": None,
+                                "tool": (approval.tool_call or {}).get("name"),
+                            },
+                        )
+                    ],
+                    holder=holder,
+                )
                 return ApprovalStatus.EXPIRED
         approval.refresh_from_db()
     return approval.status
@@ -310,12 +353,18 @@ def approval_poll(*, approval_id: int, turn_id: int, holder: str) -> str:
 def _running_again(*, turn_id: int, holder: str) -> None:
     """``waiting → running`` once the approval is decided (holder-guarded)."""
     updated = Turn.objects.filter(pk=turn_id, job_id=holder, status=TurnStatus.WAITING).update(
-        status=TurnStatus.RUNNING, heartbeat_at=timezone.now())
-    if updated != 1 and not Turn.objects.filter(pk=turn_id, job_id=holder, status=TurnStatus.RUNNING).exists():
+        status=TurnStatus.RUNNING, heartbeat_at=timezone.now()
+    )
+    if (
+        updated != 1
+        and not Turn.objects.filter(pk=turn_id, job_id=holder, status=TurnStatus.RUNNING).exists()
+    ):
         raise TurnNotHeld(f"turn {turn_id} is no longer held by {holder}")
 
 
-async def approval_wait(*, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str) -> ApprovalDecision:
+async def approval_wait(
+    *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+) -> ApprovalDecision:
     """The chat policy's approval gate: open (or find) the approval of
     ``call``, then poll it every ``CANCEL_POLL_S`` until it is decided or
     expires. ``approved`` → the tool runs; ``rejected`` or ``expired`` →
@@ -332,7 +381,11 @@ async def approval_wait(*, turn_id: int, call: ToolCall, db: DatabaseThreads, ho
 
 
 def _approval_status_of(*, turn_id: int, call_id: str) -> str | None:
-    return Approval.objects.filter(turn_id=turn_id, tool_call__id=call_id).values_list("status", flat=True).first()
+    return (
+        Approval.objects.filter(turn_id=turn_id, tool_call__id=call_id)
+        .values_list("status", flat=True)
+        .first()
+    )
 
 
 # --- finishing -----------------------------------------------------------------
@@ -358,13 +411,19 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
         "finished_at": timezone.now(),
     }
     if stop == "final":
-        fields.update(status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ANSWERED, answer=result.answer,
-                      evidence=result.evidence, reasoning=result.reasoning)
+        fields.update(
+            status=TurnStatus.SUCCEEDED,
+            outcome=TurnOutcome.ANSWERED,
+            answer=result.answer,
+            evidence=result.evidence,
+            reasoning=result.reasoning,
+        )
         data.update(answer=result.answer, evidence=result.evidence, reasoning=result.reasoning)
         return EventType.TURN_ANSWERED, data, fields
     if stop == "asked":
-        fields.update(status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ASKED,
-                      clarifying_question=result.question or "")
+        fields.update(
+            status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ASKED, clarifying_question=result.question or ""
+        )
         data.update(question=result.question or "")
         return EventType.TURN_ASKED, data, fields
     if stop == "approval_rejected":
@@ -382,9 +441,18 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
     return EventType.TURN_FAILED, data, fields
 
 
-def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict[str, Any],
-            timings: dict[str, int], meta: dict[str, Any], pending: Sequence[NewEvent] = (),
-            policy: TurnPolicy, holder: str) -> None:
+def _finish(
+    *,
+    turn_id: int,
+    event_type: str,
+    data: dict[str, Any],
+    fields: dict[str, Any],
+    timings: dict[str, int],
+    meta: dict[str, Any],
+    pending: Sequence[NewEvent] = (),
+    policy: TurnPolicy,
+    holder: str,
+) -> None:
     """Write the terminal event (after any ``pending`` step events) and the
     turn's final fields in one transaction. ``timings`` and ``meta`` are the
     turn's values as claimed: only the driver that holds the turn writes them."""
@@ -397,24 +465,56 @@ def _finish(*, turn_id: int, event_type: str, data: dict[str, Any], fields: dict
     with transaction.atomic():
         event_append_many(
             turn_id=turn_id,
-            events=[*pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}), NewEvent(event_type, data)],
+            events=[
+                *pending,
+                NewEvent(EventType.PHASE, {"phase": TurnPhase.FINISH}),
+                NewEvent(event_type, data),
+            ],
             turn_fields=turn_fields,
             holder=holder,
         )
         policy.on_finish(turn_id=turn_id, turn_fields=turn_fields)
 
 
-def _fail_unexpected(*, turn_id: int, error: str, usage: dict[str, Any], steps: int, timings: dict[str, int],
-                     meta: dict[str, Any], pending: list[NewEvent], pending_fields: dict[str, Any],
-                     policy: TurnPolicy, holder: str) -> None:
+def _fail_unexpected(
+    *,
+    turn_id: int,
+    error: str,
+    usage: dict[str, Any],
+    steps: int,
+    timings: dict[str, int],
+    meta: dict[str, Any],
+    pending: list[NewEvent],
+    pending_fields: dict[str, Any],
+    policy: TurnPolicy,
+    holder: str,
+) -> None:
     """End a turn whose driver itself raised; only if it is still ours."""
-    if not Turn.objects.filter(pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)).exists():
+    if not Turn.objects.filter(
+        pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)
+    ).exists():
         return
-    fields = {**pending_fields, "status": TurnStatus.FAILED, "outcome": TurnOutcome.FAILED, "stop_reason": "error",
-              "phase": TurnPhase.FINISH, "finished_at": timezone.now(), "usage": usage, "steps": steps}
-    _finish(turn_id=turn_id, event_type=EventType.TURN_FAILED,
-            data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
-            fields=fields, timings=timings, meta=meta, pending=pending, policy=policy, holder=holder)
+    fields = {
+        **pending_fields,
+        "status": TurnStatus.FAILED,
+        "outcome": TurnOutcome.FAILED,
+        "stop_reason": "error",
+        "phase": TurnPhase.FINISH,
+        "finished_at": timezone.now(),
+        "usage": usage,
+        "steps": steps,
+    }
+    _finish(
+        turn_id=turn_id,
+        event_type=EventType.TURN_FAILED,
+        data={"stop_reason": "error", "cause": "error", "error": error, "steps": steps},
+        fields=fields,
+        timings=timings,
+        meta=meta,
+        pending=pending,
+        policy=policy,
+        holder=holder,
+    )
 
 
 # --- driving -------------------------------------------------------------------
@@ -435,8 +535,17 @@ class _Recorder:
     what is pending, so the log keeps its order.
     """
 
-    def __init__(self, *, turn_id: int, holder: str, attempt: int, db: DatabaseThreads, usage: UsageTotals,
-                 steps: int, tools: ToolRegistry) -> None:
+    def __init__(
+        self,
+        *,
+        turn_id: int,
+        holder: str,
+        attempt: int,
+        db: DatabaseThreads,
+        usage: UsageTotals,
+        steps: int,
+        tools: ToolRegistry,
+    ) -> None:
         self.turn_id = turn_id
         self.holder = holder
         self.tools = tools
@@ -462,25 +571,45 @@ class _Recorder:
             events = []
             if c.text:
                 events.append(NewEvent(EventType.THINKING, {**base, "text": c.text}))
-            events.append(NewEvent(EventType.LLM_USAGE, {
-                **base, "model": c.model, "input_tokens": c.usage.input_tokens,
-                "output_tokens": c.usage.output_tokens, "cost": c.cost, "finish_reason": c.finish_reason,
-            }))
-            events.extend(NewEvent(EventType.TOOL_CALL, {**base, "call": call.to_dict()}) for call in c.tool_calls)
+            events.append(
+                NewEvent(
+                    EventType.LLM_USAGE,
+                    {
+                        **base,
+                        "model": c.model,
+                        "input_tokens": c.usage.input_tokens,
+                        "output_tokens": c.usage.output_tokens,
+                        "cost": c.cost,
+                        "finish_reason": c.finish_reason,
+                    },
+                )
+            )
+            events.extend(
+                NewEvent(EventType.TOOL_CALL, {**base, "call": call.to_dict()}) for call in c.tool_calls
+            )
             fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
             hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
         else:
             assert isinstance(report, ToolResultReport)
-            events = [NewEvent(EventType.TOOL_RESULT,
-                               {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()})]
+            events = [
+                NewEvent(
+                    EventType.TOOL_RESULT,
+                    {"attempt": self.attempt, "step": report.step, "result": report.result.to_dict()},
+                )
+            ]
             fields = {}
             hold = self._ends_turn(report.call) and not report.result.is_error
         if hold:
             self.pending.extend(events)
             self.pending_fields.update(fields)
             return
-        await self.db.run(event_append_many, turn_id=self.turn_id, events=[*self.pending, *events],
-                          turn_fields={**self.pending_fields, **fields}, holder=self.holder)
+        await self.db.run(
+            event_append_many,
+            turn_id=self.turn_id,
+            events=[*self.pending, *events],
+            turn_fields={**self.pending_fields, **fields},
+            holder=self.holder,
+        )
         self.pending, self.pending_fields = [], {}
 
 
@@ -523,7 +652,7 @@ class _Watch:
             beat = time.monotonic() - last_beat >= beat_every
             try:
                 states = await self.db.run(_poll, holders={t: h for t, (h, _) in watched.items()}, beat=beat)
-            except Exception:  # noqa: BLE001 - a missed tick is retried on the next one
+            except Exception:
                 logger.warning("turn watch: polling %d turns failed", len(watched), exc_info=True)
                 continue
             if beat:
@@ -556,8 +685,11 @@ def _attempt_question(*, question: str, meta: dict[str, Any]) -> str:
     context = meta.get("retry_context")
     if not context:
         return question
-    return retry_question(question=question, previous_answer=str(context.get("previous_answer") or ""),
-                          instruction=str(context.get("instruction") or ""))
+    return retry_question(
+        question=question,
+        previous_answer=str(context.get("previous_answer") or ""),
+        instruction=str(context.get("instruction") or ""),
+    )
 
 
 def _continued_attempts(*, meta: dict[str, Any], attempt: int) -> list[int]:
@@ -588,32 +720,53 @@ def _auto_retries(meta: dict[str, Any]) -> int:
 def _completion_usage(completion: Completion | None) -> dict[str, Any] | None:
     if completion is None:
         return None
-    return {"model": completion.model, "input_tokens": completion.usage.input_tokens,
-            "output_tokens": completion.usage.output_tokens, "cost": completion.cost}
+    return {
+        "model": completion.model,
+        "input_tokens": completion.usage.input_tokens,
+        "output_tokens": completion.usage.output_tokens,
+        "cost": completion.cost,
+    }
 
 
-def _review_data(*, attempt: int, review: Review, completion: Completion | None, late: bool) -> dict[str, Any]:
-    data: dict[str, Any] = {"attempt": attempt, "verdict": review.verdict, "note": review.note,
-                            "retry_instruction": review.retry_instruction,
-                            "usage": _completion_usage(completion), "late": late}
+def _review_data(
+    *, attempt: int, review: Review, completion: Completion | None, late: bool
+) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "attempt": attempt,
+        "verdict": review.verdict,
+        "note": review.note,
+        "retry_instruction": review.retry_instruction,
+        "usage": _completion_usage(completion),
+        "late": late,
+    }
     if review.error:
         data["error"] = review.error
     return data
 
 
-async def _run_review(provider: LLMProvider, *, question: str, result: LoopResult) -> tuple[Review, Completion | None]:
+async def _run_review(
+    provider: LLMProvider, *, question: str, result: LoopResult
+) -> tuple[Review, Completion | None]:
     """One review call; any failure becomes a ``failed`` review (the turn does not fail)."""
     try:
-        return await review_answer(provider, question=question, answer=result.answer, evidence=result.evidence,
-                                   reasoning=result.reasoning, steps=result.steps)
+        return await review_answer(
+            provider,
+            question=question,
+            answer=result.answer,
+            evidence=result.evidence,
+            reasoning=result.reasoning,
+            steps=result.steps,
+        )
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a reviewer error is recorded, never fatal
+    except Exception as exc:
         logger.warning("review failed", exc_info=True)
         return Review("failed", error=f"{type(exc).__name__}: {exc}"), None
 
 
-def review_append_late(*, turn_id: int, attempt: int, data: dict[str, Any], completion: Completion | None) -> bool:
+def review_append_late(
+    *, turn_id: int, attempt: int, data: dict[str, Any], completion: Completion | None
+) -> bool:
     """Record a review that arrived after its turn finished (``late: true``).
 
     The turn is no longer held by anyone, so this appends without a holder;
@@ -690,17 +843,28 @@ async def drive_turn(
     holder = turn.job_id
     meta: dict[str, Any] = dict(turn.meta or {})
     tools = tools or shared_default_tools()
-    inherited, own = ([], []) if turn.fresh else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts,
-                                                         meta=meta)
+    inherited, own = (
+        ([], [])
+        if turn.fresh
+        else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts, meta=meta)
+    )
 
     def new_attempt(number: int, steps_before: int, own_steps: list[Step]) -> _Attempt:
         usage = UsageTotals()
         for step in own_steps:
             usage.add(step.completion)
-        recorder = _Recorder(turn_id=turn_id, holder=holder, attempt=number, db=db, usage=usage,
-                             steps=steps_before + len(own_steps), tools=tools)
-        return _Attempt(number=number, question=_attempt_question(question=turn.question, meta=meta),
-                        recorder=recorder)
+        recorder = _Recorder(
+            turn_id=turn_id,
+            holder=holder,
+            attempt=number,
+            db=db,
+            usage=usage,
+            steps=steps_before + len(own_steps),
+            tools=tools,
+        )
+        return _Attempt(
+            number=number, question=_attempt_question(question=turn.question, meta=meta), recorder=recorder
+        )
 
     current = new_attempt(turn.attempts, len(inherited), own)
     recorded = [*inherited, *own]
@@ -721,8 +885,10 @@ async def drive_turn(
             act_started = time.monotonic()
             result = await loop.run(
                 current.question,
-                context=ToolContext(documents=list((turn.context or {}).get("documents") or []),
-                                    metadata=dict(turn.context or {})),
+                context=ToolContext(
+                    documents=list((turn.context or {}).get("documents") or []),
+                    metadata=dict(turn.context or {}),
+                ),
                 on_report=current.recorder,
                 cancel=cancel,
                 recorded=recorded,
@@ -733,14 +899,32 @@ async def drive_turn(
             if result.stop_reason != "final" or not policy.review_enabled() or cancel.is_set():
                 break
             review_started = time.monotonic()
-            review, late_review = await _review_phase(turn_id=turn_id, holder=holder, attempt=current,
-                                                      provider=provider, policy=policy, question=turn.question,
-                                                      result=result, cancel=cancel, db=db, meta=meta)
-            timings["review_ms"] = timings.get("review_ms", 0) + int((time.monotonic() - review_started) * 1000)
+            review, late_review = await _review_phase(
+                turn_id=turn_id,
+                holder=holder,
+                attempt=current,
+                provider=provider,
+                policy=policy,
+                question=turn.question,
+                result=result,
+                cancel=cancel,
+                db=db,
+                meta=meta,
+            )
+            timings["review_ms"] = timings.get("review_ms", 0) + int(
+                (time.monotonic() - review_started) * 1000
+            )
             if review is None or not review.wants_retry or _auto_retries(meta) >= 1 or cancel.is_set():
                 break
-            meta = await _retry_after_review(turn_id=turn_id, holder=holder, attempt=current, result=result,
-                                             review=review, db=db, meta=meta)
+            meta = await _retry_after_review(
+                turn_id=turn_id,
+                holder=holder,
+                attempt=current,
+                result=result,
+                review=review,
+                db=db,
+                meta=meta,
+            )
             current = new_attempt(current.number + 1, 0, [])
             recorded = []
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
@@ -754,19 +938,36 @@ async def drive_turn(
             status = await db.run(_approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:
                 data["reason"] = "the approval expired"
-        await db.run(_finish, turn_id=turn_id, event_type=event_type, data=data,
-                     fields={**current.recorder.pending_fields, **fields}, timings={**(turn.timings or {}), **timings},
-                     meta=meta, pending=current.recorder.pending, policy=policy, holder=holder)
+        await db.run(
+            _finish,
+            turn_id=turn_id,
+            event_type=event_type,
+            data=data,
+            fields={**current.recorder.pending_fields, **fields},
+            timings={**(turn.timings or {}), **timings},
+            meta=meta,
+            pending=current.recorder.pending,
+            policy=policy,
+            holder=holder,
+        )
         if late_review is not None:
             await _record_late_review(turn_id=turn_id, attempt=current.number, task=late_review, db=db)
         return DriveResult(
-            turn_id=turn_id, status=fields["status"], outcome=fields["outcome"], stop_reason=result.stop_reason,
-            answer=result.answer, evidence=result.evidence, reasoning=result.reasoning, steps=result.steps_used,
-            usage=fields["usage"], error=result.error, latency_ms=timings["total_ms"],
+            turn_id=turn_id,
+            status=fields["status"],
+            outcome=fields["outcome"],
+            stop_reason=result.stop_reason,
+            answer=result.answer,
+            evidence=result.evidence,
+            reasoning=result.reasoning,
+            steps=result.steps_used,
+            usage=fields["usage"],
+            error=result.error,
+            latency_ms=timings["total_ms"],
         )
     except asyncio.CancelledError:
         raise
-    except Exception as exc:  # noqa: BLE001 - every path reaches a terminal event
+    except Exception as exc:
         if isinstance(exc, TurnNotHeld | Turn.DoesNotExist):
             # swept and resumed elsewhere, or deleted with its conversation:
             # not a failure of this turn, and nothing more to write
@@ -777,15 +978,32 @@ async def drive_turn(
         timings["total_ms"] = int((time.monotonic() - started) * 1000)
         recorder = current.recorder
         try:
-            await db.run(_fail_unexpected, turn_id=turn_id, error=error, usage=recorder.usage.to_dict(),
-                         steps=recorder.steps, timings={**(turn.timings or {}), **timings}, meta=meta,
-                         pending=recorder.pending, pending_fields=recorder.pending_fields, policy=policy,
-                         holder=holder)
-        except Exception:  # noqa: BLE001 - the sweeper will mark it interrupted
+            await db.run(
+                _fail_unexpected,
+                turn_id=turn_id,
+                error=error,
+                usage=recorder.usage.to_dict(),
+                steps=recorder.steps,
+                timings={**(turn.timings or {}), **timings},
+                meta=meta,
+                pending=recorder.pending,
+                pending_fields=recorder.pending_fields,
+                policy=policy,
+                holder=holder,
+            )
+        except Exception:
             logger.exception("turn %s: could not record the failure", turn_id)
         return DriveResult(
-            turn_id=turn_id, status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED, stop_reason="error",
-            answer="", evidence="", reasoning="", steps=recorder.steps, usage=recorder.usage.to_dict(), error=error,
+            turn_id=turn_id,
+            status=TurnStatus.FAILED,
+            outcome=TurnOutcome.FAILED,
+            stop_reason="error",
+            answer="",
+            evidence="",
+            reasoning="",
+            steps=recorder.steps,
+            usage=recorder.usage.to_dict(),
+            error=error,
             latency_ms=timings["total_ms"],
         )
     finally:
@@ -795,10 +1013,19 @@ async def drive_turn(
             late_review.cancel()
 
 
-async def _review_phase(*, turn_id: int, holder: str, attempt: _Attempt, provider: LLMProvider,
-                        policy: TurnPolicy, question: str, result: LoopResult, cancel: asyncio.Event,
-                        db: DatabaseThreads, meta: dict[str, Any],
-                        ) -> tuple[Review | None, asyncio.Task[tuple[Review, Completion | None]] | None]:
+async def _review_phase(
+    *,
+    turn_id: int,
+    holder: str,
+    attempt: _Attempt,
+    provider: LLMProvider,
+    policy: TurnPolicy,
+    question: str,
+    result: LoopResult,
+    cancel: asyncio.Event,
+    db: DatabaseThreads,
+    meta: dict[str, Any],
+) -> tuple[Review | None, asyncio.Task[tuple[Review, Completion | None]] | None]:
     """Review an answered attempt; returns ``(review, None)`` when it came in
     time (its ``review`` event written, its usage added to the attempt's),
     ``(None, task)`` when the policy's wait ran out first (the caller records
@@ -810,15 +1037,20 @@ async def _review_phase(*, turn_id: int, holder: str, attempt: _Attempt, provide
     before its review.
     """
     recorder = attempt.recorder
-    await db.run(event_append_many, turn_id=turn_id,
-                 events=[*recorder.pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.REVIEW})],
-                 turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW}, holder=holder)
+    await db.run(
+        event_append_many,
+        turn_id=turn_id,
+        events=[*recorder.pending, NewEvent(EventType.PHASE, {"phase": TurnPhase.REVIEW})],
+        turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW},
+        holder=holder,
+    )
     recorder.pending, recorder.pending_fields = [], {}
     task = asyncio.create_task(_run_review(provider, question=question, result=result))
     stop = asyncio.ensure_future(cancel.wait())
     try:
-        done, _ = await asyncio.wait({task, stop}, timeout=policy.review_wait_s(),
-                                     return_when=asyncio.FIRST_COMPLETED)
+        done, _ = await asyncio.wait(
+            {task, stop}, timeout=policy.review_wait_s(), return_when=asyncio.FIRST_COMPLETED
+        )
     finally:
         stop.cancel()
     if task not in done:
@@ -831,44 +1063,88 @@ async def _review_phase(*, turn_id: int, holder: str, attempt: _Attempt, provide
         recorder.usage.add(completion)
     data = _review_data(attempt=attempt.number, review=review, completion=completion, late=False)
     meta["review"] = data
-    await db.run(event_append_many, turn_id=turn_id, events=[NewEvent(EventType.REVIEW, data)],
-                 turn_fields={"usage": recorder.usage.to_dict()}, holder=holder)
+    await db.run(
+        event_append_many,
+        turn_id=turn_id,
+        events=[NewEvent(EventType.REVIEW, data)],
+        turn_fields={"usage": recorder.usage.to_dict()},
+        holder=holder,
+    )
     return review, None
 
 
-async def _retry_after_review(*, turn_id: int, holder: str, attempt: _Attempt, result: LoopResult, review: Review,
-                              db: DatabaseThreads, meta: dict[str, Any]) -> dict[str, Any]:
+async def _retry_after_review(
+    *,
+    turn_id: int,
+    holder: str,
+    attempt: _Attempt,
+    result: LoopResult,
+    review: Review,
+    db: DatabaseThreads,
+    meta: dict[str, Any],
+) -> dict[str, Any]:
     """Archive the reviewed attempt and start the next one (one transaction,
     holder-guarded): ``attempt.retry`` ``{"attempt": next, "reason": "review",
     "instruction", "previous": {…}}`` then ``phase: act``. Returns the new meta."""
     number = attempt.number
     own = [s for s in result.steps]
     archived = {
-        "attempt": number, "reason": "review", "status": TurnStatus.SUCCEEDED, "outcome": TurnOutcome.ANSWERED,
-        "stop_reason": result.stop_reason, "answer": result.answer, "evidence": result.evidence,
-        "reasoning": result.reasoning, "question": attempt.question, "steps": result.steps_used,
-        "usage": attempt.recorder.usage.to_dict(), "review": meta.get("review"),
-        "trace": [s.to_dict() for s in own], "finished_at": timezone.now().isoformat(),
+        "attempt": number,
+        "reason": "review",
+        "status": TurnStatus.SUCCEEDED,
+        "outcome": TurnOutcome.ANSWERED,
+        "stop_reason": result.stop_reason,
+        "answer": result.answer,
+        "evidence": result.evidence,
+        "reasoning": result.reasoning,
+        "question": attempt.question,
+        "steps": result.steps_used,
+        "usage": attempt.recorder.usage.to_dict(),
+        "review": meta.get("review"),
+        "trace": [s.to_dict() for s in own],
+        "finished_at": timezone.now().isoformat(),
     }
     current = await db.run(_current_meta, turn_id=turn_id)
     new_meta = {**current, **{k: v for k, v in meta.items() if k not in current}}
     new_meta.pop("review", None)
     new_meta["attempts"] = [*current.get("attempts", []), json_safe(archived)]
     new_meta["retry_context"] = {"previous_answer": result.answer, "instruction": review.retry_instruction}
-    await db.run(event_append_many, turn_id=turn_id, events=[
-        NewEvent(EventType.ATTEMPT_RETRY, {
-            "attempt": number + 1, "reason": "review", "instruction": review.retry_instruction,
-            "previous": {"attempt": number, "status": TurnStatus.SUCCEEDED, "outcome": TurnOutcome.ANSWERED,
-                         "stop_reason": result.stop_reason, "answer": result.answer},
-        }),
-        NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
-    ], turn_fields={"attempts": number + 1, "meta": new_meta, "usage": {}, "steps": 0, "phase": TurnPhase.ACT},
-        holder=holder)
+    await db.run(
+        event_append_many,
+        turn_id=turn_id,
+        events=[
+            NewEvent(
+                EventType.ATTEMPT_RETRY,
+                {
+                    "attempt": number + 1,
+                    "reason": "review",
+                    "instruction": review.retry_instruction,
+                    "previous": {
+                        "attempt": number,
+                        "status": TurnStatus.SUCCEEDED,
+                        "outcome": TurnOutcome.ANSWERED,
+                        "stop_reason": result.stop_reason,
+                        "answer": result.answer,
+                    },
+                },
+            ),
+            NewEvent(EventType.PHASE, {"phase": TurnPhase.ACT}),
+        ],
+        turn_fields={
+            "attempts": number + 1,
+            "meta": new_meta,
+            "usage": {},
+            "steps": 0,
+            "phase": TurnPhase.ACT,
+        },
+        holder=holder,
+    )
     return new_meta
 
 
-async def _record_late_review(*, turn_id: int, attempt: int, task: asyncio.Task[tuple[Review, Completion | None]],
-                              db: DatabaseThreads) -> None:
+async def _record_late_review(
+    *, turn_id: int, attempt: int, task: asyncio.Task[tuple[Review, Completion | None]], db: DatabaseThreads
+) -> None:
     """Wait for a review that missed the chat wait and append it (``late: true``)."""
     try:
         review, completion = await task
@@ -876,5 +1152,5 @@ async def _record_late_review(*, turn_id: int, attempt: int, task: asyncio.Task[
         await db.run(review_append_late, turn_id=turn_id, attempt=attempt, data=data, completion=completion)
     except asyncio.CancelledError:
         raise
-    except Exception:  # noqa: BLE001 - the turn is finished; a lost late review is only logged
+    except Exception:
         logger.exception("turn %s: could not record the late review", turn_id)

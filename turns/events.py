@@ -15,9 +15,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import threading
 import math
 import re
+import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,8 +26,8 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from agentlab.db import column_assignments
-from agentlab.errors import StateConflict
+from common.db import column_assignments
+from common.errors import StateConflict
 
 from .models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
 
@@ -86,11 +86,18 @@ class TurnNotHeld(StateConflict):
     Nothing was written."""
 
 
-def event_append(*, turn_id: int, type: str, data: Mapping[str, Any] | None = None,
-                 turn_fields: Mapping[str, Any] | None = None, holder: str | None = None) -> TurnEvent:
+def event_append(
+    *,
+    turn_id: int,
+    type: str,
+    data: Mapping[str, Any] | None = None,
+    turn_fields: Mapping[str, Any] | None = None,
+    holder: str | None = None,
+) -> TurnEvent:
     """Append one event to a turn's log; see ``event_append_many``."""
-    return event_append_many(turn_id=turn_id, events=[NewEvent(type, data or {})], turn_fields=turn_fields,
-                             holder=holder)[-1]
+    return event_append_many(
+        turn_id=turn_id, events=[NewEvent(type, data or {})], turn_fields=turn_fields, holder=holder
+    )[-1]
 
 
 def event_append_many(
@@ -147,8 +154,10 @@ def event_append_each(*, turn_ids: Sequence[int], event: NewEvent) -> list[TurnE
     meta = Turn._meta
     qn = connection.ops.quote_name
     marks = ", ".join(["%s"] * len(turn_ids))
-    sql = (f"UPDATE {qn(meta.db_table)} SET {qn('last_seq')} = {qn('last_seq')} + 1, {qn('updated_at')} = %s "
-           f"WHERE {qn(meta.pk.column)} IN ({marks}) RETURNING {qn(meta.pk.column)}, {qn('last_seq')}")
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {qn('last_seq')} = {qn('last_seq')} + 1, {qn('updated_at')} = %s "
+        f"WHERE {qn(meta.pk.column)} IN ({marks}) RETURNING {qn(meta.pk.column)}, {qn('last_seq')}"
+    )
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
             cursor.execute(sql, [meta.get_field("updated_at").get_db_prep_save(now, connection), *turn_ids])
@@ -157,8 +166,10 @@ def event_append_each(*, turn_ids: Sequence[int], event: NewEvent) -> list[TurnE
         if missing:
             raise Turn.DoesNotExist(f"turns {missing[:5]} do not exist")
         data = json_safe(dict(event.data))
-        return _insert_rows([TurnEvent(turn_id=t, seq=seqs[t], type=event.type, data=data, created_at=now)
-                             for t in turn_ids], now=now)
+        return _insert_rows(
+            [TurnEvent(turn_id=t, seq=seqs[t], type=event.type, data=data, created_at=now) for t in turn_ids],
+            now=now,
+        )
 
 
 def _check_types(events: Sequence[NewEvent]) -> None:
@@ -171,10 +182,15 @@ def _check_types(events: Sequence[NewEvent]) -> None:
 
 def _insert_events(*, turn_id: int, after: int, events: Sequence[NewEvent], now: datetime) -> list[TurnEvent]:
     """Insert ``events`` as seqs ``after + 1 …`` of one turn; see ``_insert_rows``."""
-    return _insert_rows([
-        TurnEvent(turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
-        for i, e in enumerate(events, start=1)
-    ], now=now)
+    return _insert_rows(
+        [
+            TurnEvent(
+                turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now
+            )
+            for i, e in enumerate(events, start=1)
+        ],
+        now=now,
+    )
 
 
 def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
@@ -195,10 +211,14 @@ def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
     params: list[Any] = []
     for row in rows:
         params += [row.turn_id, row.seq, row.type, data_field.get_db_prep_save(row.data, connection), created]
-    columns = ", ".join(qn(meta.get_field(name).column) for name in ("turn", "seq", "type", "data", "created_at"))
+    columns = ", ".join(
+        qn(meta.get_field(name).column) for name in ("turn", "seq", "type", "data", "created_at")
+    )
     values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
-    sql = (f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {values} "
-           f"RETURNING {qn(meta.pk.column)}, {qn('turn_id')}, {qn('seq')}")
+    sql = (
+        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {values} "
+        f"RETURNING {qn(meta.pk.column)}, {qn('turn_id')}, {qn('seq')}"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         ids = {(turn_id, seq): pk for pk, turn_id, seq in cursor.fetchall()}
@@ -235,9 +255,9 @@ class ClaimedTurn:
 _CLAIM_COLUMNS = ("question", "context", "meta", "timings", "attempts", "max_steps", "job_id", "last_seq")
 
 
-def event_append_claim(*, turn_id: int, job_id: str, count: int,
-                       events: Callable[[ClaimedTurn], Sequence[NewEvent]]
-                       ) -> tuple[ClaimedTurn, list[TurnEvent]] | None:
+def event_append_claim(
+    *, turn_id: int, job_id: str, count: int, events: Callable[[ClaimedTurn], Sequence[NewEvent]]
+) -> tuple[ClaimedTurn, list[TurnEvent]] | None:
     """Claim a queued turn and append its first ``count`` events, in the
     caller's transaction.
 
@@ -267,24 +287,43 @@ def event_append_claim(*, turn_id: int, job_id: str, count: int,
 
     returning = ", ".join(qn(meta.get_field(name).column) for name in _CLAIM_COLUMNS)
     sql = (
-        f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, {qn('job_id')} = %s, "
-        f"{qn('updated_at')} = %s, {qn('phase')} = %s, {qn('started_at')} = COALESCE({qn('started_at')}, %s), "
+        f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, "
+        f"{qn('job_id')} = %s, {qn('updated_at')} = %s, {qn('phase')} = %s, "
+        f"{qn('started_at')} = COALESCE({qn('started_at')}, %s), "
         f"{qn('attempts')} = CASE WHEN {qn('attempts')} < 1 THEN 1 ELSE {qn('attempts')} END, "
         f"{qn('last_seq')} = {qn('last_seq')} + %s "
         f"WHERE {qn(meta.pk.column)} = %s AND {qn('status')} = %s "
         f"RETURNING {returning}, {qn('started_at')} = {qn('heartbeat_at')}"
     )
-    params = [TurnStatus.RUNNING, prep("heartbeat_at", now), job_id, prep("updated_at", now), TurnPhase.ACT,
-              prep("started_at", now), count, turn_id, TurnStatus.QUEUED]
+    params = [
+        TurnStatus.RUNNING,
+        prep("heartbeat_at", now),
+        job_id,
+        prep("updated_at", now),
+        TurnPhase.ACT,
+        prep("started_at", now),
+        count,
+        turn_id,
+        TurnStatus.QUEUED,
+    ]
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         row = cursor.fetchone()
     if row is None:
         return None
     question, context, turn_meta, timings, attempts, max_steps, token, last_seq, fresh = row
-    turn = ClaimedTurn(id=turn_id, question=question, context=_json_value(context), meta=_json_value(turn_meta),
-                       timings=_json_value(timings), attempts=int(attempts), max_steps=int(max_steps),
-                       job_id=token, last_seq=int(last_seq), fresh=bool(fresh))
+    turn = ClaimedTurn(
+        id=turn_id,
+        question=question,
+        context=_json_value(context),
+        meta=_json_value(turn_meta),
+        timings=_json_value(timings),
+        attempts=int(attempts),
+        max_steps=int(max_steps),
+        job_id=token,
+        last_seq=int(last_seq),
+        fresh=bool(fresh),
+    )
     new = list(events(turn))
     _check_types(new)
     if len(new) != count:
@@ -380,14 +419,16 @@ async def _group_send(turn_id: int, message: dict[str, Any]) -> None:
         layer = get_channel_layer()
         if layer is not None:
             await layer.group_send(turn_group(turn_id), message)
-    except Exception:  # noqa: BLE001 - the doorbell may be lost, the log is not
+    except Exception:
         logger.warning("doorbell for turn %s was not delivered", turn_id, exc_info=True)
 
 
 doorbell = _Doorbell()
 
 
-def _advance_seq(*, turn_id: int, count: int, now: datetime, fields: Mapping[str, Any], holder: str | None) -> int:
+def _advance_seq(
+    *, turn_id: int, count: int, now: datetime, fields: Mapping[str, Any], holder: str | None
+) -> int:
     """Lock the turn row, add ``count`` to its ``last_seq`` and write
     ``fields``, in one ``UPDATE … RETURNING`` statement; return the seq the
     new events start after.
@@ -432,7 +473,7 @@ def ring_turn(turn_id: int, frames: Iterable[dict[str, Any]]) -> None:
     """
     try:
         doorbell.ring(turn_id, list(frames))
-    except Exception:  # noqa: BLE001
+    except Exception:
         logger.warning("doorbell for turn %s could not be rung", turn_id, exc_info=True)
 
 

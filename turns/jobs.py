@@ -42,7 +42,7 @@ from django.db import transaction
 
 from agentlab.agent.tools import Tool, ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 
 logger = logging.getLogger(__name__)
 
@@ -160,8 +160,9 @@ class UnavailableProvider:
     def __init__(self, reason: str) -> None:
         self.reason = reason
 
-    async def complete(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
-                       **kwargs: Any) -> Completion:
+    async def complete(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None, **kwargs: Any
+    ) -> Completion:
         raise ProviderError(f"no LLM provider: {self.reason}", transient=False, kind="unavailable")
 
     async def aclose(self) -> None:
@@ -174,7 +175,7 @@ def make_job_provider() -> LLMProvider:
 
     try:
         return get_provider()
-    except Exception as exc:  # noqa: BLE001 - the turn records the cause
+    except Exception as exc:
         logger.exception("could not build the LLM provider")
         return UnavailableProvider(f"{type(exc).__name__}: {exc}")
 
@@ -186,7 +187,12 @@ def _turn_kind(turn_id: int) -> str | None:
 
 
 async def run_turn_job(
-    turn_id: int, *, provider: LLMProvider, db: DatabaseThreads, tools: ToolRegistry | None = None, job_id: str = ""
+    turn_id: int,
+    *,
+    provider: LLMProvider,
+    db: DatabaseThreads,
+    tools: ToolRegistry | None = None,
+    job_id: str = "",
 ) -> None:
     """Drive turn ``turn_id`` under the policy of its kind (chat or evaluation).
 
@@ -201,8 +207,9 @@ async def run_turn_job(
         logger.warning("turn job %s: no such turn", turn_id)
         return
     policy = EVALUATION if kind == TurnKind.EVALUATION else CHAT
-    result = await drive_turn(turn_id, policy=policy, provider=provider, db=db, tools=tools or job_tools(),
-                              job_id=job_id)
+    result = await drive_turn(
+        turn_id, policy=policy, provider=provider, db=db, tools=tools or job_tools(), job_id=job_id
+    )
     if result is None:
         logger.info("turn job %s: not claimed (already taken or no longer queued)", turn_id)
 
@@ -248,7 +255,9 @@ class InlineExecutor:
     def start(self) -> InlineExecutor:
         """Start the loop thread (if the loop is ours) and the periodic sweep."""
         if self._own_loop and self._thread is None:
-            self._thread = threading.Thread(target=self._loop.run_forever, name="agentlab-inline-turns", daemon=True)
+            self._thread = threading.Thread(
+                target=self._loop.run_forever, name="agentlab-inline-turns", daemon=True
+            )
             self._thread.start()
         every = self._sweep_every_s
         if every is None:
@@ -270,9 +279,10 @@ class InlineExecutor:
             if self._provider is None:
                 self._provider = self._provider_factory()
             job_id = local_job_id("inline", next(self._ids))
-            await run_turn_job(turn_id, provider=self._provider, db=self.db, tools=self._tools_factory(),
-                               job_id=job_id)
-        except Exception:  # noqa: BLE001 - the driver records its own failures; log the rest
+            await run_turn_job(
+                turn_id, provider=self._provider, db=self.db, tools=self._tools_factory(), job_id=job_id
+            )
+        except Exception:
             logger.exception("inline turn %s failed outside the driver", turn_id)
         finally:
             if task is not None:
@@ -286,7 +296,7 @@ class InlineExecutor:
                 swept = await self.db.run(turns_sweep, stale_s=float(settings.TURN_STALE_S))
                 if swept.interrupted:
                     logger.warning("marked %s stale turn(s) interrupted", swept.interrupted)
-            except Exception:  # noqa: BLE001 - the next sweep tries again
+            except Exception:
                 logger.exception("stale-turn sweep failed")
             await asyncio.sleep(every)
 

@@ -19,6 +19,12 @@ def get_provider(*, model: str | None = None) -> LLMProvider:
     """
     base_url = settings.AGENTLAB_LLM_BASE_URL
     if base_url:
-        return make_provider(base_url=base_url, api_key=settings.AGENTLAB_LLM_API_KEY,
-                             model=model or settings.AGENTLAB_MODEL, gguf_path=None)
-    return make_provider(base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH)
+        return make_provider(
+            base_url=base_url,
+            api_key=settings.AGENTLAB_LLM_API_KEY,
+            model=model or settings.AGENTLAB_MODEL,
+            gguf_path=None,
+        )
+    return make_provider(
+        base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH
+    )

@@ -15,7 +15,9 @@ from django.db.models import Q
 class Conversation(models.Model):
     """A chat thread owned by one user; its turns are answered in order."""
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
     title = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -81,7 +83,9 @@ class Turn(models.Model):
     position = models.PositiveIntegerField(default=1)
     question = models.TextField()
     context = models.JSONField(default=dict, blank=True)
-    status = models.CharField(max_length=16, choices=TurnStatus.choices, default=TurnStatus.QUEUED, db_index=True)
+    status = models.CharField(
+        max_length=16, choices=TurnStatus.choices, default=TurnStatus.QUEUED, db_index=True
+    )
     phase = models.CharField(max_length=16, choices=TurnPhase.choices, blank=True, default="")
     outcome = models.CharField(max_length=16, choices=TurnOutcome.choices, blank=True, default="")
     answer = models.TextField(blank=True, default="")

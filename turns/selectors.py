@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 
-from agentlab.errors import NotFound
+from common.errors import NotFound
 
 from .events import events_after
 from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
@@ -49,8 +49,13 @@ def _visible(qs: QuerySet[M], *, owner_path: str, user: AbstractBaseUser, pk: in
 
 def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
     """The conversation if ``user`` owns it (or is staff); else ``NotFound``."""
-    return _visible(Conversation.objects.select_related("owner"), owner_path="owner", user=user,
-                    pk=conversation_id, what="conversation")
+    return _visible(
+        Conversation.objects.select_related("owner"),
+        owner_path="owner",
+        user=user,
+        pk=conversation_id,
+        what="conversation",
+    )
 
 
 def conversation_turns(*, conversation: Conversation) -> list[Turn]:
@@ -65,8 +70,13 @@ def turn_get(*, user: AbstractBaseUser, turn_id: int) -> Turn:
 
 def approval_get(*, user: AbstractBaseUser, approval_id: int) -> Approval:
     """The approval if ``user`` owns its turn (or is staff); else ``NotFound``."""
-    return _visible(Approval.objects.select_related("turn"), owner_path="turn__owner", user=user,
-                    pk=approval_id, what="approval")
+    return _visible(
+        Approval.objects.select_related("turn"),
+        owner_path="turn__owner",
+        user=user,
+        pk=approval_id,
+        what="approval",
+    )
 
 
 @dataclass(frozen=True)
@@ -103,12 +113,17 @@ def turn_events_page(*, turn: Turn, after: int = 0, limit: int = 500) -> EventPa
     events = events_after(turn_id=turn.pk, after=after, limit=limit)
     reached = events[-1].seq if events else after
     ended = status in TERMINAL_STATUSES and reached >= last_seq
-    return EventPage(turn_id=turn.pk, events=events, status=status, last_seq=last_seq, ended=ended, after_in=after)
+    return EventPage(
+        turn_id=turn.pk, events=events, status=status, last_seq=last_seq, ended=ended, after_in=after
+    )
 
 
 def turn_summary(turn: Turn) -> dict[str, Any]:
     """A plain dict of what the chat page shows of a turn before its events load."""
     return {
-        "id": turn.pk, "position": turn.position, "question": turn.question, "status": turn.status,
+        "id": turn.pk,
+        "position": turn.position,
+        "question": turn.question,
+        "status": turn.status,
         "last_seq": turn.last_seq,
     }

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from agentlab.errors import StateConflict
+from common.errors import StateConflict
 
 from .events import NewEvent, event_append_each, event_append_many
 from .models import (
@@ -57,8 +57,15 @@ def turn_create(
         if conversation is not None:
             position = conversation.turns.count() + 1
         turn = Turn.objects.create(
-            owner=owner, conversation=conversation, kind=kind, position=position, question=question,
-            context=context or {}, max_steps=max_steps, model=model, status=TurnStatus.QUEUED,
+            owner=owner,
+            conversation=conversation,
+            kind=kind,
+            position=position,
+            question=question,
+            context=context or {},
+            max_steps=max_steps,
+            model=model,
+            status=TurnStatus.QUEUED,
         )
         event_append_many(turn_id=turn.pk, events=[NewEvent(EventType.TURN_QUEUED, {"kind": kind})])
     turn.last_seq = 1
@@ -76,8 +83,9 @@ class NewTurn:
     model: str = ""
 
 
-def turn_create_many(*, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION
-                     ) -> list[Turn]:
+def turn_create_many(
+    *, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION
+) -> list[Turn]:
     """Create many queued turns without a conversation (an evaluation run's
     examples) with their ``turn.queued`` events, in one transaction and a
     handful of statements (``bulk_create``, then ``event_append_each``).
@@ -89,12 +97,24 @@ def turn_create_many(*, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind:
         if spec.max_steps < 1:
             raise ValueError(f"max_steps must be at least 1, got {spec.max_steps}")
     with transaction.atomic():
-        created = Turn.objects.bulk_create([
-            Turn(owner=owner, kind=kind, position=1, question=spec.question, context=spec.context or {},
-                 max_steps=spec.max_steps, model=spec.model, status=TurnStatus.QUEUED)
-            for spec in turns
-        ])
-        event_append_each(turn_ids=[t.pk for t in created], event=NewEvent(EventType.TURN_QUEUED, {"kind": kind}))
+        created = Turn.objects.bulk_create(
+            [
+                Turn(
+                    owner=owner,
+                    kind=kind,
+                    position=1,
+                    question=spec.question,
+                    context=spec.context or {},
+                    max_steps=spec.max_steps,
+                    model=spec.model,
+                    status=TurnStatus.QUEUED,
+                )
+                for spec in turns
+            ]
+        )
+        event_append_each(
+            turn_ids=[t.pk for t in created], event=NewEvent(EventType.TURN_QUEUED, {"kind": kind})
+        )
     for turn in created:
         turn.last_seq = 1
     return created
@@ -122,11 +142,20 @@ def turn_cancel(*, turn_id: int, acting_user: AbstractBaseUser | None = None) ->
         if turn.status in (TurnStatus.QUEUED, TurnStatus.INTERRUPTED):
             event_append_many(
                 turn_id=turn_id,
-                events=[NewEvent(EventType.TURN_CANCELLED,
-                                 {"stop_reason": "cancelled", "steps": turn.steps, "by": _by(acting_user)})],
-                turn_fields={"status": TurnStatus.CANCELLED, "outcome": TurnOutcome.CANCELLED,
-                             "stop_reason": "cancelled", "cancel_requested": True, "finished_at": timezone.now(),
-                             "meta": meta},
+                events=[
+                    NewEvent(
+                        EventType.TURN_CANCELLED,
+                        {"stop_reason": "cancelled", "steps": turn.steps, "by": _by(acting_user)},
+                    )
+                ],
+                turn_fields={
+                    "status": TurnStatus.CANCELLED,
+                    "outcome": TurnOutcome.CANCELLED,
+                    "stop_reason": "cancelled",
+                    "cancel_requested": True,
+                    "finished_at": timezone.now(),
+                    "meta": meta,
+                },
             )
         else:
             Turn.objects.filter(pk=turn_id).update(cancel_requested=True, meta=meta)
@@ -151,10 +180,17 @@ def turn_interrupt(*, turn_id: int, reason: str) -> bool:
         fields: dict[str, Any] = {"status": TurnStatus.INTERRUPTED}
         if turn.cancel_requested:
             by = ((turn.meta or {}).get("cancel") or {}).get("by")
-            events.append(NewEvent(EventType.TURN_CANCELLED, {"stop_reason": "cancelled", "steps": turn.steps,
-                                                               "by": by}))
-            fields = {"status": TurnStatus.CANCELLED, "outcome": TurnOutcome.CANCELLED, "stop_reason": "cancelled",
-                      "finished_at": timezone.now()}
+            events.append(
+                NewEvent(
+                    EventType.TURN_CANCELLED, {"stop_reason": "cancelled", "steps": turn.steps, "by": by}
+                )
+            )
+            fields = {
+                "status": TurnStatus.CANCELLED,
+                "outcome": TurnOutcome.CANCELLED,
+                "stop_reason": "cancelled",
+                "finished_at": timezone.now(),
+            }
         event_append_many(turn_id=turn_id, events=events, turn_fields=fields)
     return True
 
@@ -173,8 +209,13 @@ def turn_resume(*, turn_id: int, acting_user: AbstractBaseUser | None = None) ->
         event_append_many(
             turn_id=turn_id,
             events=[NewEvent(EventType.TURN_RESUMED, {"from": turn.status, "by": _by(acting_user)})],
-            turn_fields={"status": TurnStatus.QUEUED, "outcome": "", "stop_reason": "", "cancel_requested": False,
-                         "finished_at": None},
+            turn_fields={
+                "status": TurnStatus.QUEUED,
+                "outcome": "",
+                "stop_reason": "",
+                "cancel_requested": False,
+                "finished_at": None,
+            },
         )
     turn.refresh_from_db()
     return turn
@@ -215,10 +256,19 @@ def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> 
         previous = max(turn.attempts, 1)
         meta = dict(turn.meta or {})
         archived = {
-            "attempt": previous, "reason": "retry", "status": turn.status, "outcome": turn.outcome, "stop_reason": turn.stop_reason,
-            "answer": turn.answer, "evidence": turn.evidence, "reasoning": turn.reasoning,
-            "clarifying_question": turn.clarifying_question, "steps": turn.steps, "usage": turn.usage or {},
-            "timings": turn.timings or {}, "failure_cause": meta.pop("failure_cause", None),
+            "attempt": previous,
+            "reason": "retry",
+            "status": turn.status,
+            "outcome": turn.outcome,
+            "stop_reason": turn.stop_reason,
+            "answer": turn.answer,
+            "evidence": turn.evidence,
+            "reasoning": turn.reasoning,
+            "clarifying_question": turn.clarifying_question,
+            "steps": turn.steps,
+            "usage": turn.usage or {},
+            "timings": turn.timings or {},
+            "failure_cause": meta.pop("failure_cause", None),
             "failure_error": meta.pop("failure_error", None),
             "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
         }
@@ -228,14 +278,33 @@ def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> 
         by = acting_user.get_username() if acting_user is not None else None
         event_append_many(
             turn_id=turn_id,
-            events=[NewEvent(EventType.ATTEMPT_RETRY, {
-                "attempt": previous + 1, "reason": "retry", "from": turn.status, "by": by,
-                "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
-            })],
+            events=[
+                NewEvent(
+                    EventType.ATTEMPT_RETRY,
+                    {
+                        "attempt": previous + 1,
+                        "reason": "retry",
+                        "from": turn.status,
+                        "by": by,
+                        "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
+                    },
+                )
+            ],
             turn_fields={
-                "status": TurnStatus.QUEUED, "attempts": previous + 1, "phase": "", "outcome": "",
-                "stop_reason": "", "answer": "", "evidence": "", "reasoning": "", "clarifying_question": "",
-                "steps": 0, "usage": {}, "timings": {}, "meta": meta, "cancel_requested": False,
+                "status": TurnStatus.QUEUED,
+                "attempts": previous + 1,
+                "phase": "",
+                "outcome": "",
+                "stop_reason": "",
+                "answer": "",
+                "evidence": "",
+                "reasoning": "",
+                "clarifying_question": "",
+                "steps": 0,
+                "usage": {},
+                "timings": {},
+                "meta": meta,
+                "cancel_requested": False,
                 "finished_at": None,
             },
         )
@@ -260,7 +329,7 @@ def turn_start(*, conversation: Conversation, question: str, acting_user: Abstra
     """
     from django.conf import settings
 
-    from agentlab.errors import NotFound
+    from common.errors import NotFound
 
     from .jobs import turn_enqueue
 
@@ -271,8 +340,12 @@ def turn_start(*, conversation: Conversation, question: str, acting_user: Abstra
         active = locked.turns.filter(status__in=ACTIVE_STATUSES).values_list("pk", flat=True).first()
         if active is not None:
             raise StateConflict(f"conversation {conversation.pk} already has an active turn ({active})")
-        turn = turn_create(owner=locked.owner, question=question, conversation=locked,
-                           max_steps=int(settings.AGENTLAB_MAX_STEPS))
+        turn = turn_create(
+            owner=locked.owner,
+            question=question,
+            conversation=locked,
+            max_steps=int(settings.AGENTLAB_MAX_STEPS),
+        )
         Conversation.objects.filter(pk=locked.pk).update(updated_at=timezone.now())
         turn_enqueue(turn.pk)  # fires after the commit
     return turn
@@ -287,7 +360,8 @@ def turn_resume_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | Non
     another turn of the same conversation is queued, running or waiting.
     """
     return _requeue_in_conversation(
-        turn_id=turn_id, requeue=lambda: turn_resume(turn_id=turn_id, acting_user=acting_user))
+        turn_id=turn_id, requeue=lambda: turn_resume(turn_id=turn_id, acting_user=acting_user)
+    )
 
 
 def turns_sweep_stale(*, stale_s: float) -> int:
@@ -304,8 +378,10 @@ def turns_sweep_stale(*, stale_s: float) -> int:
     swept = (TurnStatus.RUNNING, TurnStatus.WAITING)
     cutoff = timezone.now() - timedelta(seconds=stale_s)
     stale = Q(status__in=swept) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
-    return sum(_interrupt_if(turn_id=turn_id, still=stale, reason=f"no heartbeat for {stale_s:g} s")
-               for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True)))
+    return sum(
+        _interrupt_if(turn_id=turn_id, still=stale, reason=f"no heartbeat for {stale_s:g} s")
+        for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True))
+    )
 
 
 def _interrupt_if(*, turn_id: int, still: Q, reason: str) -> bool:
@@ -338,8 +414,9 @@ def turns_requeue_lost(*, older_than_s: float) -> list[int]:
     from .jobs import turn_enqueue
 
     now = timezone.now()
-    lost = Turn.objects.filter(status=TurnStatus.QUEUED, kind=TurnKind.CHAT,
-                               updated_at__lt=now - timedelta(seconds=older_than_s))
+    lost = Turn.objects.filter(
+        status=TurnStatus.QUEUED, kind=TurnKind.CHAT, updated_at__lt=now - timedelta(seconds=older_than_s)
+    )
     requeued = []
     for turn_id in list(lost.values_list("pk", flat=True)[:REQUEUE_BATCH]):
         with transaction.atomic():
@@ -361,10 +438,13 @@ def turns_interrupt_gone(*, job_is_gone: Callable[[str], bool]) -> int:
     exited). Each turn is re-checked under its row lock, still held by that
     job. Returns how many were marked."""
     active = Q(status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)) & ~Q(job_id="")
-    return sum(_interrupt_if(turn_id=turn_id, still=active & Q(job_id=job_id),
-                             reason=f"its driver ({job_id}) is gone")
-               for turn_id, job_id in list(Turn.objects.filter(active).values_list("pk", "job_id"))
-               if job_is_gone(job_id))
+    return sum(
+        _interrupt_if(
+            turn_id=turn_id, still=active & Q(job_id=job_id), reason=f"its driver ({job_id}) is gone"
+        )
+        for turn_id, job_id in list(Turn.objects.filter(active).values_list("pk", "job_id"))
+        if job_is_gone(job_id)
+    )
 
 
 @dataclass(frozen=True)
@@ -386,8 +466,12 @@ def turns_sweep(*, stale_s: float) -> SweepResult:
     interrupted += turns_sweep_stale(stale_s=stale_s)
     requeued = turns_requeue_lost(older_than_s=stale_s)
     if requeued:
-        logger.warning("handed %d turn(s) queued for more than %g s to a job again: %s", len(requeued), stale_s,
-                       requeued[:20])
+        logger.warning(
+            "handed %d turn(s) queued for more than %g s to a job again: %s",
+            len(requeued),
+            stale_s,
+            requeued[:20],
+        )
     return SweepResult(interrupted=interrupted, requeued=len(requeued))
 
 
@@ -447,7 +531,12 @@ def _conversation_other_active(*, turn: Turn) -> int | None:
     if turn.conversation_id is None:
         return None
     locked = Conversation.objects.select_for_update().get(pk=turn.conversation_id)
-    return locked.turns.filter(status__in=ACTIVE_STATUSES).exclude(pk=turn.pk).values_list("pk", flat=True).first()
+    return (
+        locked.turns.filter(status__in=ACTIVE_STATUSES)
+        .exclude(pk=turn.pk)
+        .values_list("pk", flat=True)
+        .first()
+    )
 
 
 def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
@@ -459,7 +548,8 @@ def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None
     ``turn_start``). Raises ``StateConflict`` like ``turn_retry`` otherwise.
     """
     return _requeue_in_conversation(
-        turn_id=turn_id, requeue=lambda: turn_retry(turn_id=turn_id, acting_user=acting_user))
+        turn_id=turn_id, requeue=lambda: turn_retry(turn_id=turn_id, acting_user=acting_user)
+    )
 
 
 def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBaseUser) -> Approval:
@@ -473,7 +563,7 @@ def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBas
     driver waiting on the approval reads the row. Raises ``NotFound`` for an
     unknown approval, ``StateConflict`` for one already decided or expired.
     """
-    from agentlab.errors import NotFound
+    from common.errors import NotFound
 
     from .models import ApprovalStatus
 
@@ -486,21 +576,36 @@ def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBas
         # Lock the turn first: a turn that ended some other way (cancelled,
         # failed) takes no decision, and it cannot end while we decide.
         turn = Turn.objects.select_for_update().get(pk=found)
-        open_ = Q(pk=approval_id, status=ApprovalStatus.PENDING) & (Q(deadline__isnull=True) | Q(deadline__gt=now))
+        open_ = Q(pk=approval_id, status=ApprovalStatus.PENDING) & (
+            Q(deadline__isnull=True) | Q(deadline__gt=now)
+        )
         updated = 0
         if not turn.is_terminal:
-            updated = Approval.objects.filter(open_).update(status=status, decided_by=acting_user, decided_at=now)
+            updated = Approval.objects.filter(open_).update(
+                status=status, decided_by=acting_user, decided_at=now
+            )
         approval = Approval.objects.get(pk=approval_id)
         if updated != 1:
             if approval.status == ApprovalStatus.PENDING and turn.is_terminal:
-                raise StateConflict(f"approval {approval_id} cannot be decided: its turn has finished "
-                                    f"({turn.status})")
+                raise StateConflict(
+                    f"approval {approval_id} cannot be decided: its turn has finished ({turn.status})"
+                )
             state = approval.status if approval.status != ApprovalStatus.PENDING else "expired"
             raise StateConflict(f"approval {approval_id} cannot be decided: it is {state}")
-        event_append_many(turn_id=approval.turn_id, events=[NewEvent(EventType.APPROVAL_RESOLVED, {
-            "approval_id": approval.pk, "status": status, "by": acting_user.get_username(),
-            "tool": (approval.tool_call or {}).get("name"),
-        })])
+        event_append_many(
+            turn_id=approval.turn_id,
+            events=[
+                NewEvent(
+                    EventType.APPROVAL_RESOLVED,
+                    {
+                        "approval_id": approval.pk,
+                        "status": status,
+                        "by": acting_user.get_username(),
+                        "tool": (approval.tool_call or {}).get("name"),
+                    },
+                )
+            ],
+        )
     return approval
 
 
@@ -525,39 +630,71 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUs
     with transaction.atomic():
         turn = Turn.objects.select_for_update().get(pk=turn_id)
         if turn.status != TurnStatus.FAILED or turn.stop_reason != "max_steps":
-            raise StateConflict(f"turn {turn_id} can only be continued after failing with max_steps "
-                                f"(it is {turn.status}, stop reason {turn.stop_reason or 'none'})")
+            raise StateConflict(
+                f"turn {turn_id} can only be continued after failing with max_steps "
+                f"(it is {turn.status}, stop reason {turn.stop_reason or 'none'})"
+            )
         previous = max(turn.attempts, 1)
         meta = dict(turn.meta or {})
         archived = {
-            "attempt": previous, "reason": "continue", "status": turn.status, "outcome": turn.outcome,
-            "stop_reason": turn.stop_reason, "answer": turn.answer, "evidence": turn.evidence,
-            "reasoning": turn.reasoning, "steps": turn.steps, "max_steps": turn.max_steps,
-            "usage": turn.usage or {}, "timings": turn.timings or {},
-            "failure_cause": meta.pop("failure_cause", None), "failure_error": meta.pop("failure_error", None),
+            "attempt": previous,
+            "reason": "continue",
+            "status": turn.status,
+            "outcome": turn.outcome,
+            "stop_reason": turn.stop_reason,
+            "answer": turn.answer,
+            "evidence": turn.evidence,
+            "reasoning": turn.reasoning,
+            "steps": turn.steps,
+            "max_steps": turn.max_steps,
+            "usage": turn.usage or {},
+            "timings": turn.timings or {},
+            "failure_cause": meta.pop("failure_cause", None),
+            "failure_error": meta.pop("failure_error", None),
             "finished_at": turn.finished_at.isoformat() if turn.finished_at else None,
         }
         meta["attempts"] = [*meta.get("attempts", []), archived]
         max_steps = turn.max_steps + extra_steps
         event_append_many(
             turn_id=turn_id,
-            events=[NewEvent(EventType.ATTEMPT_RETRY, {
-                "attempt": previous + 1, "reason": "continue", "extra_steps": extra_steps, "max_steps": max_steps,
-                "from": turn.status, "by": _by(acting_user),
-                "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
-            })],
+            events=[
+                NewEvent(
+                    EventType.ATTEMPT_RETRY,
+                    {
+                        "attempt": previous + 1,
+                        "reason": "continue",
+                        "extra_steps": extra_steps,
+                        "max_steps": max_steps,
+                        "from": turn.status,
+                        "by": _by(acting_user),
+                        "previous": {k: archived[k] for k in ("attempt", "status", "outcome", "stop_reason")},
+                    },
+                )
+            ],
             turn_fields={
-                "status": TurnStatus.QUEUED, "attempts": previous + 1, "max_steps": max_steps, "phase": "",
-                "outcome": "", "stop_reason": "", "usage": {}, "timings": {}, "meta": meta,
-                "cancel_requested": False, "finished_at": None,
+                "status": TurnStatus.QUEUED,
+                "attempts": previous + 1,
+                "max_steps": max_steps,
+                "phase": "",
+                "outcome": "",
+                "stop_reason": "",
+                "usage": {},
+                "timings": {},
+                "meta": meta,
+                "cancel_requested": False,
+                "finished_at": None,
             },
         )
     turn.refresh_from_db()
     return turn
 
 
-def turn_continue_and_enqueue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_continue_and_enqueue(
+    *, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None
+) -> Turn:
     """``turn_continue`` and hand the turn to a job once that commits, keeping
     one active turn per conversation (``StateConflict`` otherwise)."""
-    return _requeue_in_conversation(turn_id=turn_id, requeue=lambda: turn_continue(
-        turn_id=turn_id, extra_steps=extra_steps, acting_user=acting_user))
+    return _requeue_in_conversation(
+        turn_id=turn_id,
+        requeue=lambda: turn_continue(turn_id=turn_id, extra_steps=extra_steps, acting_user=acting_user),
+    )

@@ -27,7 +27,7 @@ import threading
 from django.conf import settings
 
 from agentlab.celery import app
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 
 _db: DatabaseThreads | None = None
 _db_lock = threading.Lock()

@@ -13,7 +13,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods, require_POST
 
-from agentlab.errors import NotFound
+from common.errors import NotFound
 
 from . import selectors, services
 from .events import clean_text
@@ -44,14 +44,18 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpRespo
     except NotFound as exc:
         raise Http404(str(exc)) from exc
     turns = selectors.conversation_turns(conversation=conversation)
-    return render(request, "chat/conversation_detail.html", {
-        "conversation": conversation,
-        "turns": turns,
-        "page_data": {
-            "conversationId": conversation.pk,
-            "turns": [selectors.turn_summary(t) for t in turns],
+    return render(
+        request,
+        "chat/conversation_detail.html",
+        {
+            "conversation": conversation,
+            "turns": turns,
+            "page_data": {
+                "conversationId": conversation.pk,
+                "turns": [selectors.turn_summary(t) for t in turns],
+            },
         },
-    })
+    )
 
 
 @login_required

@@ -35,8 +35,9 @@ TOOL_HINTS = {
     "calculator": "Use the calculator for any arithmetic instead of computing in your head.",
     "search_documents": "Use search_documents to look facts up in the documents that come with the question.",
     "ask_user": "If the question cannot be answered as asked, call ask_user with one clarifying question.",
-    "sql_query": "This question comes with a database: use sql_query to answer from it. Read its schema first "
-    "(SELECT sql FROM sqlite_master WHERE type = 'table'), then query it, and give the query's result rows "
+    "sql_query": "This question comes with a database: use sql_query to answer from it. "
+    "Read its schema first (SELECT sql FROM sqlite_master WHERE type = 'table'), then query it, "
+    "and give the query's result rows "
     'as the answer, as JSON (e.g. [["France", 4]]), or just the value when there is one.',
 }
 

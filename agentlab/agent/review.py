@@ -46,12 +46,30 @@ TRACE_OUTPUT_CHARS = 300
 TRACE_STEPS = 12
 
 _SYNONYMS = {
-    "accept": "accept", "accepted": "accept", "ok": "accept", "correct": "accept", "pass": "accept",
-    "approve": "accept", "approved": "accept", "yes": "accept", "good": "accept",
-    "retry": "retry", "reject": "retry", "rejected": "retry", "wrong": "retry", "incorrect": "retry",
-    "fail": "retry", "redo": "retry", "revise": "retry",
-    "cannot_judge": "cannot_judge", "cannot judge": "cannot_judge", "cannot-judge": "cannot_judge",
-    "unknown": "cannot_judge", "unsure": "cannot_judge", "uncertain": "cannot_judge", "n/a": "cannot_judge",
+    "accept": "accept",
+    "accepted": "accept",
+    "ok": "accept",
+    "correct": "accept",
+    "pass": "accept",
+    "approve": "accept",
+    "approved": "accept",
+    "yes": "accept",
+    "good": "accept",
+    "retry": "retry",
+    "reject": "retry",
+    "rejected": "retry",
+    "wrong": "retry",
+    "incorrect": "retry",
+    "fail": "retry",
+    "redo": "retry",
+    "revise": "retry",
+    "cannot_judge": "cannot_judge",
+    "cannot judge": "cannot_judge",
+    "cannot-judge": "cannot_judge",
+    "unknown": "cannot_judge",
+    "unsure": "cannot_judge",
+    "uncertain": "cannot_judge",
+    "n/a": "cannot_judge",
 }
 
 
@@ -72,12 +90,17 @@ class Review:
         return self.verdict == "retry" and bool(self.retry_instruction)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "note": self.note, "retry_instruction": self.retry_instruction,
-                "error": self.error}
+        return {
+            "verdict": self.verdict,
+            "note": self.note,
+            "retry_instruction": self.retry_instruction,
+            "error": self.error,
+        }
 
 
-def compact_trace(steps: Sequence[Step], *, output_chars: int = TRACE_OUTPUT_CHARS,
-                  max_steps: int = TRACE_STEPS) -> str:
+def compact_trace(
+    steps: Sequence[Step], *, output_chars: int = TRACE_OUTPUT_CHARS, max_steps: int = TRACE_STEPS
+) -> str:
     """The attempt's steps as short text lines: ``step N: call name(args) -> output``
     (outputs cut to ``output_chars``; only the last ``max_steps`` steps)."""
     lines: list[str] = []
@@ -94,8 +117,9 @@ def compact_trace(steps: Sequence[Step], *, output_chars: int = TRACE_OUTPUT_CHA
     return "\n".join(lines) or "(no tool calls)"
 
 
-def review_messages(*, question: str, answer: str, evidence: str, reasoning: str,
-                    trace: str) -> list[dict[str, Any]]:
+def review_messages(
+    *, question: str, answer: str, evidence: str, reasoning: str, trace: str
+) -> list[dict[str, Any]]:
     """The chat messages of one review call (OpenAI format)."""
     user = (
         f"Question:\n{question}\n\nAnswer:\n{answer}\n\nEvidence:\n{evidence or '(none)'}\n\n"
@@ -188,8 +212,10 @@ async def review_answer(
     is the caller's to record). Raises ``ProviderError`` when the call fails
     after its retries — the caller records that as a ``failed`` review.
     """
-    messages = review_messages(question=question, answer=answer, evidence=evidence, reasoning=reasoning,
-                               trace=compact_trace(steps))
-    completion = await complete_with_retries(provider, messages, None, attempts=retry_attempts,
-                                             max_tokens=max_tokens, temperature=0.0)
+    messages = review_messages(
+        question=question, answer=answer, evidence=evidence, reasoning=reasoning, trace=compact_trace(steps)
+    )
+    completion = await complete_with_retries(
+        provider, messages, None, attempts=retry_attempts, max_tokens=max_tokens, temperature=0.0
+    )
     return parse_review(completion.text), completion

@@ -265,9 +265,14 @@ def _check_size(value: Any) -> Any:
 def _safe_pow(base: Any, exponent: Any) -> Any:
     if abs(exponent) > _MAX_EXPONENT:
         raise CalculatorError(f"exponent {exponent} too large (the limit is {_MAX_EXPONENT})")
-    if isinstance(base, int) and isinstance(exponent, int) and exponent > 0 and abs(base) > 1:
-        if abs(base).bit_length() * exponent > _MAX_RESULT_BITS:
-            raise CalculatorError(f"result of {base} ** {exponent} too large")
+    if (
+        isinstance(base, int)
+        and isinstance(exponent, int)
+        and exponent > 0
+        and abs(base) > 1
+        and abs(base).bit_length() * exponent > _MAX_RESULT_BITS
+    ):
+        raise CalculatorError(f"result of {base} ** {exponent} too large")
     try:
         return _check_size(operator.pow(base, exponent))
     except OverflowError as exc:
@@ -412,9 +417,55 @@ def _calculator(args: CalculatorArgs, context: ToolContext) -> str:
 
 _TOKEN_RE = re.compile(r"\w+", re.UNICODE)
 _STOPWORDS = frozenset(
-    "a an and are as at be by did do does for from had has have he her his how in is it its of on or "
-    "she that the their them they this to was were what when where which who whom whose why will "
-    "with".split()
+    [
+        "a",
+        "an",
+        "and",
+        "are",
+        "as",
+        "at",
+        "be",
+        "by",
+        "did",
+        "do",
+        "does",
+        "for",
+        "from",
+        "had",
+        "has",
+        "have",
+        "he",
+        "her",
+        "his",
+        "how",
+        "in",
+        "is",
+        "it",
+        "its",
+        "of",
+        "on",
+        "or",
+        "she",
+        "that",
+        "the",
+        "their",
+        "them",
+        "they",
+        "this",
+        "to",
+        "was",
+        "were",
+        "what",
+        "when",
+        "where",
+        "which",
+        "who",
+        "whom",
+        "whose",
+        "why",
+        "will",
+        "with",
+    ]
 )
 
 
@@ -610,8 +661,8 @@ def run_sql_query(
     set at import); the file must still resolve inside it when opened.
 
     Raises ``SQLQueryError`` (a ``ValueError``) with a message for the model:
-    missing database file, one that now resolves outside ``root``, empty query, several statements, a refused (writing)
-    statement or function, the time limit, a value or query over its limit, or
+    missing database file, one that now resolves outside ``root``, empty query, several statements,
+    a refused (writing) statement or function, the time limit, a value or query over its limit, or
     any SQLite error (for an unknown table or column the message lists the
     tables).
     """
@@ -625,8 +676,10 @@ def run_sql_query(
     if root is not None and not resolved.is_relative_to(Path(root).resolve()):
         # checked at import too; a link put in the way since then could lead
         # anywhere (the application's own database)
-        raise SQLQueryError(f"the database file {path.name} of this question now leads outside its dataset's "
-                            "folder (a link was put in its place); re-import the dataset")
+        raise SQLQueryError(
+            f"the database file {path.name} of this question now leads outside its dataset's "
+            "folder (a link was put in its place); re-import the dataset"
+        )
     try:
         connection = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
@@ -830,8 +883,13 @@ def sql_query_tool(*, max_rows: int = SQL_MAX_ROWS, time_limit_s: float = SQL_TI
             # not available without a database); this covers a direct call
             raise SQLQueryError(NO_DATABASE)
         root = context.metadata.get("database_root")
-        return run_sql_query(str(database_path), args.query, max_rows=max_rows, time_limit_s=time_limit_s,
-                             root=str(root) if root else None)
+        return run_sql_query(
+            str(database_path),
+            args.query,
+            max_rows=max_rows,
+            time_limit_s=time_limit_s,
+            root=str(root) if root else None,
+        )
 
     return Tool(
         name="sql_query",

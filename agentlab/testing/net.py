@@ -23,8 +23,14 @@ def port_open(host: str, port: int, timeout: float = 0.5) -> bool:
         return False
 
 
-def wait_for_port(port: int, *, host: str = "127.0.0.1", timeout: float = 30.0,
-                  process: subprocess.Popen[bytes] | None = None, what: str = "server") -> None:
+def wait_for_port(
+    port: int,
+    *,
+    host: str = "127.0.0.1",
+    timeout: float = 30.0,
+    process: subprocess.Popen[bytes] | None = None,
+    what: str = "server",
+) -> None:
     """Wait until ``host:port`` accepts connections.
 
     Raises ``RuntimeError`` naming ``what`` when ``timeout`` seconds pass, or at
@@ -33,7 +39,9 @@ def wait_for_port(port: int, *, host: str = "127.0.0.1", timeout: float = 30.0,
     deadline = time.monotonic() + timeout
     while not port_open(host, port, timeout=0.2):
         if process is not None and process.poll() is not None:
-            raise RuntimeError(f"{what} exited with code {process.returncode} before listening on {host}:{port}")
+            raise RuntimeError(
+                f"{what} exited with code {process.returncode} before listening on {host}:{port}"
+            )
         if time.monotonic() > deadline:
             raise RuntimeError(f"{what} did not listen on {host}:{port} within {timeout:.0f} s")
         time.sleep(0.05)

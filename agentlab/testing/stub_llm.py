@@ -209,7 +209,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
     disable_nagle_algorithm = True
     server: _Server
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         return None
 
     def _send(self, status: int, body: dict[str, Any] | str, headers: dict[str, str] | None = None) -> None:
@@ -230,7 +230,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         raw = self.rfile.read(length) if length else b""
         return json.loads(raw or b"{}")
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib name
+    def do_GET(self) -> None:
         if self.path.rstrip("/") == "/v1/models":
             self._send(200, {"object": "list", "data": [{"id": "stub-model", "object": "model"}]})
         else:
@@ -238,7 +238,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
                 404, {"error": {"message": f"no route {self.path}", "type": "not_found", "code": None}}
             )
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib name
+    def do_POST(self) -> None:
         stub = self.server.stub
         try:
             body = self._read_json()

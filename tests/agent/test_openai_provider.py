@@ -190,10 +190,12 @@ async def test_the_request_body_is_what_the_sdks_own_transform_would_send(
     from openai._utils import maybe_transform
     from openai.types.chat import completion_create_params
 
-    server = stub_server([
-        tool_calls_reply([("calculator", '{"expression": "16 - 3"}', "c1"), ("count", "", "c2")]),
-        final_answer_reply("26"),
-    ])
+    server = stub_server(
+        [
+            tool_calls_reply([("calculator", '{"expression": "16 - 3"}', "c1"), ("count", "", "c2")]),
+            final_answer_reply("26"),
+        ]
+    )
     result = await _loop(connect(server), registry, max_tokens=64, temperature=0.5).run(QUESTION)
     assert result.answer == "26"
     body = server.requests[1]

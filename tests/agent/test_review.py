@@ -20,16 +20,24 @@ from agentlab.agent.types import ProviderError, Step, ToolResult
     ("reply", "expected"),
     [
         ('{"verdict": "accept", "note": "fine", "retry_instruction": null}', Review("accept", "fine", None)),
-        ('```json\n{"verdict": "retry", "note": "wrong sum", "retry_instruction": "add again"}\n```',
-         Review("retry", "wrong sum", "add again")),
-        ('Here you go: {"verdict": "RETRY", "note": "recheck the units"} thanks',
-         Review("retry", "recheck the units", "recheck the units")),
-        ('{"verdict": "cannot judge", "note": "no evidence", "retry_instruction": "x"}',
-         Review("cannot_judge", "no evidence", None)),
+        (
+            '```json\n{"verdict": "retry", "note": "wrong sum", "retry_instruction": "add again"}\n```',
+            Review("retry", "wrong sum", "add again"),
+        ),
+        (
+            'Here you go: {"verdict": "RETRY", "note": "recheck the units"} thanks',
+            Review("retry", "recheck the units", "recheck the units"),
+        ),
+        (
+            '{"verdict": "cannot judge", "note": "no evidence", "retry_instruction": "x"}',
+            Review("cannot_judge", "no evidence", None),
+        ),
         ('{"verdict": "correct", "reason": "ok"}', Review("accept", "ok", None)),
-        ('{"a": {"b": 1}} {"verdict": "wrong", "note": "n", "instruction": "use the calculator"}',
-         Review("retry", "n", "use the calculator")),
-        ('verdict: accept', Review("accept", "", None)),
+        (
+            '{"a": {"b": 1}} {"verdict": "wrong", "note": "n", "instruction": "use the calculator"}',
+            Review("retry", "n", "use the calculator"),
+        ),
+        ("verdict: accept", Review("accept", "", None)),
     ],
 )
 def test_parse_review_takes_the_verdict_wherever_it_is(reply, expected):
@@ -50,10 +58,15 @@ def test_only_a_retry_with_an_instruction_wants_a_retry():
 
 def test_compact_trace_and_messages_carry_the_attempt():
     c = call("calculator", {"expression": "6*7"}, id="c1")
-    steps = [Step(1, tool_calls(c), [ToolResult("c1", "calculator", "42\n" + "x" * 500)]), Step(2, text("42"))]
+    steps = [
+        Step(1, tool_calls(c), [ToolResult("c1", "calculator", "42\n" + "x" * 500)]),
+        Step(2, text("42")),
+    ]
     trace = compact_trace(steps, output_chars=10)
     assert trace == 'step 1: calculator({"expression": "6*7"}) -> 42 xxxxxxx\nstep 2: replied with text'
-    messages = review_messages(question="What is 6*7?", answer="42", evidence="calc", reasoning="", trace=trace)
+    messages = review_messages(
+        question="What is 6*7?", answer="42", evidence="calc", reasoning="", trace=trace
+    )
     assert [m["role"] for m in messages] == ["system", "user"]
     assert "JSON" in messages[0]["content"]
     user = messages[1]["content"]
@@ -62,7 +75,9 @@ def test_compact_trace_and_messages_carry_the_attempt():
 
 def test_retry_question_keeps_the_question_and_adds_context():
     q = retry_question(question="What is 6*7?", previous_answer="41", instruction="multiply again")
-    assert q.startswith("What is 6*7?\n") and "Previous answer: 41" in q and "instruction: multiply again" in q
+    assert (
+        q.startswith("What is 6*7?\n") and "Previous answer: 41" in q and "instruction: multiply again" in q
+    )
 
 
 async def test_review_answer_makes_one_call_without_tools_and_returns_its_usage():

@@ -440,7 +440,9 @@ async def test_sql_query_refuses_a_value_over_the_length_limit_as_a_tool_error()
 
 async def test_sql_query_refuses_a_query_text_over_its_limit() -> None:
     query = "SELECT '" + "x" * SQL_MAX_QUERY_BYTES + "'"
-    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    result = await default_registry().execute(
+        _call("sql_query", {"query": query}), _with_database(CONCERT_SINGER)
+    )
     assert (result.is_error, result.output) == (
         True,
         "Tool sql_query failed: SQLQueryError: the query is longer than 100000 bytes; shorten it",
@@ -452,7 +454,9 @@ def test_sql_query_printf_still_formats() -> None:
         "SELECT printf('%.2f', 3.14159), format('%5d|%-3s|%%', 42, 'a'), printf('%.*c', 3, 'y'), "
         "printf('%.*c', '2', 'z'), printf(NULL), printf('%.1f%%', avg(Age)) FROM singer"
     )
-    assert run_sql_query(CONCERT_SINGER, query)["rows"] == [["3.14", "   42|a  |%", "yyy", "zz", None, "37.0%"]]
+    assert run_sql_query(CONCERT_SINGER, query)["rows"] == [
+        ["3.14", "   42|a  |%", "yyy", "zz", None, "37.0%"]
+    ]
 
 
 async def test_sql_query_cuts_a_long_cell_to_1000_characters() -> None:
@@ -474,7 +478,9 @@ async def test_sql_query_caps_the_rows_at_20000_characters_of_json_and_says_so()
         "WITH RECURSIVE n(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM n WHERE x < 80) "
         "SELECT printf('%.*c', 900, 'x') FROM n"
     )
-    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    result = await default_registry().execute(
+        _call("sql_query", {"query": query}), _with_database(CONCERT_SINGER)
+    )
     output = json.loads(result.output)
     # each row is ["x…x"] (904 characters) and ", " between rows: 2 + 22 * 904 + 21 * 2 = 19932
     assert output["rows"] == [["x" * 900]] * 22
@@ -498,7 +504,9 @@ async def test_sql_query_caps_the_rows_at_20000_characters_of_json_and_says_so()
     ],
 )
 async def test_sql_query_refuses_functions_that_leak_addresses_or_load_code(query: str, name: str) -> None:
-    result = await default_registry().execute(_call("sql_query", {"query": query}), _with_database(CONCERT_SINGER))
+    result = await default_registry().execute(
+        _call("sql_query", {"query": query}), _with_database(CONCERT_SINGER)
+    )
     assert (result.is_error, result.output) == (
         True,
         f"Tool sql_query failed: SQLQueryError: refused: the function {name}() is not available in sql_query",
@@ -512,7 +520,7 @@ async def test_sql_query_reads_table_valued_schema_pragmas_only() -> None:
     ]
     assert both[0] == [[name, kind, pk] for _, name, kind, _, _, pk in both[1]]
     assert both[0][:2] == [["Singer_ID", "INT", 1], ["Name", "TEXT", 0]]
-    keys = run_sql_query(CONCERT_SINGER, "SELECT \"table\", \"from\" FROM pragma_foreign_key_list('concert')")
+    keys = run_sql_query(CONCERT_SINGER, 'SELECT "table", "from" FROM pragma_foreign_key_list(\'concert\')')
     assert keys["rows"] == [["stadium", "Stadium_ID"]]
     result = await default_registry().execute(
         _call("sql_query", {"query": "SELECT name FROM pragma_function_list"}), _with_database(CONCERT_SINGER)
@@ -587,7 +595,9 @@ async def test_sql_query_refuses_a_database_path_that_a_link_now_diverts(tmp_pat
     stored = folder / "db.sqlite"
     shutil.copy(CONCERT_SINGER, stored)
     # as a dataset import leaves the context: the resolved file and its folder
-    context = ToolContext(metadata={"database_path": str(stored.resolve()), "database_root": str(folder.resolve())})
+    context = ToolContext(
+        metadata={"database_path": str(stored.resolve()), "database_root": str(folder.resolve())}
+    )
     call = _call("sql_query", {"query": "SELECT count(*) FROM singer"})
     assert json.loads((await default_registry().execute(call, context)).output)["rows"] == [[6]]
 
@@ -595,8 +605,10 @@ async def test_sql_query_refuses_a_database_path_that_a_link_now_diverts(tmp_pat
     stored.symlink_to(own)  # swapped after the import
     result = await default_registry().execute(call, context)
     assert (result.is_error, result.output) == (
-        True, "Tool sql_query failed: SQLQueryError: the database file db.sqlite of this question now leads "
-              "outside its dataset's folder (a link was put in its place); re-import the dataset")
+        True,
+        "Tool sql_query failed: SQLQueryError: the database file db.sqlite of this question now leads "
+        "outside its dataset's folder (a link was put in its place); re-import the dataset",
+    )
 
     stored.unlink()
     stored.symlink_to(folder / "real.sqlite")  # a link that stays inside the folder is fine

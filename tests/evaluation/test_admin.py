@@ -39,12 +39,19 @@ def make_run(*, run_id: str = "nightly", examples: int = 10, staff: Any = None) 
     """A finished run over ``examples`` examples: e0 right, e1 wrong, e2 failed
     at max steps, e3 interrupted (never recorded), e4 with 5,000 events, and
     the rest never driven (pessimistic rows: stop reason ``error``)."""
-    specs = [ExampleSpec(external_id=f"e{i}", question=f"What is {i}+{i}?", answer=str(2 * i),
-                         task_type=TASK_TYPES[i % 3]) for i in range(examples)]
+    specs = [
+        ExampleSpec(
+            external_id=f"e{i}", question=f"What is {i}+{i}?", answer=str(2 * i), task_type=TASK_TYPES[i % 3]
+        )
+        for i in range(examples)
+    ]
     dataset = dataset_import(name=f"sums-{run_id}", examples=specs)
-    run, _ = run_start(run_id=run_id, dataset=dataset, config={"provider": "scripted", "model": "scripted-7b",
-                                                               "max_steps": 3, "code_version": "abc123"},
-                       started_by=staff)
+    run, _ = run_start(
+        run_id=run_id,
+        dataset=dataset,
+        config={"provider": "scripted", "model": "scripted-7b", "max_steps": 3, "code_version": "abc123"},
+        started_by=staff,
+    )
     planned, _ = run_plan(run=run, limit=None, max_steps=3, model="scripted-7b")
     by_example = {p.example_id: p for p in planned}
     turns = {}
@@ -59,16 +66,21 @@ def make_run(*, run_id: str = "nightly", examples: int = 10, staff: Any = None) 
     drive(t2, [tool_call("calculator", {"expression": "2"}, usage=(5, 1))] * 3)
     for p in (p0, p1, p2):
         prediction_record(prediction_id=p.pk)
-    p3, t3 = turns["e3"]
+    _, t3 = turns["e3"]
     turn_claim(turn_id=t3, job_id="killed-worker")
     turn_interrupt(turn_id=t3, reason="worker lost")
-    p4, t4 = turns["e4"]
-    event_append_many(turn_id=t4, events=[NewEvent(EventType.THINKING, {"attempt": 1, "n": i})
-                                          for i in range(2, 5001)])
+    _, t4 = turns["e4"]
+    event_append_many(
+        turn_id=t4, events=[NewEvent(EventType.THINKING, {"attempt": 1, "n": i}) for i in range(2, 5001)]
+    )
     run_finish(run=run, status="success")
     run.refresh_from_db()
-    return {"run": run, "dataset": dataset, "turns": {k: v[1] for k, v in turns.items()},
-            "predictions": {k: v[0] for k, v in turns.items()}}
+    return {
+        "run": run,
+        "dataset": dataset,
+        "turns": {k: v[1] for k, v in turns.items()},
+        "predictions": {k: v[0] for k, v in turns.items()},
+    }
 
 
 def prediction_ids(response: Any) -> set[int]:
@@ -105,8 +117,9 @@ def test_every_list_and_page_renders_with_500_turns_and_5000_events(staff_client
         DATASET_LIST: ["sums-nightly", "500"],
         reverse("admin:evaluation_dataset_change", args=[dataset.pk]): ["Examples per task type"],
         EXAMPLE_LIST: ["e0", "What is 0+0?"],
-        reverse("admin:evaluation_example_change", args=[dataset.examples.get(external_id="e7").pk]):
-            ["What is 7+7?"],
+        reverse("admin:evaluation_example_change", args=[dataset.examples.get(external_id="e7").pk]): [
+            "What is 7+7?"
+        ],
         reverse("admin:turns_turn_change", args=[made["turns"]["e4"]]): ["Event log · 5000 events"],
         reverse("admin:turns_turn_changelist"): ["What is 499+499?"],
     }
@@ -126,7 +139,7 @@ def test_every_list_and_page_renders_with_500_turns_and_5000_events(staff_client
 def test_run_list_shows_model_accuracy_total_errors_and_duration(staff_client, evaluated):
     run = evaluated["run"]
     body = staff_client.get(RUN_LIST).content.decode()
-    row = body[body.index(">nightly<"):]
+    row = body[body.index(">nightly<") :]
     row = row[: row.index("</tr>")]
     # e0 right of 10 scored (wrong, errored and never-run rows count as wrong)
     assert '<td class="field-accuracy">10.0% (1/10)</td>' in row
@@ -169,8 +182,11 @@ def test_run_page_shows_config_metrics_and_links_to_what_went_wrong(staff_client
     run = evaluated["run"]
     body = staff_client.get(reverse("admin:evaluation_run_change", args=[run.pk])).content.decode()
     # the config snapshot
-    for text in ("<td>model</td><td>scripted-7b</td>", "<td>code_version</td><td>abc123</td>",
-                 "<td>max_steps</td><td>3</td>"):
+    for text in (
+        "<td>model</td><td>scripted-7b</td>",
+        "<td>code_version</td><td>abc123</td>",
+        "<td>max_steps</td><td>3</td>",
+    ):
         assert text in body, text
     # the metrics, per task type and per stop reason
     assert "<td>accuracy</td><td>10.0% (1/10 scored)</td>" in body
@@ -195,8 +211,9 @@ def test_stop_reason_counts_match_the_predictions(evaluated):
 
 
 def test_an_unfinished_run_shows_metrics_computed_now(staff_client, staff):
-    dataset = dataset_import(name="open", examples=[ExampleSpec(external_id="x", question="q", answer="a",
-                                                                task_type="fact")])
+    dataset = dataset_import(
+        name="open", examples=[ExampleSpec(external_id="x", question="q", answer="a", task_type="fact")]
+    )
     run, _ = run_start(run_id="still-going", dataset=dataset, config={"model": "m"}, started_by=staff)
     run_plan(run=run, limit=None, max_steps=2, model="m")
     body = staff_client.get(reverse("admin:evaluation_run_change", args=[run.pk])).content.decode()
@@ -223,7 +240,7 @@ def test_prediction_list_queries_do_not_grow_with_rows(staff_client, staff, djan
 def test_prediction_list_shows_its_columns(staff_client, evaluated):
     p1 = evaluated["predictions"]["e1"]
     body = staff_client.get(PREDICTION_LIST, {"run__id__exact": evaluated["run"].pk}).content.decode()
-    row = body[body.index(f'<a href="/admin/evaluation/prediction/{p1.pk}/change/'):]
+    row = body[body.index(f'<a href="/admin/evaluation/prediction/{p1.pk}/change/') :]
     row = row[: row.index("</tr>")]
     assert ">e1<" in row and '<td class="field-task_type">fact</td>' in row
     assert 'alt="False"' in row  # correct
@@ -282,8 +299,9 @@ def test_from_a_run_to_the_failing_turns_events_in_four_clicks(staff_client, eva
     assert "turn.failed" in body and "max_steps" in body
     assert "Retry as a new attempt" in body and ">Resume<" in body
     # and the interrupted one, from the run's "turns by status" table
-    interrupted = staff_client.get(f"{reverse('admin:turns_turn_changelist')}?run={run.pk}"
-                                   "&status__exact=interrupted").content.decode()
+    interrupted = staff_client.get(
+        f"{reverse('admin:turns_turn_changelist')}?run={run.pk}&status__exact=interrupted"
+    ).content.decode()
     assert f'value="{evaluated["turns"]["e3"]}"' in interrupted
     assert interrupted.count('name="_selected_action"') == 1
 

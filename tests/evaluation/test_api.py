@@ -18,10 +18,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 ROWS = [
     {"question_id": "n1", "question": "What is 6*7?", "answer": "42", "task_type": "numeric"},
     {"question_id": "n2", "question": "What is 2+2?", "answer": "4", "task_type": "numeric"},
-    {"question_id": "m1", "question": "Pick B", "answer": "B", "task_type": "multiple_choice",
-     "choices": ["x", "y", "z"]},
-    {"question_id": "m2", "question": "Breaks the model", "answer": "A", "task_type": "multiple_choice",
-     "choices": ["x", "y"]},
+    {
+        "question_id": "m1",
+        "question": "Pick B",
+        "answer": "B",
+        "task_type": "multiple_choice",
+        "choices": ["x", "y", "z"],
+    },
+    {
+        "question_id": "m2",
+        "question": "Breaks the model",
+        "answer": "A",
+        "task_type": "multiple_choice",
+        "choices": ["x", "y"],
+    },
 ]
 REPLIES = {"What is 6*7?": "42", "What is 2+2?": "5", "Pick B": "B"}
 
@@ -67,15 +77,18 @@ def test_predictions_are_paginated_in_example_order(client, run_id):
     assert [p["example_id"] for p in first["items"] + second["items"]] == ["n1", "n2", "m1", "m2"]
 
 
-@pytest.mark.parametrize(("query", "expected"), [
-    ("task_type=numeric", ["n1", "n2"]),
-    ("task_type=multiple_choice&correct=true", ["m1"]),
-    ("correct=true", ["n1", "m1"]),
-    ("correct=false", ["n2", "m2"]),
-    ("stop_reason=final", ["n1", "n2", "m1"]),
-    ("stop_reason=provider_error", ["m2"]),
-    ("task_type=nothing", []),
-])
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ("task_type=numeric", ["n1", "n2"]),
+        ("task_type=multiple_choice&correct=true", ["m1"]),
+        ("correct=true", ["n1", "m1"]),
+        ("correct=false", ["n2", "m2"]),
+        ("stop_reason=final", ["n1", "n2", "m1"]),
+        ("stop_reason=provider_error", ["m2"]),
+        ("task_type=nothing", []),
+    ],
+)
 def test_predictions_filter_by_task_type_correctness_and_stop_reason(client, run_id, query, expected):
     body = client.get(f"/api/runs/{run_id}/predictions?{query}").json()
     assert [p["example_id"] for p in body["items"]] == expected
@@ -83,7 +96,12 @@ def test_predictions_filter_by_task_type_correctness_and_stop_reason(client, run
 
 def test_prediction_fields(client, run_id):
     n1 = client.get(f"/api/runs/{run_id}/predictions?limit=1").json()["items"][0]
-    assert (n1["prediction"], n1["gold_answer"], n1["correct"], n1["stop_reason"]) == ("42", "42", True, "final")
+    assert (n1["prediction"], n1["gold_answer"], n1["correct"], n1["stop_reason"]) == (
+        "42",
+        "42",
+        True,
+        "final",
+    )
     assert n1["input_tokens"] == 10 and n1["output_tokens"] == 5 and n1["turn_id"]
 
 
@@ -105,7 +123,10 @@ def test_api_key_is_stored_hashed_and_a_revoked_or_wrong_key_is_401(run_id):
     key, raw = apikey_create(name="ci")
     assert raw not in (key.digest, key.prefix) and len(key.digest) == 64
     assert not ApiKey.objects.filter(digest=raw).exists()
-    assert_error(ApiClient(api_key=raw[:-1] + ("x" if raw[-1] != "x" else "y")).get("/api/runs"), 401,
-                 "unauthenticated")
+    assert_error(
+        ApiClient(api_key=raw[:-1] + ("x" if raw[-1] != "x" else "y")).get("/api/runs"),
+        401,
+        "unauthenticated",
+    )
     ApiKey.objects.filter(pk=key.pk).update(revoked=True)
     assert_error(ApiClient(api_key=raw).get("/api/runs"), 401, "unauthenticated")

@@ -264,8 +264,11 @@ def test_a_dataset_folder_reached_through_a_symlink_still_resolves(tmp_path: Pat
     (tmp_path / "link").symlink_to(real)
     _write(real, _line(context={"database_file": "dbs/x.sqlite"}), name="set.jsonl")
     (only,) = parse_jsonl(tmp_path / "link" / "set.jsonl")
-    assert only.context == {"database_file": "dbs/x.sqlite", "database_path": str(real / "dbs" / "x.sqlite"),
-                            "database_root": str(real)}
+    assert only.context == {
+        "database_file": "dbs/x.sqlite",
+        "database_path": str(real / "dbs" / "x.sqlite"),
+        "database_root": str(real),
+    }
 
 
 # --------------------------------------------------------------------------- malformed files

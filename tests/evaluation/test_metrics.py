@@ -62,8 +62,15 @@ def test_compute_metrics_on_a_known_set_of_rows() -> None:
     # added with the reviewer metrics (issue 7); no row here was retried by a review
     review = metrics.pop("review")
     assert {k: v for k, v in review.items() if k != "per_task_type"} == {
-        "first_attempt_accuracy": 0.6, "final_accuracy": 0.6, "review_retries": 0, "review_retry_rate": 0.0,
-        "retry_fixed": 0, "retry_broke": 0, "verdicts": {}, "review_failed": 0}
+        "first_attempt_accuracy": 0.6,
+        "final_accuracy": 0.6,
+        "review_retries": 0,
+        "review_retry_rate": 0.0,
+        "retry_fixed": 0,
+        "retry_broke": 0,
+        "verdicts": {},
+        "review_failed": 0,
+    }
     assert metrics == {
         "total": 6,
         "scored": 5,
@@ -116,9 +123,17 @@ def test_empty_input_gives_zeros_and_nones_without_dividing_by_zero() -> None:
         "stop_reasons": {},
         "latency_ms": {"p50": None, "p95": None, "mean": None},
         # added with the reviewer metrics (issue 7)
-        "review": {"first_attempt_accuracy": None, "final_accuracy": None, "review_retries": 0,
-                   "review_retry_rate": None, "retry_fixed": 0, "retry_broke": 0, "verdicts": {},
-                       "review_failed": 0, "per_task_type": {}},
+        "review": {
+            "first_attempt_accuracy": None,
+            "final_accuracy": None,
+            "review_retries": 0,
+            "review_retry_rate": None,
+            "retry_fixed": 0,
+            "retry_broke": 0,
+            "verdicts": {},
+            "review_failed": 0,
+            "per_task_type": {},
+        },
     }
 
 
@@ -189,35 +204,67 @@ def test_format_table_of_empty_metrics_shows_dashes() -> None:
     assert "\x1b" not in text
 
 
-def _reviewed(task_type: str, first: bool | None, final: bool | None, retried: bool, verdict: str = ""
-              ) -> PredictionRow:
-    return PredictionRow(task_type=task_type, correct=final, steps=1, input_tokens=1, output_tokens=1, cost=None,
-                         stop_reason="final", latency_ms=1, first_correct=first, review_retried=retried,
-                         review_verdict=verdict)
+def _reviewed(
+    task_type: str, first: bool | None, final: bool | None, retried: bool, verdict: str = ""
+) -> PredictionRow:
+    return PredictionRow(
+        task_type=task_type,
+        correct=final,
+        steps=1,
+        input_tokens=1,
+        output_tokens=1,
+        cost=None,
+        stop_reason="final",
+        latency_ms=1,
+        first_correct=first,
+        review_retried=retried,
+        review_verdict=verdict,
+    )
 
 
 def test_reviewer_metrics_count_fixes_and_breaks_overall_and_per_task_type() -> None:
     rows = [
-        _reviewed("math", False, True, True, "accept"),        # fixed
+        _reviewed("math", False, True, True, "accept"),  # fixed
         _reviewed("math", True, False, True, "cannot_judge"),  # broke
-        _reviewed("math", True, True, False, "accept"),        # not retried (first_correct ignored)
-        _reviewed("qa", False, False, True, "failed"),         # retried, still wrong
-        _reviewed("qa", None, True, False, "failed"),          # not retried: first = final = right
-        _reviewed("qa", None, None, False),                    # unscored, not reviewed
+        _reviewed("math", True, True, False, "accept"),  # not retried (first_correct ignored)
+        _reviewed("qa", False, False, True, "failed"),  # retried, still wrong
+        _reviewed("qa", None, True, False, "failed"),  # not retried: first = final = right
+        _reviewed("qa", None, None, False),  # unscored, not reviewed
     ]
     metrics = compute_metrics(rows)
     review = metrics["review"]
     assert review["per_task_type"] == {
-        "math": {"first_attempt_accuracy": 2 / 3, "final_accuracy": 2 / 3, "review_retries": 2,
-                 "review_retry_rate": 2 / 3, "retry_fixed": 1, "retry_broke": 1,
-                 "verdicts": {"accept": 2, "cannot_judge": 1}, "review_failed": 0},
-        "qa": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 1,
-               "review_retry_rate": 1 / 3, "retry_fixed": 0, "retry_broke": 0,
-               "verdicts": {"failed": 2}, "review_failed": 2},
+        "math": {
+            "first_attempt_accuracy": 2 / 3,
+            "final_accuracy": 2 / 3,
+            "review_retries": 2,
+            "review_retry_rate": 2 / 3,
+            "retry_fixed": 1,
+            "retry_broke": 1,
+            "verdicts": {"accept": 2, "cannot_judge": 1},
+            "review_failed": 0,
+        },
+        "qa": {
+            "first_attempt_accuracy": 0.5,
+            "final_accuracy": 0.5,
+            "review_retries": 1,
+            "review_retry_rate": 1 / 3,
+            "retry_fixed": 0,
+            "retry_broke": 0,
+            "verdicts": {"failed": 2},
+            "review_failed": 2,
+        },
     }
     del review["per_task_type"]
-    assert review == {"first_attempt_accuracy": 3 / 5, "final_accuracy": 3 / 5, "review_retries": 3,
-                      "review_retry_rate": 0.5, "retry_fixed": 1, "retry_broke": 1,
-                      "verdicts": {"accept": 2, "cannot_judge": 1, "failed": 2}, "review_failed": 2}
+    assert review == {
+        "first_attempt_accuracy": 3 / 5,
+        "final_accuracy": 3 / 5,
+        "review_retries": 3,
+        "review_retry_rate": 0.5,
+        "retry_fixed": 1,
+        "retry_broke": 1,
+        "verdicts": {"accept": 2, "cannot_judge": 1, "failed": 2},
+        "review_failed": 2,
+    }
     assert "review verdicts" in format_table(metrics)
     assert "accept 2, cannot_judge 1, failed 2" in format_table(metrics, width=120)

@@ -12,8 +12,8 @@ from django.core.management import call_command
 from agentlab.agent.providers.scripted import ScriptedProvider, final, text, tool_call
 from agentlab.agent.review import REVIEW_SYSTEM_PROMPT
 from agentlab.agent.types import Completion
-from agentlab.db import DatabaseThreads
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
+from common.db import DatabaseThreads
 from evaluation.datasets import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.runner import drive_examples
@@ -45,17 +45,21 @@ class OracleProvider:
         question = next(q for q in self.first if user.startswith(q) or f"Question:\n{q}" in user)
         if messages[0]["content"] == REVIEW_SYSTEM_PROMPT:
             verdict = self.verdicts[question]
-            body = {"retry": '{"verdict": "retry", "note": "suspicious", "retry_instruction": "check again"}',
-                    "accept": '{"verdict": "accept", "note": "fine"}',
-                    "none": "The answer looks plausible to me."}[verdict]
+            body = {
+                "retry": '{"verdict": "retry", "note": "suspicious", "retry_instruction": "check again"}',
+                "accept": '{"verdict": "accept", "note": "fine"}',
+                "none": "The answer looks plausible to me.",
+            }[verdict]
             return text(body, usage=(10, 5), model="oracle")
         answer = self.second[question] if "Reviewer's instruction" in user else self.first[question]
         return final(answer, usage=(10, 5), model="oracle")
 
 
 def _dataset(name: str, rows: list[tuple[str, str, str, str]]):
-    return dataset_import(name=name, examples=[
-        ExampleSpec(external_id=eid, question=q, answer=a, task_type=tt) for eid, q, a, tt in rows])
+    return dataset_import(
+        name=name,
+        examples=[ExampleSpec(external_id=eid, question=q, answer=a, task_type=tt) for eid, q, a, tt in rows],
+    )
 
 
 def _run(run_id: str, dataset, provider, *, review: bool = True, max_steps: int = 4, tools=None) -> Run:
@@ -72,59 +76,104 @@ def _run(run_id: str, dataset, provider, *, review: bool = True, max_steps: int 
 
 
 def test_reviewer_metrics_on_a_small_run_with_known_answers():
-    ds = _dataset("reviewed", [
-        ("fix", "What is 1+1?", "2", "math"),              # wrong → retry → right
-        ("break", "What is 2+2?", "4", "math"),            # right → retry → wrong
-        ("keep", "Capital of France?", "Paris", "qa"),     # right, accepted
-        ("miss", "Colour of the sky?", "blue", "qa"),      # wrong, accepted
-    ])
+    ds = _dataset(
+        "reviewed",
+        [
+            ("fix", "What is 1+1?", "2", "math"),  # wrong → retry → right
+            ("break", "What is 2+2?", "4", "math"),  # right → retry → wrong
+            ("keep", "Capital of France?", "Paris", "qa"),  # right, accepted
+            ("miss", "Colour of the sky?", "blue", "qa"),  # wrong, accepted
+        ],
+    )
     provider = OracleProvider(
-        first={"What is 1+1?": "3", "What is 2+2?": "4", "Capital of France?": "Paris", "Colour of the sky?": "red"},
+        first={
+            "What is 1+1?": "3",
+            "What is 2+2?": "4",
+            "Capital of France?": "Paris",
+            "Colour of the sky?": "red",
+        },
         second={"What is 1+1?": "2", "What is 2+2?": "5"},
-        verdicts={"What is 1+1?": "retry", "What is 2+2?": "retry", "Capital of France?": "accept",
-                  "Colour of the sky?": "accept"},
+        verdicts={
+            "What is 1+1?": "retry",
+            "What is 2+2?": "retry",
+            "Capital of France?": "accept",
+            "Colour of the sky?": "accept",
+        },
     )
     run = _run("reviewed-run", ds, provider)
     # 4 first attempts + 4 reviews + 2 retried attempts + 2 reviews of them
     assert provider.calls == 12
     by_id = {p.example.external_id: p for p in Prediction.objects.filter(run=run).select_related("example")}
     assert {k: (p.first_correct, p.correct, p.review_retried, p.prediction) for k, p in by_id.items()} == {
-        "fix": (False, True, True, "2"), "break": (True, False, True, "5"),
-        "keep": (True, True, False, "Paris"), "miss": (False, False, False, "red"),
+        "fix": (False, True, True, "2"),
+        "break": (True, False, True, "5"),
+        "keep": (True, True, False, "Paris"),
+        "miss": (False, False, False, "red"),
     }
     # the tokens of every attempt and review count
     assert (by_id["fix"].input_tokens, by_id["keep"].input_tokens) == (40, 20)
     review = run.metrics["review"]
     assert review["per_task_type"] == {
-        "math": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 2,
-                 "review_retry_rate": 1.0, "retry_fixed": 1, "retry_broke": 1,
-                 # the retried attempts were reviewed again (and asked for a
-                 # retry again, past the one allowed): their last verdict
-                 "verdicts": {"retry": 2}, "review_failed": 0},
-        "qa": {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 0,
-               "review_retry_rate": 0.0, "retry_fixed": 0, "retry_broke": 0,
-               "verdicts": {"accept": 2}, "review_failed": 0},
+        "math": {
+            "first_attempt_accuracy": 0.5,
+            "final_accuracy": 0.5,
+            "review_retries": 2,
+            "review_retry_rate": 1.0,
+            "retry_fixed": 1,
+            "retry_broke": 1,
+            # the retried attempts were reviewed again (and asked for a
+            # retry again, past the one allowed): their last verdict
+            "verdicts": {"retry": 2},
+            "review_failed": 0,
+        },
+        "qa": {
+            "first_attempt_accuracy": 0.5,
+            "final_accuracy": 0.5,
+            "review_retries": 0,
+            "review_retry_rate": 0.0,
+            "retry_fixed": 0,
+            "retry_broke": 0,
+            "verdicts": {"accept": 2},
+            "review_failed": 0,
+        },
     }
     del review["per_task_type"]
-    assert review == {"first_attempt_accuracy": 0.5, "final_accuracy": 0.5, "review_retries": 2,
-                      "review_retry_rate": 0.5, "retry_fixed": 1, "retry_broke": 1,
-                      "verdicts": {"accept": 2, "retry": 2}, "review_failed": 0}
+    assert review == {
+        "first_attempt_accuracy": 0.5,
+        "final_accuracy": 0.5,
+        "review_retries": 2,
+        "review_retry_rate": 0.5,
+        "retry_fixed": 1,
+        "retry_broke": 1,
+        "verdicts": {"accept": 2, "retry": 2},
+        "review_failed": 0,
+    }
     assert {k: p.review_verdict for k, p in by_id.items()} == {
-        "fix": "retry", "break": "retry", "keep": "accept", "miss": "accept"}
+        "fix": "retry",
+        "break": "retry",
+        "keep": "accept",
+        "miss": "accept",
+    }
     assert (run.metrics["accuracy"], run.metrics["tokens"]["input"]) == (0.5, 120)
 
 
 def test_a_reviewer_without_a_verdict_is_counted_as_a_failed_review():
     ds = _dataset("unjudged", [("a", "What is 1+1?", "2", "math"), ("b", "What is 2+2?", "4", "math")])
-    provider = OracleProvider(first={"What is 1+1?": "2", "What is 2+2?": "5"}, second={},
-                              verdicts={"What is 1+1?": "none", "What is 2+2?": "accept"})
+    provider = OracleProvider(
+        first={"What is 1+1?": "2", "What is 2+2?": "5"},
+        second={},
+        verdicts={"What is 1+1?": "none", "What is 2+2?": "accept"},
+    )
     run = _run("unjudged-run", ds, provider)
     assert provider.calls == 4  # two answers, two reviews, no retry
     verdicts = dict(Prediction.objects.filter(run=run).values_list("example__external_id", "review_verdict"))
     assert verdicts == {"a": "failed", "b": "accept"}
     review = run.metrics["review"]
     assert (review["verdicts"], review["review_failed"], review["review_retries"]) == (
-        {"accept": 1, "failed": 1}, 1, 0)
+        {"accept": 1, "failed": 1},
+        1,
+        0,
+    )
     # the answers stand as given: a failed review changes nothing
     assert (run.metrics["correct"], run.metrics["total"]) == (1, 2)
 
@@ -138,7 +187,10 @@ def test_without_review_one_call_per_example_and_no_retry():
     assert (p.correct, p.first_correct, p.review_retried) == (False, False, False)
     assert run.metrics["review"]["review_retries"] == 0
     assert (p.review_verdict, run.metrics["review"]["verdicts"], run.metrics["review"]["review_failed"]) == (
-        "", {}, 0)
+        "",
+        {},
+        0,
+    )
 
 
 def test_the_evaluation_policy_cancels_an_approval_tool_and_the_prediction_says_so():
@@ -148,7 +200,11 @@ def test_the_evaluation_policy_cancels_an_approval_tool_and_the_prediction_says_
     run = _run("approval-run", ds, provider, tools=counting_tools(counter))
     p = Prediction.objects.get(run=run)
     assert (p.stop_reason, p.correct, p.prediction, p.completed_at is not None) == (
-        "approval_required", False, "", True)
+        "approval_required",
+        False,
+        "",
+        True,
+    )
     assert (p.turn.status, p.turn.outcome) == ("cancelled", "cancelled")
     assert counter == {} and not p.turn.approvals.exists()
     assert run.metrics["stop_reasons"] == {"approval_required": 1}
@@ -172,8 +228,10 @@ def test_run_eval_reviews_by_default_and_not_with_no_review(settings):
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "one.jsonl"
-        path.write_text(json.dumps({"question_id": "q1", "question": "What is 6*7?", "answer": "42",
-                                    "task_type": "math"}) + "\n")
+        path.write_text(
+            json.dumps({"question_id": "q1", "question": "What is 6*7?", "answer": "42", "task_type": "math"})
+            + "\n"
+        )
         with StubLLMServer(handler) as stub:
             settings.AGENTLAB_LLM_BASE_URL = stub.base_url
             settings.AGENTLAB_LLM_API_KEY = "k"
@@ -185,7 +243,12 @@ def test_run_eval_reviews_by_default_and_not_with_no_review(settings):
     assert with_review.config["review"] is True and with_review.metrics["tokens"]["input"] == 17
     assert Run.objects.get(run_id="without-review").config["review"] is False
     turn = Prediction.objects.get(run=with_review).turn
-    assert [e.type for e in events_after(turn_id=turn.pk)][-4:] == ["phase", "review", "phase", "turn.answered"]
+    assert [e.type for e in events_after(turn_id=turn.pk)][-4:] == [
+        "phase",
+        "review",
+        "phase",
+        "turn.answered",
+    ]
 
 
 def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
@@ -197,11 +260,15 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
     settings.REVIEW_WAIT_S = 30
 
     def script():
-        return ScriptedProvider([
-            tool_call("calculator", {"expression": "6*7"}, usage=(20, 8)), final("41", usage=(30, 6)),
-            text('{"verdict": "retry", "note": "n", "retry_instruction": "recompute"}', usage=(40, 9)),
-            final("42", usage=(30, 6)), text('{"verdict": "accept", "note": "ok"}', usage=(40, 9)),
-        ])
+        return ScriptedProvider(
+            [
+                tool_call("calculator", {"expression": "6*7"}, usage=(20, 8)),
+                final("41", usage=(30, 6)),
+                text('{"verdict": "retry", "note": "n", "retry_instruction": "recompute"}', usage=(40, 9)),
+                final("42", usage=(30, 6)),
+                text('{"verdict": "accept", "note": "ok"}', usage=(40, 9)),
+            ]
+        )
 
     chat_turn = turn_create(owner=owner, question="What is 6*7?")
 
@@ -218,9 +285,26 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
     eval_types = [e.type for e in events_after(turn_id=eval_turn.pk)]
     assert chat_types == eval_types
     assert chat_types == [
-        "turn.queued", "turn.started", "phase", "llm.usage", "tool.call", "tool.result",
-        "llm.usage", "tool.call", "tool.result", "phase", "review", "attempt.retry", "phase",
-        "llm.usage", "tool.call", "tool.result", "phase", "review", "phase", "turn.answered",
+        "turn.queued",
+        "turn.started",
+        "phase",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "phase",
+        "review",
+        "attempt.retry",
+        "phase",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "phase",
+        "review",
+        "phase",
+        "turn.answered",
     ]
     chat_turn.refresh_from_db()
     assert (chat_turn.answer, eval_turn.answer, chat_turn.attempts, eval_turn.attempts) == ("42", "42", 2, 2)

@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def rows(path: Path, n: int) -> list[dict]:
     with path.open(encoding="utf-8") as f:
-        return [json.loads(line) for _, line in zip(range(n), f)]
+        return [json.loads(line) for _, line in zip(range(n), f, strict=False)]
 
 
 def oracle(rows_: list[dict], *, right: set[int], broken: set[int] = frozenset(), latency: float = 0.0):
@@ -84,15 +84,28 @@ def test_gsm8k_and_arc_scores_are_exact(endpoint, tmp_path, capsys):
     gsm = rows(GSM8K, 20)
     arc = rows(ARC, 20)
     right_gsm = {0, 1, 2, 3, 5, 8, 13, 17, 19}  # 9 of 20
-    right_arc = set(range(0, 20, 2)) | {3}      # 11 of 20
+    right_arc = set(range(0, 20, 2)) | {3}  # 11 of 20
     with StubLLMServer(oracle(gsm, right=right_gsm)) as server:
         endpoint(server)
-        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "gsm", "--limit", "20", "--concurrency", "8",
-                     "--json", str(tmp_path / "gsm.json"))
+        call_command(
+            "run_eval",
+            "--no-review",
+            str(GSM8K),
+            "--run-id",
+            "gsm",
+            "--limit",
+            "20",
+            "--concurrency",
+            "8",
+            "--json",
+            str(tmp_path / "gsm.json"),
+        )
         assert server.request_count == 20
     with StubLLMServer(oracle(arc, right=right_arc)) as server:
         endpoint(server)
-        call_command("run_eval", "--no-review", str(ARC), "--run-id", "arc", "--limit", "20", "--concurrency", "4")
+        call_command(
+            "run_eval", "--no-review", str(ARC), "--run-id", "arc", "--limit", "20", "--concurrency", "4"
+        )
 
     gsm_run = Run.objects.get(run_id="gsm")
     assert gsm_run.status == "success"
@@ -108,15 +121,33 @@ def test_gsm8k_and_arc_scores_are_exact(endpoint, tmp_path, capsys):
     arc_metrics = Run.objects.get(run_id="arc").metrics
     assert (arc_metrics["total"], arc_metrics["correct"], arc_metrics["accuracy"]) == (20, 11, 0.55)
 
-    correct_ids = set(Prediction.objects.filter(run__run_id="gsm", correct=True)
-                      .values_list("example__external_id", flat=True))
+    correct_ids = set(
+        Prediction.objects.filter(run__run_id="gsm", correct=True).values_list(
+            "example__external_id", flat=True
+        )
+    )
     assert correct_ids == {gsm[i]["question_id"] for i in right_gsm}
     p = Prediction.objects.get(run__run_id="gsm", example__external_id=gsm[0]["question_id"])
-    assert (p.prediction, p.gold_answer, p.score, p.steps, p.input_tokens, p.output_tokens, p.stop_reason) == (
-        gsm[0]["answer"], gsm[0]["answer"], 1.0, 1, 10, 5, "final")
+    assert (
+        p.prediction,
+        p.gold_answer,
+        p.score,
+        p.steps,
+        p.input_tokens,
+        p.output_tokens,
+        p.stop_reason,
+    ) == (gsm[0]["answer"], gsm[0]["answer"], 1.0, 1, 10, 5, "final")
     assert p.turn.kind == "evaluation" and p.turn.status == "succeeded"
     assert [e.type for e in TurnEvent.objects.filter(turn=p.turn)] == [
-        "turn.queued", "turn.started", "phase", "llm.usage", "tool.call", "tool.result", "phase", "turn.answered"]
+        "turn.queued",
+        "turn.started",
+        "phase",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "phase",
+        "turn.answered",
+    ]
     out = capsys.readouterr().out
     assert "45.0%" in out and "run id: gsm" in out
 
@@ -145,7 +176,12 @@ def test_a_bad_line_is_exit_2_names_the_line_and_writes_nothing(tmp_path, endpoi
     error = refused_before_any_llm_call(endpoint, str(path), "--run-id", "bad")
     assert error.returncode == 2
     assert "bad.jsonl, line 3" in str(error)
-    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
+    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
 def test_a_database_file_outside_the_dataset_folder_is_exit_2_and_writes_nothing(tmp_path, endpoint):
@@ -157,14 +193,29 @@ def test_a_database_file_outside_the_dataset_folder_is_exit_2_and_writes_nothing
     path.write_text(json.dumps(good) + "\n" + json.dumps(bad) + "\n", encoding="utf-8")
     error = refused_before_any_llm_call(endpoint, str(path), "--run-id", "escape")
     assert error.returncode == 2
-    assert "escape.jsonl, line 2: field 'context.database_file' '../a.sqlite3' is outside the dataset's folder" in (
-        str(error)
+    assert (
+        "escape.jsonl, line 2: field 'context.database_file' '../a.sqlite3' is outside the dataset's folder"
+        in (str(error))
     )
-    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0, 0)
+    assert (Dataset.objects.count(), Example.objects.count(), Run.objects.count(), Turn.objects.count()) == (
+        0,
+        0,
+        0,
+        0,
+    )
 
 
-@pytest.mark.parametrize("args", [["--limit", "0"], ["--concurrency", "0"], ["--run-id", " "], ["--fail-under", "2"],
-                                  ["--workers", "0"], ["--concurrency", "2", "--workers", "3"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--limit", "0"],
+        ["--concurrency", "0"],
+        ["--run-id", " "],
+        ["--fail-under", "2"],
+        ["--workers", "0"],
+        ["--concurrency", "2", "--workers", "3"],
+    ],
+)
 def test_bad_options_are_exit_2(args):
     with pytest.raises(CommandError) as excinfo:
         call_command("run_eval", "--no-review", "demo", *args)
@@ -177,7 +228,17 @@ def test_fail_under_is_exit_1_and_the_run_is_still_stored(endpoint):
     with StubLLMServer(oracle(gsm, right={0})) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "low", "--limit", "4", "--fail-under", "0.5")
+            call_command(
+                "run_eval",
+                "--no-review",
+                str(GSM8K),
+                "--run-id",
+                "low",
+                "--limit",
+                "4",
+                "--fail-under",
+                "0.5",
+            )
     assert excinfo.value.returncode == 1
     assert "0.250 is below --fail-under 0.5" in str(excinfo.value)
     assert Run.objects.get(run_id="low").metrics["accuracy"] == 0.25
@@ -203,7 +264,9 @@ def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
     if connection.vendor == "sqlite":
         env["AGENTLAB_SQLITE_PATH"] = str(s["NAME"])
     else:
-        env["DATABASE_URL"] = f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+        env["DATABASE_URL"] = (
+            f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
+        )
     env.update(AGENTLAB_LLM_BASE_URL=server.base_url, AGENTLAB_LLM_API_KEY="k", AGENTLAB_MODEL="stub-model")
     return env
 
@@ -211,10 +274,22 @@ def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
 def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
     gsm = rows(GSM8K, 20)
     with StubLLMServer(oracle(gsm, right=set(range(0, 20, 2)), latency=0.15)) as server:
-        cmd = [sys.executable, "manage.py", "run_eval", "--no-review", str(GSM8K), "--run-id", "killed", "--limit", "20",
-               "--concurrency", "3"]
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        cmd = [
+            sys.executable,
+            "manage.py",
+            "run_eval",
+            "--no-review",
+            str(GSM8K),
+            "--run-id",
+            "killed",
+            "--limit",
+            "20",
+            "--concurrency",
+            "3",
+        ]
+        proc = subprocess.Popen(
+            cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        )
         try:
             deadline = time.monotonic() + 60
             while Prediction.objects.filter(run__run_id="killed", completed_at__isnull=False).count() < 6:
@@ -228,8 +303,9 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
         assert 6 <= done_before < 20
         cut_off = Turn.objects.filter(predictions__run__run_id="killed", status="running").count()
 
-        resumed = subprocess.run(cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True,
-                                 timeout=120)
+        resumed = subprocess.run(
+            cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True, timeout=120
+        )
         assert resumed.returncode == 0, resumed.stderr
         assert f"{20 - done_before} to do, {done_before} already done (resumed)" in resumed.stderr
         # a request in flight at the kill is asked again; nothing else is
@@ -252,8 +328,10 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
 def test_a_file_named_like_a_registered_dataset_is_refused_not_merged(tmp_path, endpoint):
     call_command("import_dataset", str(ARC), "--name", "arc")
     clash = tmp_path / "arc.jsonl"
-    clash.write_text(json.dumps({"question_id": "x1", "question": "1+1?", "answer": "2", "task_type": "math"})
-                     + "\n", encoding="utf-8")
+    clash.write_text(
+        json.dumps({"question_id": "x1", "question": "1+1?", "answer": "2", "task_type": "math"}) + "\n",
+        encoding="utf-8",
+    )
     with StubLLMServer(lambda body: text_reply("2")) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
@@ -279,9 +357,14 @@ def test_resuming_with_another_model_is_refused(endpoint, settings):
     assert Run.objects.get(run_id="one-model").predictions.count() == 1
 
 
-@pytest.mark.parametrize(("run_id", "message"), [
-    ("a/b", "contains '/'"), ("tab\there", "contains '\\t'"), ("x" * 201, "at most 200"),
-])
+@pytest.mark.parametrize(
+    ("run_id", "message"),
+    [
+        ("a/b", "contains '/'"),
+        ("tab\there", "contains '\\t'"),
+        ("x" * 201, "at most 200"),
+    ],
+)
 def test_run_ids_that_cannot_live_in_a_url_are_exit_2(run_id, message):
     with pytest.raises(CommandError) as excinfo:
         call_command("run_eval", "demo", "--run-id", run_id)
@@ -306,8 +389,9 @@ def test_retry_errors_runs_failed_examples_again_as_a_new_attempt(endpoint):
         endpoint(server)
         call_command("run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review")
         assert server.request_count == 0  # without the flag, errored rows stay as they are
-        call_command("run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review",
-                     "--retry-errors")
+        call_command(
+            "run_eval", str(GSM8K), "--run-id", "outage", "--limit", "4", "--no-review", "--retry-errors"
+        )
         assert server.request_count == 2
     run = Run.objects.get(run_id="outage")
     assert (run.metrics["total"], run.metrics["correct"], run.metrics["errors"]) == (4, 4, 0)
@@ -325,16 +409,28 @@ def test_workers_split_the_run_between_processes_with_the_same_scores(endpoint):
     right = {0, 1, 2, 3, 5, 8, 13, 17, 19}
     with StubLLMServer(oracle(gsm, right=right)) as server:
         endpoint(server)
-        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "two", "--limit", "20",
-                     "--concurrency", "4", "--workers", "2")
+        call_command(
+            "run_eval",
+            "--no-review",
+            str(GSM8K),
+            "--run-id",
+            "two",
+            "--limit",
+            "20",
+            "--concurrency",
+            "4",
+            "--workers",
+            "2",
+        )
         assert server.request_count == 20  # each example asked once, by one worker
     run = Run.objects.get(run_id="two")
     m = run.metrics
     assert (run.status, m["total"], m["correct"], m["accuracy"]) == ("success", 20, 9, 0.45)
     assert m["tokens"] == {"input": 200, "output": 100, "unknown_rows": 0}
     assert m["throughput"]["examples"] == 20 and run.config["workers"] == 2
-    assert set(Prediction.objects.filter(run=run, correct=True).values_list("example__external_id", flat=True)) == {
-        gsm[i]["question_id"] for i in right}
+    assert set(
+        Prediction.objects.filter(run=run, correct=True).values_list("example__external_id", flat=True)
+    ) == {gsm[i]["question_id"] for i in right}
     assert Prediction.objects.filter(run=run, completed_at__isnull=True).count() == 0
     for turn in Turn.objects.filter(predictions__run=run):
         assert list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True)) == list(range(1, 9))
@@ -386,7 +482,9 @@ def test_resuming_with_the_review_switched_is_refused(endpoint):
 
 def test_a_dataset_name_that_cannot_make_a_run_id_is_refused_at_import(tmp_path):
     path = tmp_path / "tiny.jsonl"
-    path.write_text(json.dumps({"question_id": "q1", "question": "1+1?", "answer": "2", "task_type": "math"}) + "\n")
+    path.write_text(
+        json.dumps({"question_id": "q1", "question": "1+1?", "answer": "2", "task_type": "math"}) + "\n"
+    )
     with pytest.raises(CommandError) as excinfo:
         call_command("import_dataset", str(path), "--name", "a/b")
     assert excinfo.value.returncode == 2
@@ -411,21 +509,42 @@ def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
 
 def test_task_types_without_a_scorer_of_their_own_are_pointed_out(tmp_path, endpoint, capsys):
     path = tmp_path / "typos.jsonl"
-    path.write_text("".join(json.dumps(row) + "\n" for row in [
-        {"question_id": "a", "question": "6*7?", "answer": "42", "task_type": "maths"},    # a typo: exact, not numeric
-        {"question_id": "b", "question": "6*8?", "answer": "48", "task_type": "math"},
-        {"question_id": "c", "question": "Who?", "answer": "Ada", "task_type": "trivia"},
-        {"question_id": "d", "question": "Why?", "answer": "x", "task_type": "essay", "scorer": "contains"},
-    ]), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(row) + "\n"
+            for row in [
+                {
+                    "question_id": "a",
+                    "question": "6*7?",
+                    "answer": "42",
+                    "task_type": "maths",
+                },  # a typo: exact, not numeric
+                {"question_id": "b", "question": "6*8?", "answer": "48", "task_type": "math"},
+                {"question_id": "c", "question": "Who?", "answer": "Ada", "task_type": "trivia"},
+                {
+                    "question_id": "d",
+                    "question": "Why?",
+                    "answer": "x",
+                    "task_type": "essay",
+                    "scorer": "contains",
+                },
+            ]
+        ),
+        encoding="utf-8",
+    )
 
     call_command("import_dataset", str(path), "--name", "typos")
     err = capsys.readouterr().err
-    assert "task type(s) 'maths', 'trivia' have no scorer of their own" in err and "scored with 'exact'" in err
+    assert (
+        "task type(s) 'maths', 'trivia' have no scorer of their own" in err and "scored with 'exact'" in err
+    )
     with StubLLMServer(lambda body: text_reply("42")) as server:
         endpoint(server)
         call_command("run_eval", "typos", "--run-id", "typos-run", "--no-review")
     assert "task type(s) 'maths', 'trivia' have no scorer of their own" in capsys.readouterr().err
-    scorers = dict(Prediction.objects.filter(run__run_id="typos-run").values_list("example__external_id", "scorer"))
+    scorers = dict(
+        Prediction.objects.filter(run__run_id="typos-run").values_list("example__external_id", "scorer")
+    )
     assert scorers == {"a": "exact", "b": "numeric", "c": "exact", "d": "contains"}
 
     call_command("import_dataset", str(GSM8K), "--name", "gsm")  # known task types: no note
@@ -440,8 +559,10 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
     finally:
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert ("2 migration(s) not applied: evaluation.0003_prediction_review_verdict, evaluation.0004_run_lease"
-            in str(excinfo.value))
+    assert (
+        "2 migration(s) not applied: evaluation.0003_prediction_review_verdict, evaluation.0004_run_lease"
+        in str(excinfo.value)
+    )
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Run.objects.count() == 0 and Dataset.objects.count() == 0
 
@@ -507,8 +628,11 @@ def test_a_database_that_cannot_be_reached_is_exit_2_naming_it(endpoint, tmp_pat
     opened (SQLite): the real driver's connect error, said in one line."""
     settings_dict = connection.settings_dict
     real_name = settings_dict["NAME"]
-    missing = (str(tmp_path / "no-such-folder" / "db.sqlite3") if connection.vendor == "sqlite"
-               else "agentlab_no_such_database")
+    missing = (
+        str(tmp_path / "no-such-folder" / "db.sqlite3")
+        if connection.vendor == "sqlite"
+        else "agentlab_no_such_database"
+    )
     connection.close()
     settings_dict["NAME"] = missing
     try:
@@ -547,15 +671,25 @@ def test_max_steps_from_the_environment_is_named_as_such(settings):
 
 
 def test_a_resume_that_drives_nothing_keeps_the_throughput_and_says_what_the_metrics_cover(
-        endpoint, tmp_path, capsys):
+    endpoint, tmp_path, capsys
+):
     gsm = rows(GSM8K, 12)
     with StubLLMServer(oracle(gsm, right=set(range(12)))) as server:
         endpoint(server)
         call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "whole", "--limit", "12")
         first = Run.objects.get(run_id="whole").metrics["throughput"]
         capsys.readouterr()
-        call_command("run_eval", "--no-review", str(GSM8K), "--run-id", "whole", "--limit", "5",
-                     "--json", str(tmp_path / "whole.json"))
+        call_command(
+            "run_eval",
+            "--no-review",
+            str(GSM8K),
+            "--run-id",
+            "whole",
+            "--limit",
+            "5",
+            "--json",
+            str(tmp_path / "whole.json"),
+        )
         assert server.request_count == 12
     err = capsys.readouterr().err
     assert "0 to do, 5 already done (resumed)" in err
@@ -568,8 +702,16 @@ def test_a_resume_that_drives_nothing_keeps_the_throughput_and_says_what_the_met
 
 def test_fail_under_with_nothing_scored_says_no_example_could_be_scored(tmp_path, endpoint):
     path = tmp_path / "ungradable.jsonl"
-    path.write_text("".join(json.dumps({"question_id": f"q{i}", "question": f"Say {i}.", "answer": "The.",
-                                        "task_type": "trivia"}) + "\n" for i in range(2)), encoding="utf-8")
+    path.write_text(
+        "".join(
+            json.dumps(
+                {"question_id": f"q{i}", "question": f"Say {i}.", "answer": "The.", "task_type": "trivia"}
+            )
+            + "\n"
+            for i in range(2)
+        ),
+        encoding="utf-8",
+    )
     with StubLLMServer(lambda body: final_answer_reply("anything", "e", "r")) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
@@ -579,7 +721,6 @@ def test_fail_under_with_nothing_scored_says_no_example_could_be_scored(tmp_path
     assert "no example could be scored (2 unscored of 2)" in message and "n/a" not in message
     run = Run.objects.get(run_id="ungradable")
     assert (run.metrics["scored"], run.metrics["accuracy"]) == (0, None)
-
 
 
 def test_a_run_leased_by_a_live_run_eval_is_refused_and_resumed_once_the_lease_is_dead(endpoint, settings):
@@ -603,12 +744,15 @@ def test_a_run_leased_by_a_live_run_eval_is_refused_and_resumed_once_the_lease_i
         with pytest.raises(CommandError) as excinfo:
             call_command(*argv)
         assert excinfo.value.returncode == 2
-        assert "run 'lease' is being driven by another process right now (run_eval eval-" in str(excinfo.value)
+        assert "run 'lease' is being driven by another process right now (run_eval eval-" in str(
+            excinfo.value
+        )
         assert "resumes" not in Run.objects.get(pk=run.pk).config  # nothing was written
 
         # its heartbeat has been silent for longer than TURN_STALE_S: resumable
         Run.objects.filter(pk=run.pk).update(
-            heartbeat_at=timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S) + 5))
+            heartbeat_at=timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S) + 5)
+        )
         call_command(*argv)
         assert len(Run.objects.get(pk=run.pk).config["resumes"]) == 1
 
@@ -616,7 +760,9 @@ def test_a_run_leased_by_a_live_run_eval_is_refused_and_resumed_once_the_lease_i
         dead = sp.Popen([sys.executable, "-c", "pass"])
         dead.wait()
         host = run_lease_tag().split("-")[1]
-        Run.objects.filter(pk=run.pk).update(driver=f"eval-{host}-{dead.pid}-0:run", heartbeat_at=timezone.now())
+        Run.objects.filter(pk=run.pk).update(
+            driver=f"eval-{host}-{dead.pid}-0:run", heartbeat_at=timezone.now()
+        )
         call_command(*argv)
         run = Run.objects.get(pk=run.pk)
         assert len(run.config["resumes"]) == 2 and (run.driver, run.status) == ("", "success")
@@ -654,8 +800,17 @@ def test_a_json_file_that_cannot_be_written_is_exit_2_and_the_run_is_kept(endpoi
     with StubLLMServer(oracle(rows(GSM8K, 1), right={0})) as server:
         endpoint(server)
         with pytest.raises(CommandError) as excinfo:
-            call_command("run_eval", str(GSM8K), "--run-id", "full", "--limit", "1", "--no-review",
-                         "--json", "/dev/full")
+            call_command(
+                "run_eval",
+                str(GSM8K),
+                "--run-id",
+                "full",
+                "--limit",
+                "1",
+                "--no-review",
+                "--json",
+                "/dev/full",
+            )
     assert excinfo.value.returncode == 2
     assert "could not write --json /dev/full" in str(excinfo.value) and "run id full" in str(excinfo.value)
     run = Run.objects.get(run_id="full")

@@ -463,4 +463,7 @@ def test_echoing_the_lettered_options_picks_nothing() -> None:
     result = score(prediction=echoed, gold="A", scorer="choice", choices=["a", "b", "c", "d"])
     assert (result.correct, result.value) == (False, 0.0)
     assert extract_choice("A. foo\nB. bar\nThe answer is B.") == (["B"], "answer marker")
-    assert extract_choice("B. saprophytism\nbecause the fungus feeds on dead wood") == (["B"], "leading letter")
+    assert extract_choice("B. saprophytism\nbecause the fungus feeds on dead wood") == (
+        ["B"],
+        "leading letter",
+    )

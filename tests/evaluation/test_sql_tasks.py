@@ -14,7 +14,7 @@ import pytest
 
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from agentlab.agent.types import Completion
-from agentlab.db import DatabaseThreads
+from common.db import DatabaseThreads
 from evaluation.datasets import parse_jsonl
 from evaluation.models import Prediction
 from evaluation.runner import drive_examples

@@ -32,9 +32,13 @@ def redis_layer(stream_settings):
     stream_settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [{"address": "redis://127.0.0.1:6379/0", **stream_settings.REDIS_CHANNEL_HOST_OPTIONS}],
-                       "capacity": 100,
-                       "prefix": f"test-{uuid.uuid4().hex[:8]}"},
+            "CONFIG": {
+                "hosts": [
+                    {"address": "redis://127.0.0.1:6379/0", **stream_settings.REDIS_CHANNEL_HOST_OPTIONS}
+                ],
+                "capacity": 100,
+                "prefix": f"test-{uuid.uuid4().hex[:8]}",
+            },
         }
     }
     return stream_settings

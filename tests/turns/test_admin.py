@@ -55,10 +55,13 @@ def drive(turn_id: int, script: list[Any]) -> None:
 
 def answered_turn(owner: Any, question: str = "What is 6*7?", **kwargs: Any) -> Turn:
     turn = turn_create(owner=owner, question=question, **kwargs)
-    drive(turn.pk, [
-        tool_call("calculator", {"expression": "6*7"}, content="Let me compute.", usage=(20, 8)),
-        final("forty-two", evidence="calculator said 42", reasoning="six times seven", usage=(30, 6)),
-    ])
+    drive(
+        turn.pk,
+        [
+            tool_call("calculator", {"expression": "6*7"}, content="Let me compute.", usage=(20, 8)),
+            final("forty-two", evidence="calculator said 42", reasoning="six times seven", usage=(30, 6)),
+        ],
+    )
     turn.refresh_from_db()
     return turn
 
@@ -84,8 +87,12 @@ def waiting_turn(owner: Any) -> Turn:
     turn = turn_create(owner=owner, question="delete the file?")
     turn_claim(turn_id=turn.pk)
     Approval.objects.create(turn=turn, tool_call={"name": "delete_file", "arguments": {"path": "/tmp/x"}})
-    event_append(turn_id=turn.pk, type=EventType.APPROVAL_REQUESTED, data={"tool": "delete_file"},
-                 turn_fields={"status": "waiting"})
+    event_append(
+        turn_id=turn.pk,
+        type=EventType.APPROVAL_REQUESTED,
+        data={"tool": "delete_file"},
+        turn_fields={"status": "waiting"},
+    )
     turn.refresh_from_db()
     return turn
 
@@ -93,10 +100,13 @@ def waiting_turn(owner: Any) -> Turn:
 def long_turn(owner: Any, events: int = 5000) -> Turn:
     """A turn with ``events`` events in its log (``turn.queued`` is seq 1)."""
     turn = turn_create(owner=owner, question="a very long turn")
-    event_append_many(turn_id=turn.pk, events=[
-        NewEvent(EventType.THINKING, {"attempt": 1, "step": i, "text": f"thought number {i}"})
-        for i in range(2, events + 1)
-    ])
+    event_append_many(
+        turn_id=turn.pk,
+        events=[
+            NewEvent(EventType.THINKING, {"attempt": 1, "step": i, "text": f"thought number {i}"})
+            for i in range(2, events + 1)
+        ],
+    )
     turn.refresh_from_db()
     assert turn.last_seq == events
     return turn
@@ -134,8 +144,14 @@ def crowd(owner, teammate):
         user = owner if c % 2 == 0 else teammate
         conversation = Conversation.objects.create(owner=user, title=f"conversation {c}")
         for i in range(50 if c else 49):
-            turns.append(turn_create(owner=user, conversation=conversation, question=f"question {c}-{i}",
-                                     model="model-a" if i % 2 else "model-b"))
+            turns.append(
+                turn_create(
+                    owner=user,
+                    conversation=conversation,
+                    question=f"question {c}-{i}",
+                    model="model-a" if i % 2 else "model-b",
+                )
+            )
     big = long_turn(owner)
     return {"turns": turns, "big": big}
 
@@ -244,7 +260,7 @@ def test_turn_list_shows_status_usage_duration_owner_and_conversation(staff_clie
     response = staff_client.get(TURN_LIST)
     body = response.content.decode()
     assert response.status_code == 200
-    row = body[body.index(f'value="{turn.pk}"'):]
+    row = body[body.index(f'value="{turn.pk}"') :]
     row = row[: row.index("</tr>")]
     assert "succeeded" in row and "Answered" in row and "final" in row and "Finish" in row
     assert '<td class="field-tokens">64</td>' in row  # 20+8+30+6
@@ -285,17 +301,21 @@ def test_turn_list_queries_do_not_grow_with_rows(staff_client, owner, django_ass
         ({"stop_reason": "__none__"}, {"queued", "interrupted", "waiting", "model-x"}),
         ({"model": "model-x"}, {"model-x"}),
         ({"model": "scripted"}, {"answered", "failed"}),
-        ({"kind__exact": "chat"}, {"answered", "failed", "queued", "cancelled", "interrupted", "waiting",
-                                   "model-x"}),
+        (
+            {"kind__exact": "chat"},
+            {"answered", "failed", "queued", "cancelled", "interrupted", "waiting", "model-x"},
+        ),
         ({}, {"answered", "failed", "queued", "cancelled", "interrupted", "waiting", "model-x"}),
     ],
 )
 def test_each_turn_filter_narrows(staff_client, owner, params, expected):
     made = {
-        "answered": answered_turn(owner), "failed": failed_turn(owner),
+        "answered": answered_turn(owner),
+        "failed": failed_turn(owner),
         "queued": turn_create(owner=owner, question="just queued"),
         "cancelled": turn_cancel(turn_id=turn_create(owner=owner, question="to cancel").pk),
-        "interrupted": interrupted_turn(owner), "waiting": waiting_turn(owner),
+        "interrupted": interrupted_turn(owner),
+        "waiting": waiting_turn(owner),
         "model-x": turn_create(owner=owner, question="other model", model="model-x"),
     }
     response = staff_client.get(TURN_LIST, params)
@@ -318,9 +338,14 @@ def test_date_hierarchy_narrows_by_creation_date(staff_client, owner):
     year = turn.created_at.year
     assert result_ids(staff_client.get(TURN_LIST, {"created_at__year": year})) == {turn.pk}
     assert result_ids(staff_client.get(TURN_LIST, {"created_at__year": year - 1})) == set()
-    response = staff_client.get(TURN_LIST, {"created_at__year": year,
-                                            "created_at__month": turn.created_at.month,
-                                            "created_at__day": turn.created_at.day})
+    response = staff_client.get(
+        TURN_LIST,
+        {
+            "created_at__year": year,
+            "created_at__month": turn.created_at.month,
+            "created_at__day": turn.created_at.day,
+        },
+    )
     assert result_ids(response) == {turn.pk}
 
 
@@ -350,9 +375,18 @@ def test_turn_page_shows_question_answer_usage_timings_and_events(staff_client, 
     response = staff_client.get(reverse("admin:turns_turn_change", args=[turn.pk]))
     body = response.content.decode()
     assert response.status_code == 200
-    for text in ("What is six times seven?", "forty-two", "calculator said 42", "six times seven",
-                 "2 of 6", "all models", "scripted", "total_ms", "act_ms",
-                 "none: this is the turn&#x27;s first attempt"):
+    for text in (
+        "What is six times seven?",
+        "forty-two",
+        "calculator said 42",
+        "six times seven",
+        "2 of 6",
+        "all models",
+        "scripted",
+        "total_ms",
+        "act_ms",
+        "none: this is the turn&#x27;s first attempt",
+    ):
         assert text in body, text
     assert "Event log · 12 events, seq 1–12" in body
     types_in_page = re.findall(r'<td class="al-type">([^<]+)</td>', body)
@@ -362,8 +396,9 @@ def test_turn_page_shows_question_answer_usage_timings_and_events(staff_client, 
     assert "Act on this turn" not in body
 
 
-def test_turn_page_of_5000_events_reads_one_page_in_pinned_queries(staff_client, owner,
-                                                                   django_assert_num_queries):
+def test_turn_page_of_5000_events_reads_one_page_in_pinned_queries(
+    staff_client, owner, django_assert_num_queries
+):
     big = long_turn(owner)
     url = reverse("admin:turns_turn_change", args=[big.pk])
     staff_client.get(url)  # warm the process-wide caches (content types)
@@ -388,8 +423,9 @@ def test_turn_page_of_an_evaluation_turn_links_its_run(staff_client, staff):
     from evaluation.datasets import ExampleSpec
     from evaluation.services import dataset_import, run_plan, run_start
 
-    dataset = dataset_import(name="tiny", examples=[ExampleSpec(external_id="e1", question="1+1?", answer="2",
-                                                                task_type="math")])
+    dataset = dataset_import(
+        name="tiny", examples=[ExampleSpec(external_id="e1", question="1+1?", answer="2", task_type="math")]
+    )
     run, _ = run_start(run_id="run-for-link", dataset=dataset, config={"model": "scripted"})
     planned, _ = run_plan(run=run, limit=None, max_steps=3, model="scripted")
     turn_id = planned[0].turn_id
@@ -453,12 +489,19 @@ def test_retry_action_starts_a_new_attempt_and_archives_the_old_one(staff_client
     response = act(staff_client, "retry_turns", [failed, done])
     notes = messages_of(response)
     assert f"Retried 1 turn(s): #{failed.pk} (attempt 2)." in notes
-    assert any(n.startswith(f"Turn #{done.pk} not retried: turn {done.pk} cannot be retried from status "
-                            "succeeded") for n in notes)
+    assert any(
+        n.startswith(f"Turn #{done.pk} not retried: turn {done.pk} cannot be retried from status succeeded")
+        for n in notes
+    )
 
     failed.refresh_from_db()
     assert (failed.status, failed.attempts, failed.outcome, failed.stop_reason, failed.steps) == (
-        "queued", 2, "", "", 0)
+        "queued",
+        2,
+        "",
+        "",
+        0,
+    )
     assert failed.usage == {} and failed.timings == {} and "failure_cause" not in failed.meta
     [archived] = failed.meta["attempts"]
     assert archived["attempt"] == 1 and archived["status"] == "failed"
@@ -466,9 +509,13 @@ def test_retry_action_starts_a_new_attempt_and_archives_the_old_one(staff_client
     assert archived["usage"]["input_tokens"] == 5 and archived["steps"] == 1
     last = events_after(turn_id=failed.pk)[-1]
     assert last.type == "attempt.retry" and last.seq == failed.last_seq
-    assert last.data == {"attempt": 2, "reason": "retry", "from": "failed", "by": staff.username,
-                         "previous": {"attempt": 1, "status": "failed", "outcome": "failed",
-                                      "stop_reason": "max_steps"}}
+    assert last.data == {
+        "attempt": 2,
+        "reason": "retry",
+        "from": "failed",
+        "by": staff.username,
+        "previous": {"attempt": 1, "status": "failed", "outcome": "failed", "stop_reason": "max_steps"},
+    }
     assert enqueued == [failed.pk]
     done.refresh_from_db()
     assert done.status == "succeeded" and done.attempts == 1
@@ -503,14 +550,17 @@ def test_retry_keeps_one_active_turn_per_conversation(staff_client, owner, enque
     drive(failed.pk, [tool_call("calculator", {"expression": "1"})])
     active = turn_create(owner=owner, conversation=conversation, question="second")
     notes = messages_of(act(staff_client, "retry_turns", [failed]))
-    assert f"Turn #{failed.pk} not retried: conversation {conversation.pk} already has an active turn " \
-           f"({active.pk})." in notes
+    assert (
+        f"Turn #{failed.pk} not retried: conversation {conversation.pk} already has an active turn "
+        f"({active.pk})." in notes
+    )
     failed.refresh_from_db()
     assert (failed.status, failed.attempts) == ("failed", 1) and enqueued == []
 
 
-def test_the_real_job_runner_is_handed_the_turn_after_commit(staff_client, owner,
-                                                            django_capture_on_commit_callbacks):
+def test_the_real_job_runner_is_handed_the_turn_after_commit(
+    staff_client, owner, django_capture_on_commit_callbacks
+):
     interrupted = interrupted_turn(owner)
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         notes = messages_of(act(staff_client, "resume_turns", [interrupted]))
@@ -560,20 +610,28 @@ def test_non_staff_cannot_act(client, owner):
 def test_approval_actions_decide_through_the_service_once(staff_client, staff, owner):
     turn = waiting_turn(owner)
     approval = Approval.objects.get(turn=turn)
-    response = staff_client.post(APPROVAL_LIST, {"action": "approve", "_selected_action": [approval.pk]},
-                                 follow=True)
+    response = staff_client.post(
+        APPROVAL_LIST, {"action": "approve", "_selected_action": [approval.pk]}, follow=True
+    )
     assert f"Approved 1 approval(s): #{approval.pk} (turn #{turn.pk})." in messages_of(response)
     approval.refresh_from_db()
     assert (approval.status, approval.decided_by) == ("approved", staff)
     last = events_after(turn_id=turn.pk)[-1]
     assert last.type == "approval.resolved"
-    assert last.data == {"approval_id": approval.pk, "status": "approved", "by": "staff",
-                         "tool": "delete_file"}
+    assert last.data == {
+        "approval_id": approval.pk,
+        "status": "approved",
+        "by": "staff",
+        "tool": "delete_file",
+    }
 
-    response = staff_client.post(APPROVAL_LIST, {"action": "reject", "_selected_action": [approval.pk]},
-                                 follow=True)
-    assert any(n.startswith(f"Approval #{approval.pk} not rejected: approval {approval.pk} cannot be decided")
-               for n in messages_of(response))
+    response = staff_client.post(
+        APPROVAL_LIST, {"action": "reject", "_selected_action": [approval.pk]}, follow=True
+    )
+    assert any(
+        n.startswith(f"Approval #{approval.pk} not rejected: approval {approval.pk} cannot be decided")
+        for n in messages_of(response)
+    )
     approval.refresh_from_db()
     assert approval.status == "approved"
 

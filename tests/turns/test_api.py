@@ -61,8 +61,12 @@ def test_start_turn_returns_202_with_turn_id_and_queues_it(as_owner, conversatio
     turn_id = response.json()["turn_id"]
     assert set(response.json()) == {"turn_id"}
     turn = Turn.objects.get(pk=turn_id)
-    assert (turn.conversation_id, turn.status, turn.question, turn.position) == (conversation.pk, "queued",
-                                                                                 "What is 6*7?", 1)
+    assert (turn.conversation_id, turn.status, turn.question, turn.position) == (
+        conversation.pk,
+        "queued",
+        "What is 6*7?",
+        1,
+    )
     assert [(e.seq, e.type) for e in events_after(turn_id=turn_id)] == [(1, "turn.queued")]
 
 
@@ -82,7 +86,9 @@ def test_new_turn_is_allowed_once_the_previous_one_ended(as_owner, owner, conver
     assert Turn.objects.get(pk=response.json()["turn_id"]).position == 2
 
 
-@pytest.mark.parametrize("body", [{"question": ""}, {"question": "   \n"}, {}, {"question": 7}, {"question": None}])
+@pytest.mark.parametrize(
+    "body", [{"question": ""}, {"question": "   \n"}, {}, {"question": 7}, {"question": None}]
+)
 def test_blank_or_missing_question_is_422_and_writes_nothing(as_owner, conversation, body):
     response = as_owner.post(f"/api/conversations/{conversation.pk}/turns", body)
     error = assert_error(response, 422, "invalid")
@@ -97,8 +103,12 @@ def test_nul_characters_in_a_question_are_stored_as_replacement_characters(as_ow
 
 
 def test_malformed_json_body_is_an_error_in_the_one_shape(as_owner, conversation):
-    response = as_owner.client.post(f"/api/conversations/{conversation.pk}/turns", data="{not json",
-                                    content_type="application/json", headers={"X-CSRFToken": as_owner.token})
+    response = as_owner.client.post(
+        f"/api/conversations/{conversation.pk}/turns",
+        data="{not json",
+        content_type="application/json",
+        headers={"X-CSRFToken": as_owner.token},
+    )
     assert response.status_code in (400, 422)
     assert set(response.json()) == {"error"}
 
@@ -229,8 +239,9 @@ def test_delete_conversation_cancels_its_turn_then_removes_turns_and_events(as_o
     assert_error(as_owner.get(f"/api/turns/{turn.pk}"), 404, "not_found")
 
 
-def test_delete_runs_turn_cancel_before_removing(owner, conversation, django_capture_on_commit_callbacks,
-                                                 monkeypatch):
+def test_delete_runs_turn_cancel_before_removing(
+    owner, conversation, django_capture_on_commit_callbacks, monkeypatch
+):
     """The cancel's doorbell (carrying ``turn.cancelled``) is queued for the
     commit, so a watcher hears the turn end before its rows go."""
     import turns.events as events_module
@@ -238,11 +249,14 @@ def test_delete_runs_turn_cancel_before_removing(owner, conversation, django_cap
 
     turn = start(conversation, owner)
     rung: list[tuple[int, list[dict]]] = []
-    monkeypatch.setattr(events_module, "ring_turn", lambda turn_id, frames: rung.append((turn_id, list(frames))))
+    monkeypatch.setattr(
+        events_module, "ring_turn", lambda turn_id, frames: rung.append((turn_id, list(frames)))
+    )
     with django_capture_on_commit_callbacks(execute=True):
         conversation_delete(conversation_id=conversation.pk)
     assert [(turn_id, [(f["seq"], f["type"]) for f in frames]) for turn_id, frames in rung] == [
-        (turn.pk, [(2, "turn.cancelled")])]
+        (turn.pk, [(2, "turn.cancelled")])
+    ]
     assert not Turn.objects.filter(pk=turn.pk).exists()
 
 
@@ -252,7 +266,9 @@ def test_delete_runs_turn_cancel_before_removing(owner, conversation, django_cap
 @pytest.fixture
 def approval(owner, conversation):
     turn = start(conversation, owner)
-    return Approval.objects.create(turn=turn, tool_call={"id": "c1", "name": "delete_everything", "arguments": {}})
+    return Approval.objects.create(
+        turn=turn, tool_call={"id": "c1", "name": "delete_everything", "arguments": {}}
+    )
 
 
 @pytest.mark.parametrize(("verb", "status"), [("approve", "approved"), ("reject", "rejected")])
@@ -286,7 +302,9 @@ def test_an_expired_approval_cannot_be_decided(as_owner, approval):
 
 def test_session_post_without_csrf_token_is_403(owner, conversation):
     client = ApiClient(owner, csrf=False)
-    assert_error(client.post(f"/api/conversations/{conversation.pk}/turns", {"question": "hi"}), 403, "forbidden")
+    assert_error(
+        client.post(f"/api/conversations/{conversation.pk}/turns", {"question": "hi"}), 403, "forbidden"
+    )
     assert not Turn.objects.exists()
 
 
@@ -294,11 +312,21 @@ def test_openapi_document_and_docs_page_are_served():
     client = ApiClient()
     schema = client.get("/api/openapi.json").json()
     paths = set(schema["paths"])
-    assert {"/api/conversations", "/api/conversations/{conversation_id}", "/api/conversations/{conversation_id}/turns",
-            "/api/turns/{turn_id}", "/api/turns/{turn_id}/events", "/api/turns/{turn_id}/cancel",
-            "/api/turns/{turn_id}/resume", "/api/turns/{turn_id}/retry", "/api/approvals/{approval_id}/approve",
-            "/api/approvals/{approval_id}/reject", "/api/runs", "/api/runs/{run_id}",
-            "/api/runs/{run_id}/predictions"} <= paths
+    assert {
+        "/api/conversations",
+        "/api/conversations/{conversation_id}",
+        "/api/conversations/{conversation_id}/turns",
+        "/api/turns/{turn_id}",
+        "/api/turns/{turn_id}/events",
+        "/api/turns/{turn_id}/cancel",
+        "/api/turns/{turn_id}/resume",
+        "/api/turns/{turn_id}/retry",
+        "/api/approvals/{approval_id}/approve",
+        "/api/approvals/{approval_id}/reject",
+        "/api/runs",
+        "/api/runs/{run_id}",
+        "/api/runs/{run_id}/predictions",
+    } <= paths
     assert client.get("/api/docs").status_code == 200
 
 

@@ -85,8 +85,9 @@ async def test_replay_then_live_sends_every_event_once_and_ends(owner, db_thread
     replayed = await read_events(communicator, 2)
     assert [(f["seq"], f["type"]) for f in replayed] == [(1, "turn.queued"), (2, "thinking")]
 
-    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()),
-                                             db=db_threads))
+    driving = asyncio.create_task(
+        drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()), db=db_threads)
+    )
     live, end = await read_until_end(communicator)
     await driving
 
@@ -101,8 +102,9 @@ async def test_replay_then_live_sends_every_event_once_and_ends(owner, db_thread
 
 async def test_reconnect_after_seq_gets_the_rest_exactly_once(owner, db_threads):
     turn = await db_threads.run(turn_create, owner=owner, question="q")
-    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()),
-                                             db=db_threads))
+    driving = asyncio.create_task(
+        drive_turn(turn.pk, policy=CHAT, provider=ScriptedProvider(slow_script()), db=db_threads)
+    )
     first = await connect(ws_app(owner), turn.pk)
     head = await read_events(first, 4)
     await first.disconnect()
@@ -152,8 +154,11 @@ async def test_an_event_committed_between_subscribe_and_replay_arrives_once(owne
     await db_threads.run(turn_cancel, turn_id=turn.pk)
     rest, end = await read_until_end(communicator)
 
-    assert [(f["seq"], f["type"]) for f in events + rest] == [(1, "turn.queued"), (2, "thinking"),
-                                                              (3, "turn.cancelled")]
+    assert [(f["seq"], f["type"]) for f in events + rest] == [
+        (1, "turn.queued"),
+        (2, "thinking"),
+        (3, "turn.cancelled"),
+    ]
     assert end["status"] == "cancelled"
 
 
@@ -169,15 +174,17 @@ class CountingConsumer(TurnStreamConsumer):
 
 @pytest.mark.parametrize("layer_fixture", ["stream_settings", "redis_layer"])
 async def test_a_burst_of_500_events_with_capacity_100_arrives_complete_and_in_order(
-        owner, db_threads, request, layer_fixture):
+    owner, db_threads, request, layer_fixture
+):
     request.getfixturevalue(layer_fixture)
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     CountingConsumer.doorbells = 0
     user = owner
 
     async def app(scope, receive, send):
-        return await CountingConsumer.as_asgi()(dict(scope, user=user, url_route={"kwargs": {"turn_id": turn.pk}}),
-                                                receive, send)
+        return await CountingConsumer.as_asgi()(
+            dict(scope, user=user, url_route={"kwargs": {"turn_id": turn.pk}}), receive, send
+        )
 
     communicator = WebsocketCommunicator(app, f"/ws/turns/{turn.pk}/")
     assert (await communicator.connect(timeout=5))[0]
@@ -222,7 +229,7 @@ async def test_heartbeats_arrive_while_the_llm_is_silent_and_carry_no_seq(owner,
     events = [f for f in frames if "seq" in f]
     assert [f["seq"] for f in events] == list(range(1, len(events) + 1))
     # the silence is between turn.started/phase and the answer
-    silent = [f["type"] for f in frames[frames.index(events[2]) + 1:]]
+    silent = [f["type"] for f in frames[frames.index(events[2]) + 1 :]]
     assert silent[:4] == ["heartbeat"] * 4
 
 
@@ -230,10 +237,14 @@ async def test_heartbeats_arrive_while_the_llm_is_silent_and_carry_no_seq(owner,
     ("who", "turn_exists", "code"),
     [("anonymous", True, 4401), ("outsider", True, 4403), ("owner", False, 4404)],
 )
-async def test_refused_connections_get_distinct_close_codes(owner, outsider, db_threads, who, turn_exists, code):
+async def test_refused_connections_get_distinct_close_codes(
+    owner, outsider, db_threads, who, turn_exists, code
+):
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     user = {"anonymous": None, "outsider": outsider, "owner": owner}[who]
-    communicator = WebsocketCommunicator(ws_app(user), f"/ws/turns/{turn.pk if turn_exists else turn.pk + 999}/")
+    communicator = WebsocketCommunicator(
+        ws_app(user), f"/ws/turns/{turn.pk if turn_exists else turn.pk + 999}/"
+    )
     connected, _ = await communicator.connect(timeout=5)
     assert connected  # accepted, then closed with a code the page can explain
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
@@ -283,7 +294,9 @@ async def test_the_asgi_application_authenticates_by_session_and_checks_the_orig
         await sync_to_async(connections.close_all, thread_sensitive=True)()
 
 
-async def test_a_coalesced_doorbell_out_of_order_or_with_a_gap_sends_each_seq_once(owner, db_threads, monkeypatch):
+async def test_a_coalesced_doorbell_out_of_order_or_with_a_gap_sends_each_seq_once(
+    owner, db_threads, monkeypatch
+):
     """A doorbell may carry several rings' frames in any order; only the run
     that continues the stream is used, the rest is read from the database."""
     import turns.events as events_module
@@ -297,7 +310,9 @@ async def test_a_coalesced_doorbell_out_of_order_or_with_a_gap_sends_each_seq_on
     frames = await db_threads.run(db_frames, turn.pk)  # seqs 1..5
     layer = get_channel_layer()
     # seqs 3 and 2 (out of order) and 5 (after a gap): 2, 3 from the doorbell, 4, 5 from the database
-    await layer.group_send(f"turn.{turn.pk}", {"type": "turn.doorbell", "events": [frames[2], frames[1], frames[4]]})
+    await layer.group_send(
+        f"turn.{turn.pk}", {"type": "turn.doorbell", "events": [frames[2], frames[1], frames[4]]}
+    )
     got = await read_events(communicator, 4)
     assert [f["seq"] for f in got] == [2, 3, 4, 5]
     assert got == frames[1:]
@@ -333,7 +348,9 @@ def stream_reads():
     seen: list[tuple[str, tuple]] = []
 
     def record(execute, sql, params, many, context):
-        if sql.lstrip().upper().startswith("SELECT") and ('"turns_turn"' in sql or '"turns_turnevent"' in sql):
+        if sql.lstrip().upper().startswith("SELECT") and (
+            '"turns_turn"' in sql or '"turns_turnevent"' in sql
+        ):
             seen.append((sql, tuple(params or ())))
         return execute(sql, params, many, context)
 
@@ -355,8 +372,9 @@ def event_reads(reads: list[tuple[str, tuple]]) -> list[tuple]:
     return [params for sql, params in reads if 'FROM "turns_turnevent"' in sql]
 
 
-async def test_idle_streams_on_many_turns_tick_with_one_last_seq_read_per_step(owner, db_threads, stream_reads,
-                                                                                stream_settings):
+async def test_idle_streams_on_many_turns_tick_with_one_last_seq_read_per_step(
+    owner, db_threads, stream_reads, stream_settings
+):
     from turns.consumers import TICK_STEP_S, stream_ticker
 
     stream_settings.HEARTBEAT_S = 1.0
@@ -390,7 +408,9 @@ async def test_idle_streams_on_many_turns_tick_with_one_last_seq_read_per_step(o
         await communicator.disconnect()
 
 
-async def test_a_lost_doorbell_on_one_of_many_turns_is_recovered_on_the_next_tick(owner, db_threads, stream_reads):
+async def test_a_lost_doorbell_on_one_of_many_turns_is_recovered_on_the_next_tick(
+    owner, db_threads, stream_reads
+):
     turns = [await db_threads.run(turn_create, owner=owner, question=f"q{i}") for i in range(8)]
     communicators = [await connect(ws_app(owner), t.pk) for t in turns]
     for communicator in communicators:

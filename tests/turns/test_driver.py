@@ -34,8 +34,15 @@ def counting_registry(counter: dict[str, int], *, needs_approval: bool = False, 
             await asyncio.sleep(delay)
         return f"counted {args.label}"
 
-    registry.register(Tool(name="count", description="count a label", parameters=_Count, fn=count,
-                           needs_approval=needs_approval))
+    registry.register(
+        Tool(
+            name="count",
+            description="count a label",
+            parameters=_Count,
+            fn=count,
+            needs_approval=needs_approval,
+        )
+    )
     return registry
 
 
@@ -45,37 +52,63 @@ def types(turn_id: int) -> list[str]:
 
 async def test_answered_turn_writes_every_step_and_terminal_state(owner, db_threads):
     turn = await db_threads.run(turn_create, owner=owner, question="What is 6*7?")
-    provider = ScriptedProvider([
-        tool_call("calculator", {"expression": "6*7"}, content="Let me compute.", usage=(20, 8)),
-        final("42", evidence="calculator said 42", reasoning="6*7=42", usage=(30, 6)),
-    ])
+    provider = ScriptedProvider(
+        [
+            tool_call("calculator", {"expression": "6*7"}, content="Let me compute.", usage=(20, 8)),
+            final("42", evidence="calculator said 42", reasoning="6*7=42", usage=(30, 6)),
+        ]
+    )
     result = await drive_turn(turn.pk, policy=EVALUATION, provider=provider, db=db_threads)
 
     assert result is not None and result.status == "succeeded" and result.answer == "42"
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
-    assert (turn.status, turn.outcome, turn.stop_reason, turn.phase) == ("succeeded", "answered", "final", "finish")
-    assert (turn.answer, turn.evidence, turn.reasoning, turn.steps) == ("42", "calculator said 42", "6*7=42", 2)
+    assert (turn.status, turn.outcome, turn.stop_reason, turn.phase) == (
+        "succeeded",
+        "answered",
+        "final",
+        "finish",
+    )
+    assert (turn.answer, turn.evidence, turn.reasoning, turn.steps) == (
+        "42",
+        "calculator said 42",
+        "6*7=42",
+        2,
+    )
     assert turn.usage["input_tokens"] == 50 and turn.usage["output_tokens"] == 14 and turn.usage["calls"] == 2
     assert turn.usage["by_model"]["scripted"]["calls"] == 2
     assert turn.timings["total_ms"] >= turn.timings["act_ms"] >= 0
     assert (await db_threads.run(types, turn.pk)) == [
-        "turn.queued", "turn.started", "phase",
-        "thinking", "llm.usage", "tool.call", "tool.result",
-        "llm.usage", "tool.call", "tool.result",
-        "phase", "turn.answered",
+        "turn.queued",
+        "turn.started",
+        "phase",
+        "thinking",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "phase",
+        "turn.answered",
     ]
     events = await db_threads.run(events_after, turn_id=turn.pk)
     assert [e.seq for e in events] == list(range(1, 13))
     assert turn.last_seq == 12
     assert events[6].data["result"]["output"] == "42"
-    assert events[-1].data == {"stop_reason": "final", "steps": 2, "answer": "42",
-                               "evidence": "calculator said 42", "reasoning": "6*7=42"}
+    assert events[-1].data == {
+        "stop_reason": "final",
+        "steps": 2,
+        "answer": "42",
+        "evidence": "calculator said 42",
+        "reasoning": "6*7=42",
+    }
 
 
 async def test_replaying_the_events_rebuilds_the_final_state(owner, db_threads):
     turn = await db_threads.run(turn_create, owner=owner, question="q")
-    provider = ScriptedProvider([tool_call("calculator", {"expression": "1+1"}, usage=(5, 1)),
-                                 text("The answer is 2", usage=(7, 2))])
+    provider = ScriptedProvider(
+        [tool_call("calculator", {"expression": "1+1"}, usage=(5, 1)), text("The answer is 2", usage=(7, 2))]
+    )
     await drive_turn(turn.pk, policy=EVALUATION, provider=provider, db=db_threads)
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     state: dict = {"status": None, "steps": 0, "input_tokens": 0, "output_tokens": 0}
@@ -89,10 +122,17 @@ async def test_replaying_the_events_rebuilds_the_final_state(owner, db_threads):
             state["input_tokens"] += event.data["input_tokens"]
             state["output_tokens"] += event.data["output_tokens"]
         elif event.type == "turn.answered":
-            state.update(status="succeeded", answer=event.data["answer"], stop_reason=event.data["stop_reason"])
-    assert state == {"status": turn.status, "steps": turn.steps, "input_tokens": turn.usage["input_tokens"],
-                     "output_tokens": turn.usage["output_tokens"], "answer": turn.answer,
-                     "stop_reason": turn.stop_reason}
+            state.update(
+                status="succeeded", answer=event.data["answer"], stop_reason=event.data["stop_reason"]
+            )
+    assert state == {
+        "status": turn.status,
+        "steps": turn.steps,
+        "input_tokens": turn.usage["input_tokens"],
+        "output_tokens": turn.usage["output_tokens"],
+        "answer": turn.answer,
+        "stop_reason": turn.stop_reason,
+    }
     assert state["answer"] == "The answer is 2"
 
 
@@ -110,8 +150,13 @@ async def test_evaluation_policy_cancels_on_a_tool_that_needs_approval(owner, db
     counter: dict[str, int] = {}
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     provider = ScriptedProvider([tool_call("count", {"label": "x"})])
-    result = await drive_turn(turn.pk, policy=EVALUATION, provider=provider, db=db_threads,
-                              tools=counting_registry(counter, needs_approval=True))
+    result = await drive_turn(
+        turn.pk,
+        policy=EVALUATION,
+        provider=provider,
+        db=db_threads,
+        tools=counting_registry(counter, needs_approval=True),
+    )
     assert result is not None and result.stop_reason == "approval_required"
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.status, turn.outcome, turn.stop_reason) == ("cancelled", "cancelled", "approval_required")
@@ -123,8 +168,11 @@ async def test_evaluation_policy_cancels_on_a_tool_that_needs_approval(owner, db
 @pytest.mark.parametrize(
     ("script", "stop", "cause"),
     [
-        ([ProviderError("context too long", transient=False, kind="context_overflow")], "context_overflow",
-         "context_overflow"),
+        (
+            [ProviderError("context too long", transient=False, kind="context_overflow")],
+            "context_overflow",
+            "context_overflow",
+        ),
         ([ProviderError("quota", transient=False, kind="quota")], "provider_error", "provider_error"),
         ([tool_call("calculator", {"expression": "1"})] * 2, "max_steps", "max_steps"),
     ],
@@ -152,7 +200,9 @@ async def test_an_exception_in_the_driver_still_reaches_turn_failed(owner, db_th
         return real(**kwargs)
 
     monkeypatch.setattr(driver_module, "event_append_many", flaky)
-    result = await drive_turn(turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("1")]), db=db_threads)
+    result = await drive_turn(
+        turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("1")]), db=db_threads
+    )
     assert result is not None and result.status == "failed" and "disk on fire" in result.error
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.status, turn.stop_reason) == ("failed", "error")
@@ -166,8 +216,9 @@ async def test_cancel_stops_a_slow_llm_call_and_keeps_usage(owner, db_threads, m
     def slow(_messages):
         raise AssertionError("unreachable")
 
-    provider = ScriptedProvider([tool_call("calculator", {"expression": "2"}, usage=(3, 1)), text("late")],
-                                delay=0.0)
+    provider = ScriptedProvider(
+        [tool_call("calculator", {"expression": "2"}, usage=(3, 1)), text("late")], delay=0.0
+    )
     original = provider.complete
 
     async def complete(messages, tools=None, **kw):
@@ -202,9 +253,11 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
     class Killed(BaseException):
         pass
 
-    first = ScriptedProvider([
-        tool_calls(call("count", {"label": "a"}), call("count", {"label": "b"}), usage=(11, 3)),
-    ])
+    first = ScriptedProvider(
+        [
+            tool_calls(call("count", {"label": "a"}), call("count", {"label": "b"}), usage=(11, 3)),
+        ]
+    )
     real = driver_module._Recorder.__call__
     seen = itertools.count()
 
@@ -239,9 +292,23 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
     events = await db_threads.run(events_after, turn_id=turn.pk)
     assert [e.seq for e in events] == list(range(1, len(events) + 1))
     assert [e.type for e in events] == [
-        "turn.queued", "turn.started", "phase", "llm.usage", "tool.call", "tool.call", "tool.result",
-        "turn.interrupted", "turn.resumed", "turn.started", "phase", "tool.result",
-        "llm.usage", "tool.call", "tool.result", "phase", "turn.answered",
+        "turn.queued",
+        "turn.started",
+        "phase",
+        "llm.usage",
+        "tool.call",
+        "tool.call",
+        "tool.result",
+        "turn.interrupted",
+        "turn.resumed",
+        "turn.started",
+        "phase",
+        "tool.result",
+        "llm.usage",
+        "tool.call",
+        "tool.result",
+        "phase",
+        "turn.answered",
     ]
     assert await db_threads.run(TurnEvent.objects.filter(turn_id=turn.pk, type="tool.result").count) == 3
 
@@ -266,7 +333,9 @@ async def test_a_driver_whose_turn_was_swept_writes_nothing_more(owner, db_threa
         await asyncio.sleep(0.05)
     assert await db_threads.run(turn_interrupt, turn_id=turn.pk, reason="heartbeat stale")
     await db_threads.run(turn_resume, turn_id=turn.pk)
-    fresh = await drive_turn(turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("fresh")]), db=db_threads)
+    fresh = await drive_turn(
+        turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("fresh")]), db=db_threads
+    )
     assert fresh is not None and fresh.answer == "fresh"
     seqs_before = [e.seq for e in await db_threads.run(events_after, turn_id=turn.pk)]
     release.set()

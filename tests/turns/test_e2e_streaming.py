@@ -90,7 +90,9 @@ class StubScript:
                 self.third_call.set()
                 delay = 30.0
             return tool_call_reply("count", {"label": LABELS[done]}, usage=(10 + done, 3), delay=delay)
-        return final_answer_reply("done", "counted four labels", "one count per label", usage=(20, 5), delay=0.3)
+        return final_answer_reply(
+            "done", "counted four labels", "one count per label", usage=(20, 5), delay=0.3
+        )
 
 
 @pytest.fixture
@@ -118,15 +120,17 @@ def e2e_env(tmp_path):
         "AGENTLAB_TEST_COUNT_DELAY_S": "0.5",
         "PYTHONUNBUFFERED": "1",
     }
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=120
+    )
     # Turn ids far from other databases' ids: the channel layer's group names
     # (turn.<id>) are shared by everyone using this Redis.
     psql(dbname, f"ALTER SEQUENCE turns_turn_id_seq RESTART WITH {random.randint(10**6, 10**9)}")
     procs: list[subprocess.Popen] = []
 
     def start(*args: str, log: str) -> subprocess.Popen:
-        proc = subprocess.Popen(list(args), cwd=ROOT, env=env, stdout=open(tmp_path / log, "w"),
-                                stderr=subprocess.STDOUT)
+        with open(tmp_path / log, "w") as out:  # the child keeps its own copy of the descriptor
+            proc = subprocess.Popen(list(args), cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT)
         procs.append(proc)
         return proc
 
@@ -144,14 +148,31 @@ def e2e_env(tmp_path):
 
 
 def worker(e2e_env, name: str) -> subprocess.Popen:
-    return e2e_env["start"](sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads",
-                            "--concurrency", "4", "--loglevel", "INFO", "--hostname", f"{name}@e2e",
-                            "--without-gossip", "--without-mingle", log=f"{name}.log")
+    return e2e_env["start"](
+        sys.executable,
+        "-m",
+        "celery",
+        "-A",
+        "agentlab",
+        "worker",
+        "--pool",
+        "threads",
+        "--concurrency",
+        "4",
+        "--loglevel",
+        "INFO",
+        "--hostname",
+        f"{name}@e2e",
+        "--without-gossip",
+        "--without-mingle",
+        log=f"{name}.log",
+    )
 
 
 def turn_row(dbname: str, turn_id: int) -> dict:
-    (status, outcome, answer, last_seq), = psql(
-        dbname, "SELECT status, outcome, answer, last_seq FROM turns_turn WHERE id = %s", turn_id)
+    ((status, outcome, answer, last_seq),) = psql(
+        dbname, "SELECT status, outcome, answer, last_seq FROM turns_turn WHERE id = %s", turn_id
+    )
     return {"status": status, "outcome": outcome, "answer": answer, "last_seq": last_seq}
 
 
@@ -171,13 +192,30 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
         env["AGENTLAB_LLM_BASE_URL"] = stub.base_url
         env["AGENTLAB_MODEL"] = "stub-model"
         port = free_port()
-        e2e_env["start"](sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port),
-                         "agentlab.asgi:application", log="daphne.log")
+        e2e_env["start"](
+            sys.executable,
+            "-m",
+            "daphne",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "agentlab.asgi:application",
+            log="daphne.log",
+        )
         first_worker = worker(e2e_env, "worker1")
         await wait_until(lambda: port_open("127.0.0.1", port), 30, "daphne")
 
-        out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", SETUP], cwd=ROOT, env=env,
-                                      capture_output=True, text=True, timeout=60, check=True)
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", SETUP],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         setup = json.loads(out.stdout.strip().splitlines()[-1])
         turn_id = setup["turn_id"]
 
@@ -185,9 +223,14 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
         ends: list[dict] = []
 
         async def watch(after: int | None, stop_after_interrupt: bool) -> None:
-            url = f"ws://127.0.0.1:{port}/ws/turns/{turn_id}/" + (f"?after={after}" if after is not None else "")
-            async with connect(url, origin=f"http://127.0.0.1:{port}",
-                               additional_headers={"Cookie": f"sessionid={setup['session']}"}) as ws:
+            url = f"ws://127.0.0.1:{port}/ws/turns/{turn_id}/" + (
+                f"?after={after}" if after is not None else ""
+            )
+            async with connect(
+                url,
+                origin=f"http://127.0.0.1:{port}",
+                additional_headers={"Cookie": f"sessionid={setup['session']}"},
+            ) as ws:
                 async for raw in ws:
                     frame = json.loads(raw)
                     if frame["type"] == "heartbeat":
@@ -212,8 +255,15 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
             while turn_row(dbname, turn_id)["status"] != "interrupted":
                 assert time.monotonic() < deadline, "the sweeper never marked the turn interrupted"
                 await asyncio.sleep(0.5)
-                await asyncio.to_thread(subprocess.run, [sys.executable, "manage.py", "sweep_turns"], cwd=ROOT,
-                                        env=env, capture_output=True, timeout=60, check=True)
+                await asyncio.to_thread(
+                    subprocess.run,
+                    [sys.executable, "manage.py", "sweep_turns"],
+                    cwd=ROOT,
+                    env=env,
+                    capture_output=True,
+                    timeout=60,
+                    check=True,
+                )
 
         killer = asyncio.create_task(kill_worker_in_third_llm_call())
         await asyncio.wait_for(asyncio.gather(watch(None, True), killer), timeout=90)
@@ -221,27 +271,44 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
         assert turn_row(dbname, turn_id)["status"] == "interrupted"
 
         # Resume it, start a new worker, and follow from the last seq seen.
-        out = await asyncio.to_thread(subprocess.run, [sys.executable, "-c", RESUME, str(turn_id)], cwd=ROOT,
-                                      env=env, capture_output=True, text=True, timeout=60, check=True)
+        out = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", RESUME, str(turn_id)],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
         assert out.stdout.strip() == "queued"
         worker(e2e_env, "worker2")
         await asyncio.wait_for(watch(received[-1]["seq"], False), timeout=90)
 
     seqs = [f["seq"] for f in received]
     assert seqs == list(range(1, len(seqs) + 1)), "client saw a gap or a duplicate"
-    rows = psql(dbname, "SELECT seq, type, data FROM turns_turnevent WHERE turn_id = %s ORDER BY seq", turn_id)
+    rows = psql(
+        dbname, "SELECT seq, type, data FROM turns_turnevent WHERE turn_id = %s ORDER BY seq", turn_id
+    )
     assert [r[0] for r in rows] == seqs
     assert [r[1] for r in rows] == [f["type"] for f in received]
     row = turn_row(dbname, turn_id)
-    assert (row["status"], row["outcome"], row["answer"], row["last_seq"]) == ("succeeded", "answered", "done",
-                                                                              len(seqs))
+    assert (row["status"], row["outcome"], row["answer"], row["last_seq"]) == (
+        "succeeded",
+        "answered",
+        "done",
+        len(seqs),
+    )
     assert ends == [{"type": "stream.end", "status": "succeeded"}]
     types = [r[1] for r in rows]
     assert types.count("turn.interrupted") == 1 and types.count("turn.resumed") == 1
     assert types.count("turn.started") == 2
 
-    count_calls = [r[2]["call"]["arguments"]["label"] for r in rows
-                   if r[1] == "tool.call" and r[2]["call"]["name"] == "count"]
+    count_calls = [
+        r[2]["call"]["arguments"]["label"]
+        for r in rows
+        if r[1] == "tool.call" and r[2]["call"]["name"] == "count"
+    ]
     ran = (tmp / "count.txt").read_text().split()
     assert count_calls == LABELS
     assert sorted(ran) == sorted(count_calls), "the counting tool ran other than once per recorded call"

@@ -33,13 +33,16 @@ def test_appends_from_8_concurrent_writers_have_no_gap(owner):
             barrier.wait()
             for i in range(per_writer):
                 if i % 5 == 4:
-                    event_append_many(turn_id=turn.pk, events=[
-                        NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 0}),
-                        NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 1}),
-                    ])
+                    event_append_many(
+                        turn_id=turn.pk,
+                        events=[
+                            NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 0}),
+                            NewEvent(EventType.THINKING, {"writer": n, "i": i, "part": 1}),
+                        ],
+                    )
                 else:
                     event_append(turn_id=turn.pk, type=EventType.THINKING, data={"writer": n, "i": i})
-        except BaseException as exc:  # noqa: BLE001
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connections.close_all()
@@ -59,19 +62,27 @@ def test_appends_from_8_concurrent_writers_have_no_gap(owner):
     for n in range(8):
         mine = [e for e in events_after(turn_id=turn.pk) if e.data.get("writer") == n]
         assert [(e.data["i"], e.data.get("part", 0)) for e in mine] == sorted(
-            (e.data["i"], e.data.get("part", 0)) for e in mine)
+            (e.data["i"], e.data.get("part", 0)) for e in mine
+        )
         pairs = [e for e in mine if "part" in e.data]
-        for a, b in zip(pairs[::2], pairs[1::2]):
+        for a, b in zip(pairs[::2], pairs[1::2], strict=True):
             assert b.seq == a.seq + 1
 
 
 def test_nul_bytes_and_lone_surrogates_are_stored(owner):
     turn = turn_create(owner=owner, question="dirty text")
     nasty = "a\x00b\ud800c\udfffd"
-    event = event_append(turn_id=turn.pk, type=EventType.THINKING, data={"text": nasty, nasty: [nasty]},
-                         turn_fields={"answer": nasty})
+    event = event_append(
+        turn_id=turn.pk,
+        type=EventType.THINKING,
+        data={"text": nasty, nasty: [nasty]},
+        turn_fields={"answer": nasty},
+    )
     stored = TurnEvent.objects.get(pk=event.pk)
-    assert stored.data == {"text": "a\ufffdb\ufffdc\ufffdd", "a\ufffdb\ufffdc\ufffdd": ["a\ufffdb\ufffdc\ufffdd"]}
+    assert stored.data == {
+        "text": "a\ufffdb\ufffdc\ufffdd",
+        "a\ufffdb\ufffdc\ufffdd": ["a\ufffdb\ufffdc\ufffdd"],
+    }
     turn.refresh_from_db()
     assert turn.answer == "a\ufffdb\ufffdc\ufffdd"
 
@@ -83,12 +94,19 @@ def test_payloads_round_trip_as_json(owner):
     frame = TurnEvent.objects.get(pk=event.pk).as_frame()
     assert json.loads(json.dumps(frame)) == frame
     assert frame["seq"] == 2 and frame["type"] == "tool.result"
-    assert frame["data"] == {"n": 1, "f": 0.5, "inf": None, "t": [1, 2], "s": "é", "nested": {"k": [None, True]}}
+    assert frame["data"] == {
+        "n": 1,
+        "f": 0.5,
+        "inf": None,
+        "t": [1, 2],
+        "s": "é",
+        "nested": {"k": [None, True]},
+    }
 
 
 def test_unknown_event_type_writes_nothing(owner):
     turn = turn_create(owner=owner, question="typed events")
-    with pytest.raises(ValueError, match="unknown event type 'made.up'"):
+    with pytest.raises(ValueError, match=r"unknown event type 'made\.up'"):
         event_append_many(turn_id=turn.pk, events=[NewEvent(EventType.THINKING, {}), NewEvent("made.up", {})])
     assert TurnEvent.objects.filter(turn=turn).count() == 1
     assert Turn.objects.get(pk=turn.pk).last_seq == 1
@@ -133,17 +151,26 @@ def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
 
     def claim(token: str):
         with transaction.atomic():
-            return event_append_claim(turn_id=turn.pk, job_id=token, count=2, events=lambda t: [
-                NewEvent(EventType.TURN_STARTED, {"attempt": t.attempts, "job_id": t.job_id}),
-                NewEvent(EventType.PHASE, {"phase": "act"}),
-            ])
+            return event_append_claim(
+                turn_id=turn.pk,
+                job_id=token,
+                count=2,
+                events=lambda t: [
+                    NewEvent(EventType.TURN_STARTED, {"attempt": t.attempts, "job_id": t.job_id}),
+                    NewEvent(EventType.PHASE, {"phase": "act"}),
+                ],
+            )
 
     claimed, rows = claim("job-a")
     assert (claimed.id, claimed.question, claimed.context) == (turn.pk, "claimed?", {"documents": ["d"]})
     assert (claimed.attempts, claimed.job_id, claimed.last_seq, claimed.fresh) == (1, "job-a", 3, True)
     assert [(r.seq, r.type, r.data) for r in rows] == [
-        (2, "turn.started", {"attempt": 1, "job_id": "job-a"}), (3, "phase", {"phase": "act"})]
-    assert [r.pk for r in rows] == list(TurnEvent.objects.filter(turn=turn, seq__gte=2).values_list("pk", flat=True))
+        (2, "turn.started", {"attempt": 1, "job_id": "job-a"}),
+        (3, "phase", {"phase": "act"}),
+    ]
+    assert [r.pk for r in rows] == list(
+        TurnEvent.objects.filter(turn=turn, seq__gte=2).values_list("pk", flat=True)
+    )
     row = Turn.objects.get(pk=turn.pk)
     assert (row.status, row.job_id, row.last_seq, row.phase) == ("running", "job-a", 3, "act")
     assert row.started_at == row.heartbeat_at is not None
@@ -164,10 +191,13 @@ def test_a_claim_with_the_wrong_number_of_events_writes_nothing(owner):
     from turns.events import event_append_claim
 
     turn = turn_create(owner=owner, question="q")
-    with pytest.raises(ValueError, match="reserved 2 seqs but 1 events"):
-        with transaction.atomic():
-            event_append_claim(turn_id=turn.pk, job_id="j", count=2,
-                               events=lambda t: [NewEvent(EventType.PHASE, {"phase": "act"})])
+    with pytest.raises(ValueError, match="reserved 2 seqs but 1 events"), transaction.atomic():
+        event_append_claim(
+            turn_id=turn.pk,
+            job_id="j",
+            count=2,
+            events=lambda t: [NewEvent(EventType.PHASE, {"phase": "act"})],
+        )
     row = Turn.objects.get(pk=turn.pk)
     assert (row.status, row.last_seq, row.job_id) == ("queued", 1, "")
 
@@ -180,14 +210,23 @@ def test_append_each_gives_every_turn_its_next_seq_in_one_go(owner):
     event_append(turn_id=a.pk, type=EventType.THINKING, data={"i": 1})  # a is at seq 2
     b, c = turn_create_many(owner=owner, turns=[NewTurn("b", {"k": 1}, 3), NewTurn("c", {}, 4, "m")])
     assert [(t.question, t.context, t.max_steps, t.model, t.status, t.kind) for t in (b, c)] == [
-        ("b", {"k": 1}, 3, "", "queued", "evaluation"), ("c", {}, 4, "m", "queued", "evaluation")]
+        ("b", {"k": 1}, 3, "", "queued", "evaluation"),
+        ("c", {}, 4, "m", "queued", "evaluation"),
+    ]
     assert [e.type for e in events_after(turn_id=b.pk)] == ["turn.queued"]
 
     rows = event_append_each(turn_ids=[c.pk, a.pk, b.pk], event=NewEvent(EventType.PHASE, {"phase": "act"}))
     assert [(r.turn_id, r.seq, r.type, r.data) for r in rows] == [
-        (c.pk, 2, "phase", {"phase": "act"}), (a.pk, 3, "phase", {"phase": "act"}), (b.pk, 2, "phase", {"phase": "act"})]
+        (c.pk, 2, "phase", {"phase": "act"}),
+        (a.pk, 3, "phase", {"phase": "act"}),
+        (b.pk, 2, "phase", {"phase": "act"}),
+    ]
     assert all(TurnEvent.objects.get(pk=r.pk).seq == r.seq for r in rows)
-    assert {t.pk: t.last_seq for t in Turn.objects.filter(pk__in=[a.pk, b.pk, c.pk])} == {a.pk: 3, b.pk: 2, c.pk: 2}
+    assert {t.pk: t.last_seq for t in Turn.objects.filter(pk__in=[a.pk, b.pk, c.pk])} == {
+        a.pk: 3,
+        b.pk: 2,
+        c.pk: 2,
+    }
 
     with pytest.raises(Turn.DoesNotExist):
         event_append_each(turn_ids=[a.pk, a.pk + 10_000], event=NewEvent(EventType.PHASE, {"phase": "act"}))

@@ -12,8 +12,8 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
-from agentlab.errors import NotFound, StateConflict
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
+from common.errors import NotFound, StateConflict
 from turns import jobs
 from turns.driver import turn_claim
 from turns.events import events_after
@@ -36,9 +36,11 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 def use_inline(provider, tools=None) -> jobs.InlineExecutor:
-    executor = jobs.InlineExecutor(provider_factory=lambda: provider,
-                                   tools_factory=(lambda: tools) if tools else jobs.job_tools,
-                                   sweep_every_s=0).start()
+    executor = jobs.InlineExecutor(
+        provider_factory=lambda: provider,
+        tools_factory=(lambda: tools) if tools else jobs.job_tools,
+        sweep_every_s=0,
+    ).start()
     previous = jobs.inline_executor_reset(executor)
     assert previous is None
     return executor
@@ -129,8 +131,9 @@ async def test_cancel_stops_a_running_turn_inside_a_slow_llm_call_within_2s(owne
     from turns import driver
 
     monkeypatch.setattr(driver, "CANCEL_POLL_S", 0.1)
-    provider = ScriptedProvider([tool_call("calculator", {"expression": "1+1"}, usage=(12, 4)),
-                                 Slow(60, final("never"))])
+    provider = ScriptedProvider(
+        [tool_call("calculator", {"expression": "1+1"}, usage=(12, 4)), Slow(60, final("never"))]
+    )
     use_inline(provider)
     conversation = await db_threads.run(Conversation.objects.create, owner=owner)
     turn = await db_threads.run(turn_start, conversation=conversation, question="q", acting_user=owner)
@@ -151,7 +154,10 @@ async def test_cancel_stops_a_running_turn_inside_a_slow_llm_call_within_2s(owne
     frames = []
     while not frames or frames[-1]["type"] != "stream.end":
         frames.append(json.loads(await watcher.receive_from(timeout=5)))
-    assert frames[-2]["type"] == "turn.cancelled" and frames[-1] == {"type": "stream.end", "status": "cancelled"}
+    assert frames[-2]["type"] == "turn.cancelled" and frames[-1] == {
+        "type": "stream.end",
+        "status": "cancelled",
+    }
 
 
 async def test_cancelling_a_queued_turn_cancels_it_at_once(owner, db_threads):
@@ -170,7 +176,11 @@ async def test_cancelling_a_finished_turn_is_a_conflict_that_changes_nothing(own
         await db_threads.run(turn_cancel, turn_id=turn.pk)
     after = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (after.status, after.last_seq, after.cancel_requested, after.updated_at) == (
-        "succeeded", before.last_seq, False, before.updated_at)
+        "succeeded",
+        before.last_seq,
+        False,
+        before.updated_at,
+    )
 
 
 # --- sweeper -----------------------------------------------------------------------------
@@ -232,11 +242,16 @@ def test_the_sweep_hands_lost_queued_chat_turns_over_again_once_per_period(owner
     assert handed == [lost.pk]
 
     after = {t.pk: t for t in Turn.objects.filter(pk__in=[lost.pk, recent.pk, evaluation.pk])}
-    assert {pk: t.status for pk, t in after.items()} == {lost.pk: "queued", recent.pk: "queued",
-                                                         evaluation.pk: "queued"}
+    assert {pk: t.status for pk, t in after.items()} == {
+        lost.pk: "queued",
+        recent.pk: "queued",
+        evaluation.pk: "queued",
+    }
     assert after[lost.pk].updated_at > lost.updated_at
-    assert (after[recent.pk].updated_at, after[evaluation.pk].updated_at) == (recent.updated_at,
-                                                                             evaluation.updated_at)
+    assert (after[recent.pk].updated_at, after[evaluation.pk].updated_at) == (
+        recent.updated_at,
+        evaluation.updated_at,
+    )
     assert after[lost.pk].last_seq == lost.last_seq  # nothing was written to its log
 
 
@@ -260,10 +275,15 @@ async def test_resume_and_enqueue_finishes_an_interrupted_turn_without_repeating
     registry = counting_registry(counter, delay=0.5)
     turn = await db_threads.run(turn_create, owner=owner, question="count a, b, c")
     first = jobs.InlineExecutor(
-        provider_factory=lambda: ScriptedProvider([tool_calls(call("count", {"label": "a"}),
-                                                             call("count", {"label": "b"}), usage=(10, 2)),
-                                                   Slow(60, text("never"))]),
-        tools_factory=lambda: registry, sweep_every_s=0).start()
+        provider_factory=lambda: ScriptedProvider(
+            [
+                tool_calls(call("count", {"label": "a"}), call("count", {"label": "b"}), usage=(10, 2)),
+                Slow(60, text("never")),
+            ]
+        ),
+        tools_factory=lambda: registry,
+        sweep_every_s=0,
+    ).start()
     first.submit(turn.pk)
     while counter.get("b") != 1 or (await db_threads.run(types, turn.pk)).count("tool.result") < 2:
         await asyncio.sleep(0.05)
@@ -271,7 +291,9 @@ async def test_resume_and_enqueue_finishes_an_interrupted_turn_without_repeating
     assert (await db_threads.run(Turn.objects.get, pk=turn.pk)).status == "running"
 
     await db_threads.run(turn_interrupt, turn_id=turn.pk, reason="worker died")
-    second_provider = ScriptedProvider([tool_call("count", {"label": "c"}, usage=(20, 2)), final("3", usage=(5, 1))])
+    second_provider = ScriptedProvider(
+        [tool_call("count", {"label": "c"}, usage=(20, 2)), final("3", usage=(5, 1))]
+    )
     use_inline(second_provider, registry)
     await db_threads.run(turn_resume_and_enqueue, turn_id=turn.pk)
     turn = await wait_for_status(db_threads, turn.pk, "succeeded")
@@ -312,10 +334,10 @@ def test_local_job_ids_say_whether_their_process_is_gone():
     gone = f"inline-{host}-{dead_pid()}-1"
     # as a claim leaves it in Turn.job_id: the job id, ':' and a random part
     assert jobs.local_job_is_gone(f"{gone}:0123abcd") is True
-    assert jobs.local_job_is_gone(f"{mine}:0123abcd") is False                        # this very process
-    assert jobs.local_job_is_gone(f"inline-{host}-1-1:0123abcd") is False              # pid 1 is alive
+    assert jobs.local_job_is_gone(f"{mine}:0123abcd") is False  # this very process
+    assert jobs.local_job_is_gone(f"inline-{host}-1-1:0123abcd") is False  # pid 1 is alive
     assert jobs.local_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
-    assert jobs.local_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False          # an older id, no host
+    assert jobs.local_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False  # an older id, no host
     assert jobs.local_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
     assert jobs.local_job_is_gone("") is False
 

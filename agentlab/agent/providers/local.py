@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import importlib.metadata
 import importlib.util
 import threading
@@ -97,10 +98,8 @@ def _close_all() -> None:
         for loaded in _models.values():
             close = getattr(loaded.llama, "close", None)
             if close is not None:
-                try:
+                with contextlib.suppress(Exception):  # best effort at exit
                     close()
-                except Exception:  # best effort at exit
-                    pass
         _models.clear()
 
 

@@ -168,8 +168,9 @@ class OpenAICompatibleProvider:
             raise classify_status_error(exc) from exc
         except openai.APITimeoutError as exc:
             if _could_not_connect(exc):
-                raise ProviderError(f"connection error: {exc.__cause__ or exc}", transient=True,
-                                    kind="connection") from exc
+                raise ProviderError(
+                    f"connection error: {exc.__cause__ or exc}", transient=True, kind="connection"
+                ) from exc
             raise ProviderError(f"request timed out: {exc}", transient=True, kind="timeout") from exc
         except openai.APIConnectionError as exc:
             raise ProviderError(f"connection error: {exc}", transient=True, kind="connection") from exc

@@ -11,8 +11,8 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from agentlab.commands import database_check, database_errors
-from agentlab.errors import AgentLabError
+from common.commands import database_check, database_errors
+from common.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError, parse_jsonl
 from evaluation.selectors import dataset_fallback_task_types, fallback_note
 from evaluation.services import dataset_import
@@ -33,7 +33,9 @@ class Command(BaseCommand):
             with database_errors():
                 database_check()
                 examples = parse_jsonl(path)
-                dataset = dataset_import(name=name or path.stem, examples=examples, source=str(path.resolve()))
+                dataset = dataset_import(
+                    name=name or path.stem, examples=examples, source=str(path.resolve())
+                )
                 self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")
                 note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         except (DatasetFormatError, AgentLabError, ValueError) as exc:

@@ -46,9 +46,12 @@ def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
     database is not migrated (N migration(s) not applied: …); run `manage.py
     migrate` first`` naming up to five of them.
     """
+
     def refused(what: str, exc: DatabaseError) -> CommandError:
         reason = " ".join(str(exc).split())  # the driver's reason, on one line
-        return CommandError(f"cannot {what} the database {database_label(using=using)}: {reason}", returncode=2)
+        return CommandError(
+            f"cannot {what} the database {database_label(using=using)}: {reason}", returncode=2
+        )
 
     try:
         try:
@@ -60,8 +63,11 @@ def database_check(*, using: str = DEFAULT_DB_ALIAS) -> None:
         raise refused("read", exc) from exc
     if pending:
         shown = ", ".join(pending[:5]) + (" …" if len(pending) > 5 else "")
-        raise CommandError(f"the database is not migrated ({len(pending)} migration(s) not applied: {shown}); "
-                           f"{MIGRATE_HINT}", returncode=2)
+        raise CommandError(
+            f"the database is not migrated ({len(pending)} migration(s) not applied: {shown}); "
+            f"{MIGRATE_HINT}",
+            returncode=2,
+        )
 
 
 def missing_tables(exc: DatabaseError) -> bool:
@@ -81,5 +87,6 @@ def database_errors() -> Iterator[None]:
     except DatabaseError as exc:
         if not missing_tables(exc):
             raise
-        raise CommandError(f"the database has no AgentLab tables yet ({exc}); {MIGRATE_HINT}",
-                           returncode=2) from exc
+        raise CommandError(
+            f"the database has no AgentLab tables yet ({exc}); {MIGRATE_HINT}", returncode=2
+        ) from exc

@@ -18,8 +18,13 @@ def code_version() -> str:
         base = "0+unknown"
     root = Path(__file__).resolve().parent.parent
     try:
-        commit = subprocess.run(["git", "-C", str(root), "describe", "--always", "--dirty"],
-                                capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "-C", str(root), "describe", "--always", "--dirty"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.SubprocessError):
         return base
     return f"{base}+g{commit}" if commit else base

@@ -39,7 +39,9 @@ class DatabaseThreads:
         self._local = threading.local()
 
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
-        return await sync_to_async(self._call, thread_sensitive=False, executor=self._executor)(fn, *args, **kwargs)
+        return await sync_to_async(self._call, thread_sensitive=False, executor=self._executor)(
+            fn, *args, **kwargs
+        )
 
     def _call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
         if not getattr(self._local, "seen", False):
@@ -74,7 +76,9 @@ class DatabaseThreads:
         self.close()
 
 
-def column_assignments(model: type[Model], values: Mapping[str, Any], connection: Any) -> tuple[list[str], list[Any]]:
+def column_assignments(
+    model: type[Model], values: Mapping[str, Any], connection: Any
+) -> tuple[list[str], list[Any]]:
     """``"column" = %s`` fragments and their parameters for ``values`` (field
     name → value) of ``model``, each value prepared by its field's
     ``get_db_prep_save`` as the ORM's own ``UPDATE`` would. Raises
@@ -100,8 +104,9 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     connection = connections[router.db_for_write(model)]
     fragments, params = column_assignments(model, values, connection)
     qn = connection.ops.quote_name
-    sql = (f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} "
-           f"WHERE {qn(model._meta.pk.column)} = %s")
+    sql = (
+        f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(model._meta.pk.column)} = %s"
+    )
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, model._meta.pk.get_db_prep_value(pk, connection)])
         return cursor.rowcount
