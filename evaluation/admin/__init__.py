@@ -1,0 +1,27 @@
+"""The admin for datasets, examples, runs and predictions (issue 6), and the
+run of an evaluation turn in the turn admin.
+
+Read-only like the turn admin (``common.admin.StaffReadOnlyAdmin``): rows are
+written by ``evaluation.services`` and ``manage.py run_eval``. The path from a
+run to what went wrong is made of links: the run page counts its predictions
+by error and stop reason and its turns by status, each count a link to the
+pre-filtered list; a prediction links to the turn that produced it, whose page
+shows the event log.
+
+Counts on list pages are scalar subqueries (one per column, never a join that
+multiplies rows), so a list page costs the same number of queries whatever
+its length.
+
+Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``, and
+``turns`` (the turn admin with a run column, field and filter, registered in
+place of ``turns.admin.TurnAdmin``).
+"""
+
+from __future__ import annotations
+
+from .datasets import DatasetAdmin, ExampleAdmin
+from .predictions import PredictionAdmin
+from .runs import RunAdmin
+from .turns import RunFilter, RunTurnAdmin
+
+__all__ = ["DatasetAdmin", "ExampleAdmin", "PredictionAdmin", "RunAdmin", "RunFilter", "RunTurnAdmin"]

@@ -1,0 +1,190 @@
+"""The prediction list and a prediction's page, linked to its example and turn."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+
+from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
+from turns.admin import status_badge
+from turns.models import Turn
+
+from ..models import Example, Prediction
+
+
+class ErroredFilter(admin.SimpleListFilter):
+    title = "error"
+    parameter_name = "errored"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "With an error"), ("no", "Without an error")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Prediction]) -> QuerySet[Prediction]:
+        if self.value() == "yes":
+            return queryset.filter(error__gt="")
+        if self.value() == "no":
+            return queryset.filter(error="")
+        return queryset
+
+
+class _DistinctFilter(admin.SimpleListFilter):
+    """Distinct values of one prediction column, one query (``task_type``, ``stop_reason``)."""
+
+    field_name = ""
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        values = (
+            Prediction.objects.order_by(self.field_name).values_list(self.field_name, flat=True).distinct()
+        )
+        return [(v, v or "(none)") for v in values]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Prediction]) -> QuerySet[Prediction]:
+        value = self.value()
+        return queryset if value is None else queryset.filter(**{self.field_name: value})
+
+
+class TaskTypeFilter(_DistinctFilter):
+    title = "task type"
+    parameter_name = "task_type"
+    field_name = "task_type"
+
+
+class StopReasonFilter(_DistinctFilter):
+    title = "stop reason"
+    parameter_name = "stop_reason"
+    field_name = "stop_reason"
+
+
+@admin.register(Prediction)
+class PredictionAdmin(StaffReadOnlyAdmin):
+    list_display = (
+        "id",
+        "run",
+        "example_id_display",
+        "task_type",
+        "correct",
+        "score",
+        "stop_reason",
+        "steps",
+        "tokens",
+        "latency",
+        "error_short",
+        "turn_link",
+    )
+    list_display_links = ("id", "example_id_display")
+    list_select_related = ("run", "example")
+    list_filter = (
+        "run",
+        TaskTypeFilter,
+        "correct",
+        StopReasonFilter,
+        ErroredFilter,
+        "review_verdict",
+        "turn__status",
+    )
+    search_fields = ("example__external_id", "prediction", "gold_answer")
+    search_help_text = "Example id, prediction or gold answer."
+    list_per_page = 100
+    readonly_fields = (
+        "run",
+        "example_link",
+        "task_type",
+        "turn_link",
+        "question",
+        "prediction",
+        "gold_answer",
+        "scorer",
+        "score",
+        "correct",
+        "evidence",
+        "reasoning",
+        "steps",
+        "tokens",
+        "cost_display",
+        "stop_reason",
+        "error",
+        "latency",
+        "review_verdict",
+        "review_retried",
+        "first_correct",
+        "created_at",
+        "completed_at",
+    )
+    fieldsets = (
+        (
+            None,
+            {"fields": (("run", "example_link", "task_type"), "turn_link", ("created_at", "completed_at"))},
+        ),
+        (
+            "Answer",
+            {
+                "fields": (
+                    "question",
+                    "prediction",
+                    "gold_answer",
+                    ("scorer", "score", "correct"),
+                    "evidence",
+                    "reasoning",
+                )
+            },
+        ),
+        (
+            "How it ended",
+            {"fields": (("stop_reason", "steps", "tokens", "cost_display", "latency"), "error")},
+        ),
+        ("Review", {"fields": (("review_verdict", "review_retried", "first_correct"),)}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Prediction]:
+        # The turn's status as an annotation: joining the whole turn row would
+        # drag its context documents into every list row.
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("run", "example")
+            .annotate(turn_status=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1]))
+        )
+
+    @admin.display(description="example", ordering="example__external_id")
+    def example_id_display(self, prediction: Prediction) -> str:
+        return prediction.example.external_id
+
+    @admin.display(description="example")
+    def example_link(self, prediction: Prediction) -> SafeString:
+        return admin_link(Example, prediction.example_id, prediction.example.external_id)
+
+    @admin.display(description="question")
+    def question(self, prediction: Prediction) -> str:
+        return prediction.example.question
+
+    @admin.display(description="tokens")
+    def tokens(self, prediction: Prediction) -> str:
+        if prediction.input_tokens is None or prediction.output_tokens is None:
+            return "unknown"
+        return f"{prediction.input_tokens + prediction.output_tokens:,}"
+
+    @admin.display(description="cost")
+    def cost_display(self, prediction: Prediction) -> str:
+        return fmt_cost(prediction.cost)
+
+    @admin.display(description="latency", ordering="latency_ms")
+    def latency(self, prediction: Prediction) -> str:
+        return fmt_ms(prediction.latency_ms)
+
+    @admin.display(description="error")
+    def error_short(self, prediction: Prediction) -> str:
+        return Truncator(prediction.error).chars(60) if prediction.error else ""
+
+    @admin.display(description="turn")
+    def turn_link(self, prediction: Prediction) -> SafeString | str:
+        if prediction.turn_id is None:
+            return DASH
+        return format_html(
+            "{} {}",
+            admin_link(Turn, prediction.turn_id, f"#{prediction.turn_id}"),
+            status_badge(prediction.turn_status),
+        )  # type: ignore[attr-defined]

@@ -1,0 +1,262 @@
+"""The run list and a run's page: its metrics, its config snapshot, and links
+to its predictions and turns, pre-filtered by error, stop reason and status."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.db.models import Count, FloatField, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
+from django.http import HttpRequest
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString
+
+from common.admin import (
+    DASH,
+    StaffReadOnlyAdmin,
+    admin_link,
+    fmt_cost,
+    fmt_ms,
+    fmt_pct,
+    html_table,
+    json_block,
+    subquery_count,
+    url_query,
+)
+from turns.admin import status_badge
+from turns.models import Turn
+
+from ..models import Prediction, Run
+from ..services import run_metrics
+
+
+@admin.register(Run)
+class RunAdmin(StaffReadOnlyAdmin):
+    list_display = (
+        "run_id",
+        "dataset",
+        "status",
+        "model_name",
+        "accuracy",
+        "total",
+        "errors",
+        "started",
+        "duration",
+        "started_by",
+    )
+    list_select_related = ("dataset", "started_by")
+    list_filter = ("status", "dataset")
+    date_hierarchy = "created_at"
+    search_fields = ("run_id", "dataset__name")
+    list_per_page = 50
+    readonly_fields = (
+        "run_id",
+        "dataset",
+        "status",
+        "model_name",
+        "started_by",
+        "system_user",
+        "created_at",
+        "finished_at",
+        "duration",
+        "browse",
+        "turns_by_status",
+        "config_table",
+        "config_json",
+        "metrics_summary",
+        "per_task_type",
+        "stop_reasons",
+        "latency",
+    )
+    fieldsets = (
+        (
+            None,
+            {
+                "fields": (
+                    ("run_id", "status"),
+                    ("dataset", "model_name"),
+                    ("started_by", "system_user"),
+                    ("created_at", "finished_at", "duration"),
+                    "browse",
+                    "turns_by_status",
+                )
+            },
+        ),
+        ("Metrics", {"fields": ("metrics_summary", "per_task_type", "stop_reasons", "latency")}),
+        ("Config snapshot", {"fields": ("config_table", "config_json")}),
+    )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Run]:
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("dataset", "started_by", "system_user")
+            .annotate(
+                prediction_count=subquery_count(Prediction, "run_id"),
+                error_count=subquery_count(Prediction, "run_id", error__gt=""),
+                model_name=KT("config__model"),
+                accuracy_value=Cast(KT("metrics__accuracy"), FloatField()),
+            )
+        )
+
+    # -- list columns --
+
+    @admin.display(description="model", ordering="model_name")
+    def model_name(self, run: Run) -> str:
+        return str((run.config or {}).get("model") or DASH)
+
+    @admin.display(description="accuracy", ordering="accuracy_value")
+    def accuracy(self, run: Run) -> str:
+        metrics = run.metrics or {}
+        if "accuracy" not in metrics:
+            return DASH
+        return f"{fmt_pct(metrics['accuracy'])} ({metrics.get('correct', 0)}/{metrics.get('scored', 0)})"
+
+    @admin.display(description="total", ordering="prediction_count")
+    def total(self, run: Run) -> int:
+        return run.prediction_count  # type: ignore[attr-defined]
+
+    @admin.display(description="errors", ordering="error_count")
+    def errors(self, run: Run) -> SafeString | int:
+        count = run.error_count  # type: ignore[attr-defined]
+        if not count:
+            return 0
+        return admin_link(Prediction, None, count, query=url_query(run__id__exact=run.pk, errored="yes"))
+
+    @admin.display(description="started", ordering="created_at")
+    def started(self, run: Run) -> Any:
+        return run.created_at
+
+    @admin.display(description="duration")
+    def duration(self, run: Run) -> str:
+        if run.finished_at is None:
+            return "running" if run.status == "started" else DASH
+        return fmt_ms((run.finished_at - run.created_at).total_seconds() * 1000)
+
+    # -- detail page --
+
+    def _metrics(self, run: Run) -> tuple[dict[str, Any], bool]:
+        """The stored metrics, or — for a run that has not finished — computed now."""
+        if run.metrics:
+            return run.metrics, False
+        return run_metrics(run=run), True
+
+    @admin.display(description="browse")
+    def browse(self, run: Run) -> SafeString:
+        total, errors = run.prediction_count, run.error_count  # type: ignore[attr-defined]
+        return format_html(
+            "{} · {} · {} · {}",
+            admin_link(Prediction, None, f"all {total} predictions", query=url_query(run__id__exact=run.pk)),
+            admin_link(
+                Prediction,
+                None,
+                f"{errors} with an error",
+                query=url_query(run__id__exact=run.pk, errored="yes"),
+            ),
+            admin_link(
+                Prediction, None, "wrong ones", query=url_query(run__id__exact=run.pk, correct__exact=0)
+            ),
+            admin_link(Turn, None, "its turns", query=url_query(run=run.pk)),
+        )
+
+    @admin.display(description="turns by status")
+    def turns_by_status(self, run: Run) -> SafeString:
+        counts = (
+            Turn.objects.filter(pk__in=Prediction.objects.filter(run_id=run.pk).values("turn_id"))
+            .order_by("status")
+            .values("status")
+            .annotate(n=Count("pk"))
+        )
+        rows = [
+            (
+                status_badge(row["status"]),
+                admin_link(Turn, None, row["n"], query=url_query(run=run.pk, status__exact=row["status"])),
+            )
+            for row in counts
+        ]
+        return html_table(("status", "turns"), rows, empty="no turns")
+
+    @admin.display(description="summary")
+    def metrics_summary(self, run: Run) -> SafeString:
+        metrics, live = self._metrics(run)
+        tokens = metrics.get("tokens") or {}
+        rows = [
+            (
+                "accuracy",
+                f"{fmt_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/"
+                f"{metrics.get('scored', 0)} scored)",
+            ),
+            ("total", metrics.get("total", 0)),
+            ("scored", metrics.get("scored", 0)),
+            ("unscored", metrics.get("unscored", 0)),
+            ("correct", metrics.get("correct", 0)),
+            ("errors", metrics.get("errors", 0)),
+            ("mean steps", DASH if metrics.get("steps_mean") is None else f"{metrics['steps_mean']:.2f}"),
+            ("input tokens", f"{tokens.get('input', 0):,}"),
+            ("output tokens", f"{tokens.get('output', 0):,}"),
+            ("rows with unknown tokens", tokens.get("unknown_rows", 0)),
+            ("cost", fmt_cost(metrics.get("cost"))),
+        ]
+        table = html_table(("metric", "value"), rows)
+        if live:
+            return format_html(
+                "<p>{}</p>{}", "Computed now from the predictions: the run has not finished.", table
+            )
+        return table
+
+    @admin.display(description="per task type")
+    def per_task_type(self, run: Run) -> SafeString:
+        metrics, _ = self._metrics(run)
+        rows = [
+            (
+                admin_link(
+                    Prediction, None, task_type, query=url_query(run__id__exact=run.pk, task_type=task_type)
+                ),
+                b.get("total", 0),
+                b.get("scored", 0),
+                b.get("correct", 0),
+                fmt_pct(b.get("accuracy")),
+            )
+            for task_type, b in (metrics.get("per_task_type") or {}).items()
+        ]
+        return html_table(("task type", "total", "scored", "correct", "accuracy"), rows)
+
+    @admin.display(description="stop reasons")
+    def stop_reasons(self, run: Run) -> SafeString:
+        metrics, _ = self._metrics(run)
+        rows = [
+            (
+                reason or "(none)",
+                admin_link(
+                    Prediction, None, count, query=url_query(run__id__exact=run.pk, stop_reason=reason)
+                ),
+            )
+            for reason, count in (metrics.get("stop_reasons") or {}).items()
+        ]
+        return html_table(("stop reason", "predictions"), rows)
+
+    @admin.display(description="latency")
+    def latency(self, run: Run) -> SafeString:
+        metrics, _ = self._metrics(run)
+        latency = metrics.get("latency_ms") or {}
+        return html_table(
+            ("p50", "p95", "mean"),
+            [(fmt_ms(latency.get("p50")), fmt_ms(latency.get("p95")), fmt_ms(latency.get("mean")))],
+        )
+
+    @admin.display(description="config")
+    def config_table(self, run: Run) -> SafeString:
+        config = {k: v for k, v in (run.config or {}).items() if k != "resumes"}
+        rows = [
+            (k, v if isinstance(v, str | int | float) else json_block(v)) for k, v in sorted(config.items())
+        ]
+        resumes = (run.config or {}).get("resumes") or []
+        if resumes:
+            rows.append(("resumed", format_html_join(", ", "{}", ((r.get("at", "?"),) for r in resumes))))
+        return html_table(("setting", "value"), rows)
+
+    @admin.display(description="raw config JSON")
+    def config_json(self, run: Run) -> SafeString:
+        return json_block(run.config)

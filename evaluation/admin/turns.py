@@ -1,0 +1,104 @@
+"""The turn admin, plus the run each evaluation turn belongs to.
+
+``turns`` knows nothing of evaluation (it sits below it). This module replaces
+the registration of ``turns.admin.TurnAdmin`` with ``RunTurnAdmin``, a
+subclass that adds a "run" column and field (a link to the run) and a "run"
+filter — the links of a run's page to its turns (``?run=<pk>``) use that
+filter. The turn's run comes as two scalar subqueries on the prediction's
+``turn_id`` index, so the list still costs the same number of queries
+whatever its length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, TypeVar
+
+from django.contrib import admin
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.http import HttpRequest
+from django.utils.safestring import SafeString
+
+from common.admin import DASH, admin_link
+from turns.admin import StopReasonFilter, TurnAdmin
+from turns.models import Turn
+
+from ..models import Prediction, Run
+
+#: Runs offered by the turn list's "run" filter (newest first).
+RUN_FILTER_LIMIT = 30
+
+_T = TypeVar("_T")
+
+
+def _after(items: Sequence[_T], anchor: _T, new: _T) -> tuple[_T, ...]:
+    """``items`` with ``new`` inserted right after ``anchor`` (which must be there)."""
+    at = list(items).index(anchor) + 1
+    return (*items[:at], new, *items[at:])
+
+
+class RunFilter(admin.SimpleListFilter):
+    """Evaluation turns of one run (through ``Prediction.turn``)."""
+
+    title = "run"
+    parameter_name = "run"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        runs = list(Run.objects.order_by("-created_at").values_list("pk", "run_id")[:RUN_FILTER_LIMIT])
+        selected = self.value()
+        if selected and selected.isdigit() and all(str(pk) != selected for pk, _ in runs):
+            runs += list(Run.objects.filter(pk=int(selected)).values_list("pk", "run_id"))
+        return [(str(pk), run_id) for pk, run_id in runs]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Turn]) -> QuerySet[Turn]:
+        value = self.value()
+        if not value:
+            return queryset
+        if not value.isdigit():
+            return queryset.none()
+        # A subquery, not a join: a turn is listed once whatever its predictions.
+        return queryset.filter(pk__in=Prediction.objects.filter(run_id=int(value)).values("turn_id"))
+
+
+def _fieldsets_with_run(fieldsets: Any) -> Any:
+    """The turn page's fieldsets with ``run_link`` beside the owner."""
+    (name, options), *rest = fieldsets
+    rows = tuple(
+        (*row, "run_link") if isinstance(row, tuple) and "owner_name" in row else row
+        for row in options["fields"]
+    )
+    return ((name, {**options, "fields": rows}), *rest)
+
+
+class RunTurnAdmin(TurnAdmin):
+    """``TurnAdmin`` with the run of an evaluation turn: column, field and filter."""
+
+    list_display = _after(TurnAdmin.list_display, "owner", "run_link")
+    list_filter = _after(TurnAdmin.list_filter, StopReasonFilter, RunFilter)
+    readonly_fields = _after(TurnAdmin.readonly_fields, "owner_name", "run_link")
+    fieldsets = _fieldsets_with_run(TurnAdmin.fieldsets)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
+        # The run of an evaluation turn, as two scalar subqueries on the
+        # prediction's turn_id index instead of one query per row.
+        prediction = Prediction.objects.filter(turn_id=OuterRef("pk")).order_by("pk")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                run_pk=Subquery(prediction.values("run_id")[:1]),
+                run_label=Subquery(prediction.values("run__run_id")[:1]),
+            )
+        )
+
+    @admin.display(description="run")
+    def run_link(self, turn: Turn) -> SafeString | str:
+        run_pk = getattr(turn, "run_pk", None)
+        if run_pk is None:
+            return DASH
+        return admin_link(Run, run_pk, turn.run_label)  # type: ignore[attr-defined]
+
+
+# ``turns.admin`` registered the plain TurnAdmin when it was imported (above).
+admin.site.unregister(Turn)
+admin.site.register(Turn, RunTurnAdmin)

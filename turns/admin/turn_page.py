@@ -1,0 +1,234 @@
+"""One turn's admin page: its tables (attempts, usage, timings, approvals), its
+raw JSON, the action buttons, and one page of its event log.
+
+``TurnPageAdmin`` holds the read-only pieces of the page; ``TurnAdmin``
+(``turns.admin.turns``) adds the list, the filters and the actions. The
+template is ``templates/admin/turns/turn/change_form.html``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any
+
+from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.safestring import SafeString
+from django.utils.text import Truncator
+
+from common.admin import (
+    DASH,
+    StaffReadOnlyAdmin,
+    admin_link,
+    fmt_cost,
+    fmt_ms,
+    fmt_tokens,
+    html_table,
+    json_block,
+)
+
+from ..events import events_after
+from ..models import TERMINAL_EVENT_TYPES, Approval, Turn
+from ..services import RETRYABLE_STATUSES
+
+#: Events shown per page of a turn's event log.
+EVENTS_PER_PAGE = 100
+
+
+class TurnPageAdmin(StaffReadOnlyAdmin):
+    """The read-only fields of a turn's page and its event log (not registered:
+    ``TurnAdmin`` is)."""
+
+    @admin.display(description="steps")
+    def steps_of_max(self, turn: Turn) -> str:
+        return f"{turn.steps} of {turn.max_steps}"
+
+    @admin.display(description="failure")
+    def failure(self, turn: Turn) -> str:
+        meta = turn.meta or {}
+        cause, error = meta.get("failure_cause"), meta.get("failure_error")
+        return ": ".join(str(p) for p in (cause, error) if p) or DASH
+
+    @admin.display(description="archived attempts")
+    def attempts_table(self, turn: Turn) -> SafeString:
+        rows = [
+            (
+                a.get("attempt"),
+                a.get("status"),
+                a.get("outcome"),
+                a.get("stop_reason"),
+                a.get("steps"),
+                fmt_tokens(a.get("usage")),
+                fmt_cost((a.get("usage") or {}).get("cost")),
+                fmt_ms((a.get("timings") or {}).get("total_ms")),
+                ": ".join(str(p) for p in (a.get("failure_cause"), a.get("failure_error")) if p),
+                Truncator(a.get("answer") or "").chars(200),
+            )
+            for a in (turn.meta or {}).get("attempts", [])
+        ]
+        return html_table(
+            (
+                "attempt",
+                "status",
+                "outcome",
+                "stop reason",
+                "steps",
+                "tokens",
+                "cost",
+                "duration",
+                "failure",
+                "answer",
+            ),
+            rows,
+            empty="none: this is the turn's first attempt",
+        )
+
+    @admin.display(description="usage")
+    def usage_table(self, turn: Turn) -> SafeString:
+        usage = turn.usage or {}
+        if not usage:
+            return format_html("<span>{}</span>", DASH)
+
+        def row(name: str, u: dict[str, Any]) -> tuple[Any, ...]:
+            return (
+                name,
+                u.get("calls", 0),
+                u.get("unknown_calls", 0),
+                f"{int(u.get('input_tokens') or 0):,}",
+                f"{int(u.get('output_tokens') or 0):,}",
+                fmt_cost(u.get("cost")),
+            )
+
+        by_model = sorted((usage.get("by_model") or {}).items())
+        rows = [row("all models", usage)] + [row(m, u) for m, u in by_model]
+        return html_table(
+            ("model", "calls", "calls with unknown usage", "input tokens", "output tokens", "cost"), rows
+        )
+
+    @admin.display(description="timings")
+    def timings_table(self, turn: Turn) -> SafeString:
+        timings = sorted((turn.timings or {}).items())
+        return html_table(("timing", "value"), [(k, fmt_ms(v)) for k, v in timings])
+
+    @admin.display(description="approvals")
+    def approvals_table(self, turn: Turn) -> SafeString:
+        rows = [
+            (
+                admin_link(Approval, a.pk, f"#{a.pk}"),
+                (a.tool_call or {}).get("name", ""),
+                a.status,
+                a.decided_by.get_username() if a.decided_by else "",
+                a.decided_at,
+                a.deadline,
+                a.created_at,
+            )
+            for a in turn.approvals.select_related("decided_by").order_by("created_at")
+        ]
+        if not rows:
+            return format_html("<span>{}</span>", "none")
+        return format_html(
+            "{}<p>{}</p>",
+            html_table(
+                ("approval", "tool", "status", "decided by", "decided at", "deadline", "created"), rows
+            ),
+            admin_link(
+                Approval,
+                None,
+                "approve or reject them in the approval list",
+                query=f"turn__id__exact={turn.pk}",
+            ),
+        )
+
+    @admin.display(description="context")
+    def context_json(self, turn: Turn) -> SafeString:
+        return json_block(turn.context)
+
+    @admin.display(description="meta")
+    def meta_json(self, turn: Turn) -> SafeString:
+        return json_block(turn.meta)
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Turn | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context["event_log"] = self._event_log(request, obj)
+            context["turn_actions"] = self._available_actions(request, obj)
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def _event_log(self, request: HttpRequest, turn: Turn) -> dict[str, Any]:
+        """One page of the turn's event log, read by seq range.
+
+        Seqs are 1…``last_seq`` with no gap (``event_append_many``), so page
+        ``p`` is ``seq`` in ((p-1)·n, p·n]: no COUNT, no OFFSET — one indexed
+        range read whatever the log's length.
+        """
+        pages = max(1, math.ceil(turn.last_seq / EVENTS_PER_PAGE))
+        raw = request.GET.get("events_page", "1")
+        page = pages if raw == "last" else (int(raw) if raw.isdigit() else 1)
+        page = min(max(page, 1), pages)
+        events = events_after(turn_id=turn.pk, after=(page - 1) * EVENTS_PER_PAGE, limit=EVENTS_PER_PAGE)
+        rows = []
+        for event in events:
+            data = event.data if isinstance(event.data, dict) else {"value": event.data}
+            text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
+            rows.append(
+                {
+                    "seq": event.seq,
+                    "at": event.created_at,
+                    "type": event.type,
+                    "attempt": data.get("attempt", ""),
+                    "step": data.get("step", ""),
+                    "summary": Truncator(text).chars(160),
+                    "full": json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+                    if len(text) > 160
+                    else "",
+                    "terminal": event.type in TERMINAL_EVENT_TYPES,
+                }
+            )
+
+        def url(p: int) -> str:
+            query = request.GET.copy()
+            query["events_page"] = str(p)
+            return f"?{query.urlencode()}#events"
+
+        window = sorted({1, pages, *range(max(1, page - 3), min(pages, page + 3) + 1)})
+        links: list[dict[str, Any]] = []
+        for i, p in enumerate(window):
+            if i and p - window[i - 1] > 1:
+                links.append({"gap": True})
+            links.append({"page": p, "url": url(p), "current": p == page})
+        return {
+            "rows": rows,
+            "page": page,
+            "pages": pages,
+            "total": turn.last_seq,
+            "per_page": EVENTS_PER_PAGE,
+            "first_seq": rows[0]["seq"] if rows else 0,
+            "last_seq": rows[-1]["seq"] if rows else 0,
+            "links": links if pages > 1 else [],
+            "prev_url": url(page - 1) if page > 1 else "",
+            "next_url": url(page + 1) if page < pages else "",
+        }
+
+    def _available_actions(self, request: HttpRequest, turn: Turn) -> list[dict[str, str]]:
+        if not self.has_operate_permission(request):
+            return []
+        possible = [
+            ("resume", "Resume", turn.can_resume()),
+            ("cancel", "Cancel", not turn.is_terminal),
+            ("retry", "Retry as a new attempt", turn.status in RETRYABLE_STATUSES),
+        ]
+        return [
+            {"verb": verb, "label": label, "url": reverse("admin:turns_turn_act", args=[turn.pk, verb])}
+            for verb, label, ok in possible
+            if ok
+        ]
