@@ -2,8 +2,9 @@
 #   make demo   set up (virtualenv, dependencies, database) and run the main job:
 #               run_eval on the demo dataset with the embedded defaults
 #               (SQLite, in-process jobs, the local GGUF model)
-#   make test   set up and run the whole test suite (PostgreSQL, then the
+#   make test   set up, lint, and run the whole test suite (PostgreSQL, then the
 #               event-log and run_eval tests again on SQLite)
+#   make lint   ruff (rules and format) and the import-linter contracts of pyproject.toml
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -11,7 +12,7 @@ PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/agentlab
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-postgres test-sqlite bench migrate clean
+.PHONY: setup demo lint test test-postgres test-sqlite bench migrate clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +29,12 @@ migrate: setup
 demo: migrate
 	$(PY) manage.py run_eval demo --concurrency 1
 
-test: test-postgres test-sqlite
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports
+
+test: lint test-postgres test-sqlite
 
 test-postgres: setup
 	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q

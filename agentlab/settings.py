@@ -71,6 +71,8 @@ INSTALLED_APPS = [
     "turns",
     "evaluation",
     "apikeys",
+    # The project itself: its ready() creates the Celery app (agentlab/apps.py).
+    "agentlab.apps.AgentLabConfig",
 ]
 
 MIDDLEWARE = [

@@ -14,7 +14,8 @@ from ninja import Field, Path, Query, Router, Schema
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
-from agentlab.api import ERRORS, Pagination, api_key_auth, session_auth
+from apikeys.auth import api_key_auth, session_auth
+from common.api import ERRORS, Pagination
 from turns.events import clean_text
 
 from . import selectors

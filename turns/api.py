@@ -1,6 +1,6 @@
 """API routes for conversations, turns, their event logs and approvals (DESIGN.md §7).
 
-Session users only (``agentlab.api.SessionAuth``); API keys get 403 here.
+Session users only (``apikeys.auth.SessionAuth``, the API's default); API keys get 403 here.
 Ownership is checked by ``turns.selectors`` (404 for what the caller may not
 see; staff see all), state rules by ``turns.services`` (409).
 """
@@ -16,7 +16,7 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
-from agentlab.api import ERRORS, MAX_ID, ErrorOut, Pagination
+from common.api import ERRORS, MAX_ID, ErrorOut, Pagination
 
 from . import selectors, services
 from .events import clean_text

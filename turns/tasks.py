@@ -17,6 +17,11 @@ nothing. A worker that dies *after* the claim is not redelivered into the turn
 — the turn stays ``running`` without heartbeats until the sweeper marks it
 interrupted and someone resumes it (``turn_resume_and_enqueue``). Cancel never
 depends on revoke: the driver polls the turn's cancel flag.
+
+The tasks are ``shared_task``: this module imports nothing from the Django
+wiring. They run on the project's Celery app (``agentlab.celery``), which the
+worker loads with ``-A agentlab`` and every Django process creates at start
+(``agentlab.apps``); the worker finds this module by autodiscovery.
 """
 
 from __future__ import annotations
@@ -24,9 +29,9 @@ from __future__ import annotations
 import asyncio
 import threading
 
+from celery import shared_task
 from django.conf import settings
 
-from agentlab.celery import app
 from common.db import DatabaseThreads
 
 _db: DatabaseThreads | None = None
@@ -54,13 +59,13 @@ async def _run(turn_id: int, job_id: str) -> None:
             await aclose()
 
 
-@app.task(name="turns.tasks.turn_run", acks_late=True, ignore_result=True)
+@shared_task(name="turns.tasks.turn_run", acks_late=True, ignore_result=True)
 def turn_run(turn_id: int) -> None:
     """Drive turn ``turn_id`` (an id, never a model instance) to a terminal event."""
     asyncio.run(_run(turn_id, job_id=turn_run.request.id or ""))
 
 
-@app.task(name="turns.tasks.turns_sweep", ignore_result=True)
+@shared_task(name="turns.tasks.turns_sweep", ignore_result=True)
 def turns_sweep() -> int:
     """Celery beat: mark turns without a heartbeat for ``TURN_STALE_S`` as
     interrupted, and queue again those queued for longer (their hand-over was
