@@ -30,7 +30,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
-from .services import PlannedExample
+from .services.plan import PlannedExample
 from .worker import EvalJob, eval_worker
 
 logger = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -21,7 +20,8 @@ from common.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
 from turns.jobs import local_job_id
 
-from .services import PlannedExample, TurnFinal, prediction_complete, prediction_record
+from .services.plan import PlannedExample
+from .services.predictions import TurnFinal, prediction_complete, prediction_record
 
 logger = logging.getLogger(__name__)
 
@@ -85,52 +85,3 @@ async def drive_examples(
                 on_done(item)
 
     await asyncio.gather(*(one(item) for item in planned))
-
-
-class RunLease:
-    """Keeps a run's lease alive while ``run_eval`` drives it: a daemon thread
-    calls ``run_heartbeat`` every ``every`` seconds (default
-    ``min(HEARTBEAT_S, TURN_STALE_S / 4)``, at least 1 s) until ``stop()``,
-    so ``run_start`` in another process sees the run as taken — between
-    turns and before the first one too, which the turns' own heartbeats
-    cannot show. The thread uses its own database connection and closes it.
-    """
-
-    def __init__(self, *, run_pk: int, driver: str, every: float | None = None) -> None:
-        from django.conf import settings
-
-        self.run_pk, self.driver = run_pk, driver
-        self.every = (
-            every
-            if every is not None
-            else max(1.0, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
-        )
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-
-    def start(self) -> RunLease:
-        self._thread = threading.Thread(target=self._beat, name="agentlab-run-lease", daemon=True)
-        self._thread.start()
-        return self
-
-    def _beat(self) -> None:
-        from django.db import connections
-
-        from .services import run_heartbeat
-
-        try:
-            while not self._stop.wait(self.every):
-                try:
-                    if not run_heartbeat(run_pk=self.run_pk, driver=self.driver):
-                        logger.warning("run %s: the lease is no longer %s", self.run_pk, self.driver)
-                        return
-                except Exception:
-                    logger.warning("run %s: could not renew the lease", self.run_pk, exc_info=True)
-        finally:
-            connections.close_all()
-
-    def stop(self) -> None:
-        """Stop renewing (``run_finish`` releases the lease). Idempotent."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(10)

@@ -1,14 +1,24 @@
-"""Reads on runs and predictions shared by the API and tests (HackSoft "selectors").
+"""Reads on runs, predictions and datasets (HackSoft "selectors").
 
-Runs are team-wide: any logged-in user and any API key may read them.
+Runs are team-wide: any logged-in user and any API key may read them. Who is
+driving a run right now (its lease, or its turns' heartbeats) is read here;
+``evaluation.services.runs`` writes the lease.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
 from django.db.models import QuerySet
+from django.utils import timezone
 
 from common.errors import NotFound
+from turns.jobs import local_job_is_gone
+from turns.models import Turn, TurnStatus
 
+from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Prediction, Run
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
@@ -53,6 +63,76 @@ def prediction_list(
     if stop_reason:
         qs = qs.filter(stop_reason=stop_reason)
     return qs
+
+
+def run_metrics(*, run: Run) -> dict[str, Any]:
+    """Metrics over every prediction row of the run (completed or not), read
+    from the database so a resumed run never counts an example twice."""
+    rows = [
+        PredictionRow(
+            task_type=p.task_type,
+            correct=p.correct,
+            steps=p.steps,
+            input_tokens=p.input_tokens,
+            output_tokens=p.output_tokens,
+            cost=p.cost,
+            stop_reason=p.stop_reason,
+            latency_ms=p.latency_ms,
+            error=p.error or None,
+            first_correct=p.first_correct if p.review_retried else p.correct,
+            review_retried=bool(p.review_retried),
+            review_verdict=p.review_verdict,
+        )
+        for p in run.predictions.all()
+    ]
+    return compute_metrics(rows)
+
+
+def run_holder(*, run: Run) -> str | None:
+    """Who is driving ``run`` right now, as words for a message
+    (``run_lease_holder``, else ``run_turn_holder``), or ``None``."""
+    return run_lease_holder(run=run) or run_turn_holder(run=run)
+
+
+def run_lease_holder(*, run: Run) -> str | None:
+    """Who holds ``run``'s lease, as words for a message, or ``None`` when no
+    live process does (no lease, a heartbeat older than ``TURN_STALE_S``, or
+    a process of this machine that has exited)."""
+    if not run.driver or run.heartbeat_at is None:
+        return None
+    age = (timezone.now() - run.heartbeat_at).total_seconds()
+    if age > float(settings.TURN_STALE_S) or local_job_is_gone(run.driver):
+        return None
+    return f"run_eval {run.driver.split(':')[0]}, heartbeat {age:.0f} s ago"
+
+
+def run_driven_elsewhere(*, run: Run) -> Turn | None:
+    """A turn of ``run`` that a live process is driving, or ``None``.
+
+    A running or waiting turn counts when its heartbeat is younger than
+    ``TURN_STALE_S`` and its job is not known to be gone
+    (``turns.jobs.local_job_is_gone``: ``run_eval`` names host and pid in
+    its job ids, so the turns of a killed run on this machine do not count).
+    Two ``run_eval`` processes on one run id would otherwise take each
+    other's turns, and each print metrics over rows the other is writing.
+    """
+    cutoff = timezone.now() - timedelta(seconds=float(settings.TURN_STALE_S))
+    active = Turn.objects.filter(
+        predictions__run=run, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING), heartbeat_at__gte=cutoff
+    ).only("pk", "status", "job_id", "heartbeat_at")
+    for turn in active.order_by("pk"):
+        if not local_job_is_gone(turn.job_id):
+            return turn
+    return None
+
+
+def run_turn_holder(*, run: Run) -> str | None:
+    """``run_driven_elsewhere`` in words for a message, or ``None``."""
+    busy = run_driven_elsewhere(run=run)
+    if busy is None:
+        return None
+    age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
+    return f"its turn {busy.pk} is {busy.status} under job {busy.job_id}, heartbeat {age:.0f} s ago"
 
 
 def dataset_fallback_task_types(*, dataset: Dataset) -> list[str]:

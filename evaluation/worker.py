@@ -47,7 +47,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
 
     from .models import Example
     from .runner import drive_examples
-    from .services import PlannedExample
+    from .services.plan import PlannedExample
 
     try:
         for name, value in job.settings.items():
@@ -79,9 +79,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
                     review=job.review,
                 )
             finally:
-                close = getattr(provider, "aclose", None)
-                if close is not None:
-                    await close()
+                await provider.aclose()
 
     try:
         asyncio.run(drive())

@@ -89,9 +89,7 @@ async def _main(args: argparse.Namespace) -> int:
     try:
         result = await loop.run(question, context=ToolContext(documents=documents), on_report=on_report)
     finally:
-        close = getattr(provider, "aclose", None)
-        if close is not None:
-            await close()
+        await provider.aclose()
     wall = time.perf_counter() - started
     usage = result.usage
     out("=== result")

@@ -233,3 +233,8 @@ class LLMProvider(Protocol):
         max_tokens: int | None = None,
         temperature: float | None = None,
     ) -> Completion: ...
+
+    async def aclose(self) -> None:
+        """Release what the provider holds (an HTTP client, say); the
+        provider is not used afterwards."""
+        ...

@@ -29,7 +29,7 @@ from turns.admin import status_badge
 from turns.models import Turn
 
 from ..models import Prediction, Run
-from ..services import run_metrics
+from ..selectors import run_metrics
 
 
 @admin.register(Run)

@@ -14,7 +14,10 @@ from django.urls import reverse
 from agentlab.agent.providers.scripted import final, tool_call
 from evaluation.datasets import ExampleSpec
 from evaluation.models import Prediction, Run
-from evaluation.services import dataset_import, prediction_record, run_finish, run_plan, run_start
+from evaluation.services.datasets import dataset_import
+from evaluation.services.plan import run_plan
+from evaluation.services.predictions import prediction_record
+from evaluation.services.runs import run_finish, run_start
 from tests.turns.test_admin import drive
 from turns.driver import turn_claim
 from turns.events import NewEvent, event_append_many

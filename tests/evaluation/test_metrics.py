@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from evaluation.metrics import PredictionRow, compute_metrics, format_table, percentile
+from evaluation.metrics import PredictionRow, compute_metrics, percentile
+from evaluation.metrics_table import format_table
 
 
 def _row(

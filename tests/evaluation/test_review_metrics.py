@@ -17,7 +17,9 @@ from common.db import DatabaseThreads
 from evaluation.datasets import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.runner import drive_examples
-from evaluation.services import dataset_import, run_finish, run_plan, run_start
+from evaluation.services.datasets import dataset_import
+from evaluation.services.plan import run_plan
+from evaluation.services.runs import run_finish, run_start
 from tests.turns.test_review_and_approvals import counting_tools
 from turns.driver import ChatPolicy, drive_turn
 from turns.events import events_after

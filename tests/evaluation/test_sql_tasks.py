@@ -18,7 +18,9 @@ from common.db import DatabaseThreads
 from evaluation.datasets import parse_jsonl
 from evaluation.models import Prediction
 from evaluation.runner import drive_examples
-from evaluation.services import dataset_import, run_finish, run_plan, run_start
+from evaluation.services.datasets import dataset_import
+from evaluation.services.plan import run_plan
+from evaluation.services.runs import run_finish, run_start
 from tests.shared_data import dataset_path
 from turns.models import TurnEvent
 

@@ -15,7 +15,7 @@ from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError, parse_jsonl
 from evaluation.selectors import dataset_fallback_task_types, fallback_note
-from evaluation.services import dataset_import
+from evaluation.services.datasets import dataset_import
 
 
 class Command(BaseCommand):

@@ -1,0 +1,109 @@
+"""The metrics of a run as a plain-text table (what ``manage.py run_eval`` prints).
+
+Presentation only: the numbers come from :func:`evaluation.metrics.compute_metrics`
+(or a run's stored ``metrics``, read back from JSON).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+__all__ = ["format_table"]
+
+_DASH = "—"
+
+
+def _pct(value: float | None) -> str:
+    return _DASH if value is None else f"{value * 100:.1f}%"
+
+
+def _num(value: float | None, digits: int = 1) -> str:
+    return _DASH if value is None else f"{value:,.{digits}f}"
+
+
+def _cost(value: float | None) -> str:
+    return _DASH if value is None else f"${value:,.4f}"
+
+
+def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
+    """Render a metrics dict (as returned by :func:`evaluation.metrics.compute_metrics`, or read back
+    from JSON) as plain-text tables: summary, per task type, stop reasons.
+
+    Rendered with ``rich`` into a string, without colour or other escape codes,
+    ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
+    with ``correct/scored`` beside it."""
+    tokens = metrics.get("tokens") or {}
+    latency = metrics.get("latency_ms") or {}
+
+    summary = Table(title="Evaluation metrics", show_header=False)
+    summary.add_column("metric")
+    summary.add_column("value", justify="right")
+    summary.add_row(
+        "accuracy",
+        f"{_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/{metrics.get('scored', 0)} scored)",
+    )
+    summary.add_row("total", str(metrics.get("total", 0)))
+    summary.add_row("scored", str(metrics.get("scored", 0)))
+    summary.add_row("unscored", str(metrics.get("unscored", 0)))
+    summary.add_row("correct", str(metrics.get("correct", 0)))
+    summary.add_row("errors", str(metrics.get("errors", 0)))
+    summary.add_row("mean steps", _num(metrics.get("steps_mean"), 2))
+    summary.add_row("input tokens", f"{tokens.get('input', 0):,}")
+    summary.add_row("output tokens", f"{tokens.get('output', 0):,}")
+    summary.add_row("rows with unknown tokens", str(tokens.get("unknown_rows", 0)))
+    summary.add_row("cost", _cost(metrics.get("cost")))
+    summary.add_row("latency p50 (ms)", _num(latency.get("p50")))
+    summary.add_row("latency p95 (ms)", _num(latency.get("p95")))
+    summary.add_row("latency mean (ms)", _num(latency.get("mean")))
+    review = metrics.get("review") or {}
+    if review.get("review_retries"):
+        summary.add_row("first-attempt accuracy", _pct(review.get("first_attempt_accuracy")))
+        summary.add_row(
+            "review retries (fixed/broke)",
+            f"{review['review_retries']} ({review.get('retry_fixed', 0)}/{review.get('retry_broke', 0)})",
+        )
+    if review.get("verdicts"):
+        summary.add_row("review verdicts", ", ".join(f"{v} {n}" for v, n in review["verdicts"].items()))
+
+    per_task = Table(title="Per task type")
+    for name, justify in (
+        ("task type", "left"),
+        ("total", "right"),
+        ("scored", "right"),
+        ("correct", "right"),
+        ("accuracy", "right"),
+    ):
+        per_task.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for task_type, bucket in (metrics.get("per_task_type") or {}).items():
+        per_task.add_row(
+            task_type,
+            str(bucket.get("total", 0)),
+            str(bucket.get("scored", 0)),
+            str(bucket.get("correct", 0)),
+            _pct(bucket.get("accuracy")),
+        )
+
+    stops = Table(title="Stop reasons")
+    stops.add_column("stop reason")
+    stops.add_column("count", justify="right")
+    for reason, count in (metrics.get("stop_reasons") or {}).items():
+        stops.add_row(reason or "(none)", str(count))
+
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=False,
+        color_system=None,
+        no_color=True,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    for table in (summary, per_task, stops):
+        console.print(table)
+    return buffer.getvalue()

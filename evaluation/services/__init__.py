@@ -1,0 +1,18 @@
+"""Writes for evaluation (HackSoft "services"), one module per entity.
+
+- ``datasets``: ``dataset_import``, ``dataset_resolve`` (register a JSONL file
+  or the demo dataset).
+- ``runs``: ``run_start`` (with the run's lease), ``run_finish``, the lease's
+  tag, heartbeat and renewing thread (``RunLease``).
+- ``plan``: ``run_plan`` — which examples a (resumed) run still drives, each
+  with a queued turn and a pessimistic prediction row.
+- ``predictions``: ``prediction_record`` / ``prediction_complete`` — score a
+  finished turn and complete its prediction row.
+- ``run_eval``: the body of ``manage.py run_eval`` (resolve, start, plan,
+  drive, finish).
+
+Reads live in ``evaluation.selectors``. Scoring and metrics are pure functions
+(``evaluation.scoring``, ``evaluation.metrics``); these services load rows,
+call them and save. Import from the module, e.g.
+``from evaluation.services.runs import run_start``.
+"""

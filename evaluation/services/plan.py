@@ -1,0 +1,158 @@
+"""Planning a run: which examples it still drives, each with a queued turn
+and a prediction row written before the turn runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import transaction
+
+from turns.models import TurnKind, TurnStatus
+from turns.services import (
+    RETRYABLE_STATUSES,
+    NewTurn,
+    turn_create_many,
+    turn_interrupt,
+    turn_resume,
+    turn_retry,
+)
+
+from ..models import Example, Prediction, Run
+
+
+@dataclass(frozen=True)
+class PlannedExample:
+    """An example of a run still to be driven: its prediction row, its turn,
+    and the example itself (scored in memory when the turn finishes)."""
+
+    prediction_id: int
+    turn_id: int
+    example: Example
+    resumed: bool
+
+    @property
+    def example_id(self) -> int:
+        return self.example.pk
+
+
+def _turn_context(example: Example) -> dict[str, Any]:
+    context = dict(example.context or {})
+    if example.choices:
+        context.setdefault("choices", example.choices)
+    context.setdefault("task_type", example.task_type)
+    return context
+
+
+def run_plan(
+    *, run: Run, limit: int | None, max_steps: int, model: str, retry_errors: bool = False
+) -> tuple[list[PlannedExample], int]:
+    """Decide what a (possibly resumed) run still has to do.
+
+    For the first ``limit`` examples of the run's dataset (all when ``None``):
+    an example with a completed prediction is skipped; one whose earlier turn
+    was cut off (killed process) gets that turn interrupted and resumed, so the
+    driver continues from its event log; one with nothing yet gets a queued
+    turn and a pessimistic prediction row (stop reason ``error``, wrong), in
+    one transaction (for up to ``PLAN_BATCH`` examples at a time), so a
+    prediction exists even if the turn never finishes.
+    With ``retry_errors``, a completed prediction that recorded an error (a
+    provider outage, say) is planned again: its turn gets a new attempt
+    (``turn_retry``, the failed one archived) and the row is completed anew.
+    Returns the planned examples and the number skipped.
+    """
+    examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
+    predictions = {p.example_id: p for p in run.predictions.select_related("turn")}
+    planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
+    fresh: list[tuple[int, Example, Prediction | None]] = []
+    skipped = 0
+    for example in examples:
+        prediction = predictions.get(example.pk)
+        if (
+            retry_errors
+            and prediction is not None
+            and prediction.completed_at is not None
+            and prediction.error
+            and prediction.turn is not None
+            and prediction.turn.status in RETRYABLE_STATUSES
+        ):
+            with transaction.atomic():
+                turn_retry(turn_id=prediction.turn_id)
+                Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
+            planned.append(PlannedExample(prediction.pk, prediction.turn_id, example, resumed=True))
+            continue
+        if prediction is not None and prediction.completed_at is not None:
+            skipped += 1
+            continue
+        if prediction is not None and prediction.turn is not None:
+            turn = prediction.turn
+            if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
+                # its process is gone (the run was killed): the log is kept
+                turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
+                turn.refresh_from_db()
+            if turn.can_resume():
+                turn_resume(turn_id=turn.pk)
+            planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=True))
+            continue
+        fresh.append((len(planned), example, prediction))
+        planned.append(None)
+    for start in range(0, len(fresh), PLAN_BATCH):
+        for index, item in _queue_fresh(
+            run=run, fresh=fresh[start : start + PLAN_BATCH], max_steps=max_steps, model=model
+        ):
+            planned[index] = item
+    return [item for item in planned if item is not None], skipped
+
+
+#: Examples queued per transaction when a run is planned.
+PLAN_BATCH = 500
+
+
+def _queue_fresh(
+    *, run: Run, fresh: Sequence[tuple[int, Example, Prediction | None]], max_steps: int, model: str
+) -> list[tuple[int, PlannedExample]]:
+    """Queue a turn for each ``(slot, example, prediction or None)`` and give
+    each its pessimistic prediction row (stop reason ``error``, wrong), all in
+    one transaction and a handful of statements (``turn_create_many``,
+    ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
+    with transaction.atomic():
+        turns = turn_create_many(
+            owner=run.system_user,
+            kind=TurnKind.EVALUATION,
+            turns=[
+                NewTurn(
+                    question=example.question,
+                    context=_turn_context(example),
+                    max_steps=max_steps,
+                    model=model,
+                )
+                for _, example, _ in fresh
+            ],
+        )
+        new_rows, relinked = [], []
+        for (_, example, prediction), turn in zip(fresh, turns, strict=True):
+            if prediction is None:
+                new_rows.append(
+                    Prediction(
+                        run=run,
+                        example=example,
+                        turn=turn,
+                        task_type=example.task_type,
+                        gold_answer=example.answer,
+                        stop_reason="error",
+                        correct=False,
+                        score=0.0,
+                        error="the turn did not finish",
+                    )
+                )
+            else:
+                prediction.turn = turn
+                relinked.append(prediction)
+        Prediction.objects.bulk_create(new_rows)
+        Prediction.objects.bulk_update(relinked, ["turn"])
+    by_example = {p.example_id: p for p in [*new_rows, *relinked]}
+    return [
+        (index, PlannedExample(by_example[example.pk].pk, turn.pk, example, resumed=False))
+        for (index, example, _), turn in zip(fresh, turns, strict=True)
+    ]

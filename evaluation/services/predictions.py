@@ -1,0 +1,190 @@
+"""Writes on predictions: score a finished turn against its example and
+complete the prediction row (the row itself is written when the run is
+planned, ``evaluation.services.plan``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from django.utils import timezone
+
+from agentlab.agent.usage import UsageTotals
+from common.db import update_by_pk
+from turns.models import Turn, TurnOutcome
+
+from ..models import Example, Prediction
+from ..scoring import score, scorer_for
+
+
+@dataclass(frozen=True)
+class TurnFinal:
+    """What a prediction is scored from: a turn's final state.
+
+    Built from the turn row (``from_turn``) or, inside the terminal event's
+    transaction, from the fields the driver has just written
+    (``from_fields``) — the same values either way, so the fast path and the
+    read-back path score alike.
+    """
+
+    outcome: str
+    answer: str
+    evidence: str
+    reasoning: str
+    steps: int
+    stop_reason: str
+    usage: dict[str, Any]
+    meta: dict[str, Any]
+    timings: dict[str, Any]
+
+    @classmethod
+    def from_turn(cls, turn: Turn) -> TurnFinal:
+        return cls(
+            outcome=turn.outcome,
+            answer=turn.answer,
+            evidence=turn.evidence,
+            reasoning=turn.reasoning,
+            steps=turn.steps,
+            stop_reason=turn.stop_reason,
+            usage=turn.usage or {},
+            meta=turn.meta or {},
+            timings=turn.timings or {},
+        )
+
+    @classmethod
+    def from_fields(cls, fields: Mapping[str, Any]) -> TurnFinal:
+        """From the turn fields of a terminal event (``TurnPolicy.on_finish``)."""
+        return cls(
+            outcome=fields.get("outcome") or "",
+            answer=fields.get("answer") or "",
+            evidence=fields.get("evidence") or "",
+            reasoning=fields.get("reasoning") or "",
+            steps=int(fields.get("steps") or 0),
+            stop_reason=fields.get("stop_reason") or "",
+            usage=dict(fields.get("usage") or {}),
+            meta=dict(fields.get("meta") or {}),
+            timings=dict(fields.get("timings") or {}),
+        )
+
+
+def prediction_values(
+    *, example: Example, turn: TurnFinal | None, error: str | None = None, latency_ms: int | None = None
+) -> dict[str, Any]:
+    """The fields of a completed prediction (a dict of ``Prediction`` field
+    values, ``completed_at`` included), scored against ``example``.
+
+    The turn's final state is the source of truth (answer, steps, usage,
+    stop reason). A turn that did not answer scores as wrong — it stays in
+    the accuracy denominator — unless the example cannot be scored at all
+    (unscored). ``error`` is the driver's error, if any; a failed turn's
+    cause is used otherwise; no turn at all is an error too.
+    """
+    scorer = scorer_for(example_scorer=example.scorer or None, task_type=example.task_type)
+    answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
+    answer = turn.answer if answered and turn is not None else None
+    result = score(
+        prediction=answer,
+        gold=example.answer,
+        scorer=scorer,
+        choices=example.choices,
+        metadata=example.metadata,
+    )
+    usage = _usage_total(turn.usage, turn.meta) if turn is not None else {}
+    calls = int(usage.get("calls") or 0)
+    unknown = int(usage.get("unknown_calls") or 0)
+    tokens_known = calls > 0 and unknown == 0
+    if turn is not None and not error and turn.outcome == TurnOutcome.FAILED:
+        error = turn.meta.get("failure_error") or turn.meta.get("failure_cause") or "failed"
+    if turn is None and not error:
+        error = "no turn was run"
+    if latency_ms is None and turn is not None:
+        latency_ms = turn.timings.get("total_ms")
+    first = _first_attempt_review(turn.meta if turn is not None else {})
+    if first is None:
+        first_correct = result.correct
+    else:
+        first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
+        first_correct = score(
+            prediction=first_answer,
+            gold=example.answer,
+            scorer=scorer,
+            choices=example.choices,
+            metadata=example.metadata,
+        ).correct
+    return {
+        "prediction": answer or "",
+        "scorer": scorer,
+        "score": result.value,
+        "correct": result.correct,
+        "evidence": turn.evidence if turn is not None else "",
+        "reasoning": turn.reasoning if turn is not None else "",
+        "steps": turn.steps if turn is not None else 0,
+        "input_tokens": int(usage.get("input_tokens") or 0) if tokens_known else None,
+        "output_tokens": int(usage.get("output_tokens") or 0) if tokens_known else None,
+        "cost": usage.get("cost"),
+        "stop_reason": (turn.stop_reason if turn is not None else "") or "error",
+        "error": error or "",
+        "latency_ms": latency_ms,
+        "review_retried": first is not None,
+        "first_correct": first_correct,
+        "review_verdict": _last_review_verdict(turn.meta if turn is not None else {}),
+        "completed_at": timezone.now(),
+    }
+
+
+def prediction_record(
+    *, prediction_id: int, error: str | None = None, latency_ms: int | None = None
+) -> Prediction:
+    """Complete a prediction from its turn's row and score it (see
+    ``prediction_values``). Raises ``Prediction.DoesNotExist``."""
+    prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
+    turn = TurnFinal.from_turn(prediction.turn) if prediction.turn is not None else None
+    for name, value in prediction_values(
+        example=prediction.example, turn=turn, error=error, latency_ms=latency_ms
+    ).items():
+        setattr(prediction, name, value)
+    prediction.save()
+    return prediction
+
+
+def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal) -> None:
+    """Complete a prediction from a turn's final state already in hand — one
+    ``UPDATE``, no read. ``run_eval`` calls it inside the terminal event's
+    transaction (``EvaluationPolicy``), where the turn row holds exactly
+    these values. Raises ``Prediction.DoesNotExist`` if the row is gone."""
+    if update_by_pk(Prediction, prediction_id, prediction_values(example=example, turn=turn)) != 1:
+        raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
+
+
+def _first_attempt_review(meta: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The turn's first archived attempt when a review retried the turn
+    (some archived attempt has ``reason == "review"``), else ``None``."""
+    attempts = meta.get("attempts") or []
+    if not any(a.get("reason") == "review" for a in attempts):
+        return None
+    return attempts[0]
+
+
+def _last_review_verdict(meta: Mapping[str, Any]) -> str:
+    """The verdict of a turn's last review: the current attempt's
+    (``meta["review"]``), else the last archived attempt's; ``""`` if none."""
+    reviews = [a.get("review") for a in meta.get("attempts") or []] + [meta.get("review")]
+    for review in reversed(reviews):
+        if review and review.get("verdict"):
+            return str(review["verdict"])
+    return ""
+
+
+def _usage_total(usage: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
+    """The usage of every attempt of a turn: the current attempt's
+    (``usage``) plus the archived ones' in ``meta["attempts"]`` (a review
+    retry's first attempt cost tokens too). Same shape as
+    ``UsageTotals.to_dict()``."""
+    archived = [a.get("usage") or {} for a in meta.get("attempts") or []]
+    if not archived:
+        return dict(usage or {})
+    total = UsageTotals.from_dict(dict(usage or {}))
+    for item in archived:
+        total.merge(UsageTotals.from_dict(item))
+    return total.to_dict()
