@@ -1,0 +1,83 @@
+"""Scorers: compare one prediction with one gold answer. Pure functions, no Django.
+
+The evaluation service loads a prediction and its example, calls :func:`score`,
+and saves the :class:`Score` it gets back (STYLE.md point 5). "Could not score"
+(:meth:`Score.unscored`, ``value is None``, ``correct is None``) is kept apart
+from "wrong" (``value == 0.0``, ``correct is False``) — the idea and the name come
+from inspect_ai's ``scorer/`` package, where an unscorable sample is not counted
+as a zero.
+
+Scorers (names are the keys of :data:`SCORERS`; they are stored on examples and
+runs, so they are part of the data format and must not be renamed):
+
+``exact``
+    Normalised exact match. Normalisation is the one of the SQuAD v1.1 and
+    HotpotQA official evaluation scripts (``normalize_answer``): lower case,
+    remove punctuation, drop the articles *a*, *an*, *the*, collapse whitespace.
+    One widening: punctuation is every character of ``string.punctuation`` (as
+    in SQuAD) *and* every Unicode punctuation character (curly quotes, dashes),
+    so a model that types a typographic apostrophe is not penalised.
+``numeric``
+    The **last** number in the prediction (the "flexible extract" rule used for
+    GSM8K in lm-evaluation-harness) against the gold number, with tolerance
+    ``abs 1e-6`` or ``rel 1e-4`` (:func:`math.isclose`) — only ``abs 1e-6`` when
+    the gold is a whole number, so ``27001`` is not ``27000``. See
+    :func:`extract_last_number` for what counts as a number.
+``choice``
+    Multiple-choice option letter; see :func:`extract_choice` for the rule.
+``contains``
+    The normalised gold occurs in the normalised prediction as whole tokens
+    (``"yes"`` is found in ``"yes, it is"`` but not in ``"yesterday"``).
+``sql_result``
+    Compares the prediction with a SQL query's result rows, cell by cell, with
+    numeric tolerance and, unless the example's metadata says ``ordered: true``,
+    ignoring row order; see :func:`score_sql_result`. This is the default for
+    ``sql`` examples because Spider's answers are result values (``"6"``,
+    ``"31.333333333333332"``, JSON lists), not SQL text — the "execution
+    accuracy" view of Spider (Yu et al., 2018) applied to the agent's final
+    answer.
+
+Common rule, applied by :func:`score` before any scorer runs: a gold answer that
+is ``None``, empty or only whitespace means the example cannot be scored
+(unscored). Each scorer then checks that the gold is usable for it (``numeric``:
+a number; ``choice``: a letter) — if not, unscored — and only then looks at the
+prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
+
+An LLM-judge scorer (DESIGN.md §10) needs a provider and is therefore not here.
+
+Modules, one per scorer family: :mod:`.text` (normalisation, ``exact``,
+``contains``), :mod:`.numeric`, :mod:`.choice`, :mod:`.sql_result`;
+:mod:`.base` holds :class:`Score`; :mod:`.dispatch` holds :data:`SCORERS`,
+the defaults per task type, :func:`scorer_for` and :func:`score`. Import the
+public names from here.
+"""
+
+from __future__ import annotations
+
+from .base import Score, ScorerFn
+from .choice import extract_choice, score_choice
+from .dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER, SCORERS, score, scorer_for
+from .numeric import ABS_TOL, REL_TOL, extract_last_number, parse_number, score_numeric
+from .sql_result import score_sql_result
+from .text import normalize_answer, score_contains, score_exact
+
+__all__ = [
+    "ABS_TOL",
+    "DEFAULT_SCORER_BY_TASK_TYPE",
+    "FALLBACK_SCORER",
+    "REL_TOL",
+    "SCORERS",
+    "Score",
+    "ScorerFn",
+    "extract_choice",
+    "extract_last_number",
+    "normalize_answer",
+    "parse_number",
+    "score",
+    "score_choice",
+    "score_contains",
+    "score_exact",
+    "score_numeric",
+    "score_sql_result",
+    "scorer_for",
+]
