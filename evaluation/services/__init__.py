@@ -8,10 +8,10 @@
   with a queued turn and a pessimistic prediction row.
 - ``predictions``: ``prediction_record`` / ``prediction_complete`` — score a
   finished turn and complete its prediction row.
-- ``run_eval``: the body of ``manage.py run_eval`` (resolve, start, plan,
-  drive, finish).
 
-Reads live in ``evaluation.selectors``. Scoring and metrics are pure functions
+Reads live in ``evaluation.selectors``; ``evaluation.run_eval`` (the body of
+``manage.py run_eval``) and ``evaluation.runner`` (driving examples) build on
+these. Scoring and metrics are pure functions
 (``evaluation.scoring``, ``evaluation.metrics``); these services load rows,
 call them and save. Import from the module, e.g.
 ``from evaluation.services.runs import run_start``.

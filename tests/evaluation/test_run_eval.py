@@ -495,7 +495,7 @@ def test_a_dataset_name_that_cannot_make_a_run_id_is_refused_at_import(tmp_path)
 def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
     from django.db import ProgrammingError
 
-    import evaluation.services.run_eval as command
+    import evaluation.run_eval as command
 
     def unmigrated(**_):
         raise ProgrammingError('relation "evaluation_dataset" does not exist')

@@ -1,6 +1,6 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
 
-Parses the options, calls ``evaluation.services.run_eval.run_eval``, prints
+Parses the options, calls ``evaluation.run_eval.run_eval``, prints
 the metrics table, and maps outcomes to exit codes: 0 done, 1 accuracy below
 ``--fail-under`` (or nothing could be scored), 2 bad input (options, dataset,
 model file, database), 130 Ctrl-C.
@@ -23,7 +23,7 @@ from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError
 from evaluation.metrics_table import format_table
-from evaluation.services.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
+from evaluation.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
 
 
 class Command(BaseCommand):

@@ -1,5 +1,9 @@
-"""``run_eval``'s body: resolve the dataset, start (or resume) the run, plan
-it, drive its examples, finish it (DESIGN.md §10).
+"""``run_eval``'s body, a service over the others: resolve the dataset, start
+(or resume) the run, plan it, drive its examples, finish it (DESIGN.md §10).
+
+It sits beside ``evaluation.services`` rather than in it because it drives
+(``evaluation.runner``, ``evaluation.parallel``), and those import the
+services: imports point down, never round.
 
 ``manage.py run_eval`` parses its options into an ``EvalRequest``
 (``eval_request``), checks the database, calls ``run_eval`` and maps the
@@ -26,13 +30,13 @@ from common.db import DatabaseThreads
 from common.version import code_version
 from turns.llm import get_provider
 
-from ..models import Dataset, Run, RunStatus
-from ..parallel import drive_in_processes
-from ..runner import drive_examples
-from ..selectors import dataset_fallback_task_types, fallback_note
-from .datasets import dataset_resolve
-from .plan import PlannedExample, run_plan
-from .runs import RunLease, run_finish, run_id_check, run_lease_tag, run_start
+from .models import Dataset, Run, RunStatus
+from .parallel import drive_in_processes
+from .runner import drive_examples
+from .selectors import dataset_fallback_task_types, fallback_note
+from .services.datasets import dataset_resolve
+from .services.plan import PlannedExample, run_plan
+from .services.runs import RunLease, run_finish, run_id_check, run_lease_tag, run_start
 
 #: Most worker processes ``--workers`` may ask for.
 MAX_WORKERS = 16
