@@ -6,7 +6,7 @@ the database (it runs for every management command, migrations included). So
 the process receives (or on ``lifespan.startup`` from servers that send it),
 hands the server's event loop to the doorbell when the channel layer is the
 in-memory one (its queues belong to the loop the consumers run on; see
-``turns.events._Doorbell``) and starts ``server_start`` on a thread, so that
+``turns.doorbell._Doorbell``) and starts ``server_start`` on a thread, so that
 the first request is not delayed by it:
 
 - no broker (embedded default): start the inline executor; it sweeps stale turns at once and
@@ -69,7 +69,7 @@ class RunAtServerStart:
             return
         from channels.layers import InMemoryChannelLayer, get_channel_layer
 
-        from turns.events import doorbell
+        from turns.doorbell import doorbell
 
         if isinstance(get_channel_layer(), InMemoryChannelLayer):
             doorbell.set_loop(asyncio.get_running_loop())

@@ -13,7 +13,7 @@ from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
 from agentlab.asgi import application as real_application
-from turns.events import turn_group
+from turns.doorbell import turn_group
 
 
 class MinimalForwarder(AsyncWebsocketConsumer):

@@ -14,9 +14,9 @@ from ninja import Field, Path, Query, Router, Schema
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
+from agentlab.agent.text import clean_text
 from apikeys.auth import api_key_auth, session_auth
 from common.api import ERRORS, Pagination
-from turns.events import clean_text
 
 from . import selectors
 from .models import Prediction, Run, RunStatus

@@ -18,7 +18,7 @@ from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
-from turns.jobs import local_job_id
+from turns.job_ids import local_job_id
 
 from .services.plan import PlannedExample
 from .services.predictions import TurnFinal, prediction_complete, prediction_record

@@ -15,7 +15,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from common.errors import NotFound
-from turns.jobs import local_job_is_gone
+from turns.job_ids import local_job_is_gone
 from turns.models import Turn, TurnStatus
 
 from .metrics import PredictionRow, compute_metrics
@@ -111,7 +111,7 @@ def run_driven_elsewhere(*, run: Run) -> Turn | None:
 
     A running or waiting turn counts when its heartbeat is younger than
     ``TURN_STALE_S`` and its job is not known to be gone
-    (``turns.jobs.local_job_is_gone``: ``run_eval`` names host and pid in
+    (``turns.job_ids.local_job_is_gone``: ``run_eval`` names host and pid in
     its job ids, so the turns of a killed run on this machine do not count).
     Two ``run_eval`` processes on one run id would otherwise take each
     other's turns, and each print metrics over rows the other is writing.

@@ -16,10 +16,10 @@ from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
+from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, ErrorOut, Pagination
 
 from . import selectors, services
-from .events import clean_text
 from .models import Approval, Conversation, Turn
 
 

@@ -69,8 +69,9 @@ from django.db import DatabaseError, connection
 
 from common.db import DatabaseThreads
 
-from .events import events_after, turn_group
+from .doorbell import turn_group
 from .models import TERMINAL_EVENT_TYPES, EventType, Turn, TurnStatus
+from .selectors import events_after
 
 logger = logging.getLogger(__name__)
 
@@ -335,7 +336,7 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
     # --- the doorbell and the tick ----------------------------------------------
 
     async def turn_doorbell(self, message: dict[str, Any]) -> None:
-        """``{"type": "turn.doorbell", "events": [frame, …]}`` from ``turns.events.ring_turn``."""
+        """``{"type": "turn.doorbell", "events": [frame, …]}`` from ``turns.doorbell.ring_turn``."""
         if self._ended or not self._joined:
             return
         async with self._lock:

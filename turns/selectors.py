@@ -1,5 +1,5 @@
 """Reads on conversations, turns, events and approvals that the API, the chat
-pages and tests share (HackSoft "selectors").
+pages, the driver and tests share (HackSoft "selectors").
 
 Ownership is checked here, once: an object the user may not see raises
 ``NotFound`` exactly as a missing one does (404, not 403, so ids do not leak
@@ -16,7 +16,6 @@ from django.db.models import QuerySet
 
 from common.errors import NotFound
 
-from .events import events_after
 from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
 
 M = TypeVar("M", Conversation, Turn, Approval)
@@ -76,6 +75,29 @@ def approval_get(*, user: AbstractBaseUser, approval_id: int) -> Approval:
         user=user,
         pk=approval_id,
         what="approval",
+    )
+
+
+def events_after(*, turn_id: int, after: int = 0, limit: int | None = None) -> list[TurnEvent]:
+    """Events of a turn with ``seq > after``, in seq order (at most ``limit``)."""
+    qs = TurnEvent.objects.filter(turn_id=turn_id, seq__gt=after).order_by("seq")
+    if limit is not None:
+        qs = qs[:limit]
+    return list(qs)
+
+
+def turn_meta(*, turn_id: int) -> dict[str, Any]:
+    """The turn's ``meta`` as stored now (``turns.meta`` reads it). Raises
+    ``Turn.DoesNotExist``."""
+    return dict(Turn.objects.values_list("meta", flat=True).get(pk=turn_id) or {})
+
+
+def approval_status_of(*, turn_id: int, call_id: str) -> str | None:
+    """The status of the approval of tool call ``call_id`` in the turn, if it has one."""
+    return (
+        Approval.objects.filter(turn_id=turn_id, tool_call__id=call_id)
+        .values_list("status", flat=True)
+        .first()
     )
 
 

@@ -34,6 +34,9 @@ from django.conf import settings
 
 from common.db import DatabaseThreads
 
+from .driver.job import make_job_provider, run_turn_job
+from .services.sweep import turns_sweep as sweep
+
 _db: DatabaseThreads | None = None
 _db_lock = threading.Lock()
 
@@ -48,15 +51,11 @@ def _shared_db() -> DatabaseThreads:
 
 
 async def _run(turn_id: int, job_id: str) -> None:
-    from .jobs import make_job_provider, run_turn_job
-
     provider = make_job_provider()
     try:
         await run_turn_job(turn_id, provider=provider, db=_shared_db(), job_id=job_id)
     finally:
-        aclose = getattr(provider, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await provider.aclose()
 
 
 @shared_task(name="turns.tasks.turn_run", acks_late=True, ignore_result=True)
@@ -70,6 +69,4 @@ def turns_sweep() -> int:
     """Celery beat: mark turns without a heartbeat for ``TURN_STALE_S`` as
     interrupted, and queue again those queued for longer (their hand-over was
     lost). Returns how many turns were marked."""
-    from .services import turns_sweep as sweep
-
     return sweep(stale_s=float(settings.TURN_STALE_S)).interrupted

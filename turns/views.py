@@ -13,10 +13,10 @@ from django.shortcuts import redirect, render
 from django.views.decorators.csrf import ensure_csrf_cookie
 from django.views.decorators.http import require_http_methods, require_POST
 
+from agentlab.agent.text import clean_text
 from common.errors import NotFound
 
 from . import selectors, services
-from .events import clean_text
 
 
 @login_required

@@ -12,6 +12,12 @@ from django.utils import timezone
 
 from agentlab.agent.usage import UsageTotals
 from common.db import update_by_pk
+from turns.meta import (
+    meta_attempts,
+    meta_failure,
+    meta_first_attempt_if_review_retried,
+    meta_last_review_verdict,
+)
 from turns.models import Turn, TurnOutcome
 
 from ..models import Example, Prediction
@@ -95,12 +101,13 @@ def prediction_values(
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0
     if turn is not None and not error and turn.outcome == TurnOutcome.FAILED:
-        error = turn.meta.get("failure_error") or turn.meta.get("failure_cause") or "failed"
+        cause, failure = meta_failure(turn.meta)
+        error = failure or cause or "failed"
     if turn is None and not error:
         error = "no turn was run"
     if latency_ms is None and turn is not None:
         latency_ms = turn.timings.get("total_ms")
-    first = _first_attempt_review(turn.meta if turn is not None else {})
+    first = meta_first_attempt_if_review_retried(turn.meta if turn is not None else {})
     if first is None:
         first_correct = result.correct
     else:
@@ -128,7 +135,7 @@ def prediction_values(
         "latency_ms": latency_ms,
         "review_retried": first is not None,
         "first_correct": first_correct,
-        "review_verdict": _last_review_verdict(turn.meta if turn is not None else {}),
+        "review_verdict": meta_last_review_verdict(turn.meta if turn is not None else {}),
         "completed_at": timezone.now(),
     }
 
@@ -157,31 +164,12 @@ def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal
         raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
 
 
-def _first_attempt_review(meta: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The turn's first archived attempt when a review retried the turn
-    (some archived attempt has ``reason == "review"``), else ``None``."""
-    attempts = meta.get("attempts") or []
-    if not any(a.get("reason") == "review" for a in attempts):
-        return None
-    return attempts[0]
-
-
-def _last_review_verdict(meta: Mapping[str, Any]) -> str:
-    """The verdict of a turn's last review: the current attempt's
-    (``meta["review"]``), else the last archived attempt's; ``""`` if none."""
-    reviews = [a.get("review") for a in meta.get("attempts") or []] + [meta.get("review")]
-    for review in reversed(reviews):
-        if review and review.get("verdict"):
-            return str(review["verdict"])
-    return ""
-
-
 def _usage_total(usage: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
     """The usage of every attempt of a turn: the current attempt's
     (``usage``) plus the archived ones' in ``meta["attempts"]`` (a review
     retry's first attempt cost tokens too). Same shape as
     ``UsageTotals.to_dict()``."""
-    archived = [a.get("usage") or {} for a in meta.get("attempts") or []]
+    archived = [a.get("usage") or {} for a in meta_attempts(meta)]
     if not archived:
         return dict(usage or {})
     total = UsageTotals.from_dict(dict(usage or {}))

@@ -23,7 +23,7 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from common.errors import BadInput, StateConflict
-from turns.jobs import local_job_id
+from turns.job_ids import local_job_id
 
 from ..models import Dataset, Run, RunStatus
 from ..selectors import run_holder, run_metrics
@@ -183,7 +183,7 @@ def run_finish(
 
 def run_lease_tag() -> str:
     """The lease tag of this process for ``run_start(driver=…)``: host and
-    pid, in the form ``turns.jobs.local_job_is_gone`` can judge."""
+    pid, in the form ``turns.job_ids.local_job_is_gone`` can judge."""
     return f"{local_job_id('eval', 0)}:run"
 
 

@@ -22,7 +22,7 @@ from evaluation.services.plan import run_plan
 from evaluation.services.runs import run_finish, run_start
 from tests.turns.test_review_and_approvals import counting_tools
 from turns.driver import ChatPolicy, drive_turn
-from turns.events import events_after
+from turns.selectors import events_after
 from turns.services import turn_create
 
 pytestmark = pytest.mark.django_db(transaction=True)

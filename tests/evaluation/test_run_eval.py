@@ -24,7 +24,7 @@ from agentlab.testing.stub_llm import (
 )
 from evaluation.models import Dataset, Example, Prediction, Run
 from tests.shared_data import dataset_path
-from turns.jobs import local_job_id
+from turns.job_ids import local_job_id
 from turns.models import Turn, TurnEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -573,7 +573,7 @@ def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_
     from evaluation.services.plan import run_plan
     from evaluation.services.runs import run_start
     from turns.driver import turn_claim
-    from turns.jobs import local_job_id
+    from turns.job_ids import local_job_id
 
     call_command("import_dataset", str(GSM8K), "--name", "gsm-busy")
     run, _ = run_start(run_id="busy", dataset=Dataset.objects.get(name="gsm-busy"), config={"review": False})

@@ -19,8 +19,9 @@ from django.urls import reverse
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from turns.admin import EVENTS_PER_PAGE, TURNS_INLINE_LIMIT
 from turns.driver import EVALUATION, drive_turn, turn_claim
-from turns.events import NewEvent, event_append, event_append_many, events_after
+from turns.events import NewEvent, event_append, event_append_many
 from turns.models import Approval, Conversation, EventType, Turn
+from turns.selectors import events_after
 from turns.services import turn_cancel, turn_create, turn_interrupt
 
 pytestmark = pytest.mark.django_db
@@ -129,10 +130,10 @@ def staff_client(client, staff):
 
 @pytest.fixture
 def enqueued(monkeypatch) -> list[int]:
-    """The job runner's edge (``turns.jobs.turn_enqueue``) records turn ids
+    """The job runner's edge (``turns.dispatch.turn_enqueue``) records turn ids
     instead of starting the inline executor."""
     calls: list[int] = []
-    monkeypatch.setattr("turns.jobs.turn_enqueue", calls.append)
+    monkeypatch.setattr("turns.dispatch.turn_enqueue", calls.append)
     return calls
 
 

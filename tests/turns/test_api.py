@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 
 from tests.api_support import ApiClient, assert_error
-from turns.events import events_after
 from turns.models import Approval, Conversation, Turn, TurnEvent
+from turns.selectors import events_after
 from turns.services import conversation_create, turn_cancel, turn_interrupt, turn_start
 
 pytestmark = pytest.mark.django_db

@@ -15,8 +15,9 @@ from django.db import connections, transaction
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, final, tool_call
 from turns.consumers import TurnStreamConsumer
 from turns.driver import CHAT, drive_turn
-from turns.events import NewEvent, event_append, event_append_many, events_after
+from turns.events import NewEvent, event_append, event_append_many
 from turns.models import Turn
+from turns.selectors import events_after
 from turns.services import turn_cancel, turn_create
 
 from .conftest import ws_app
@@ -28,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 async def _doorbell_on_this_loop():
     """As daphne does with the in-memory layer (``agentlab.startup``): doorbells
     are delivered on the loop the consumers run on."""
-    from turns.events import doorbell
+    from turns.doorbell import doorbell
 
     doorbell.set_loop(asyncio.get_running_loop())
     yield

@@ -11,10 +11,12 @@ from pydantic import BaseModel
 from agentlab.agent.providers.scripted import ScriptedProvider, call, final, text, tool_call, tool_calls
 from agentlab.agent.tools import Tool, default_registry
 from agentlab.agent.types import ProviderError
-from turns import driver as driver_module
+from turns import events as events_module
 from turns.driver import CHAT, EVALUATION, drive_turn
-from turns.events import events_after
+from turns.driver import recorder as recorder_module
+from turns.driver import watch as watch_module
 from turns.models import Turn, TurnEvent
+from turns.selectors import events_after
 from turns.services import turn_cancel, turn_create, turn_interrupt, turn_resume
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -191,7 +193,7 @@ async def test_failed_stops_end_with_turn_failed_and_a_cause(owner, db_threads, 
 async def test_an_exception_in_the_driver_still_reaches_turn_failed(owner, db_threads, monkeypatch):
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     calls = itertools.count()
-    real = driver_module.event_append_many
+    real = events_module.event_append_many
 
     def flaky(**kwargs):
         # the first llm.usage write fails: a broken database write mid-turn
@@ -199,7 +201,7 @@ async def test_an_exception_in_the_driver_still_reaches_turn_failed(owner, db_th
             raise RuntimeError("disk on fire")
         return real(**kwargs)
 
-    monkeypatch.setattr(driver_module, "event_append_many", flaky)
+    monkeypatch.setattr(events_module, "event_append_many", flaky)
     result = await drive_turn(
         turn.pk, policy=EVALUATION, provider=ScriptedProvider([final("1")]), db=db_threads
     )
@@ -210,7 +212,7 @@ async def test_an_exception_in_the_driver_still_reaches_turn_failed(owner, db_th
 
 
 async def test_cancel_stops_a_slow_llm_call_and_keeps_usage(owner, db_threads, monkeypatch):
-    monkeypatch.setattr(driver_module, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.1)
     turn = await db_threads.run(turn_create, owner=owner, question="q")
 
     def slow(_messages):
@@ -258,7 +260,7 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
             tool_calls(call("count", {"label": "a"}), call("count", {"label": "b"}), usage=(11, 3)),
         ]
     )
-    real = driver_module._Recorder.__call__
+    real = recorder_module.Recorder.__call__
     seen = itertools.count()
 
     async def dying(self, report):
@@ -266,12 +268,12 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
         if next(seen) == 1:  # after the completion and the first tool result are stored
             raise Killed()
 
-    driver_module._Recorder.__call__ = dying
+    recorder_module.Recorder.__call__ = dying
     try:
         with pytest.raises(Killed):
             await drive_turn(turn.pk, policy=EVALUATION, provider=first, db=db_threads, tools=registry)
     finally:
-        driver_module._Recorder.__call__ = real
+        recorder_module.Recorder.__call__ = real
     assert counter == {"a": 1}
     before = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert before.status == "running"
@@ -316,7 +318,7 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
 async def test_a_driver_whose_turn_was_swept_writes_nothing_more(owner, db_threads, monkeypatch):
     """A slow driver presumed dead (its turn marked interrupted, then resumed
     and claimed by another job) cannot append to the log any more."""
-    monkeypatch.setattr(driver_module, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.1)
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     release = asyncio.Event()
     slow = ScriptedProvider([tool_call("calculator", {"expression": "2"}), final("late")])

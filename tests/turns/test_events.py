@@ -8,8 +8,10 @@ import threading
 import pytest
 from django.db import connection, connections
 
-from turns.events import NewEvent, event_append, event_append_many, events_after, json_safe
+from agentlab.agent.text import json_safe
+from turns.events import NewEvent, event_append, event_append_many
 from turns.models import EventType, Turn, TurnEvent
+from turns.selectors import events_after
 from turns.services import turn_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -144,7 +146,7 @@ def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
     reserves the seqs; a second claim of the same turn writes nothing."""
     from django.db import transaction
 
-    from turns.events import event_append_claim
+    from turns.driver.claim import event_append_claim
     from turns.services import turn_interrupt, turn_resume
 
     turn = turn_create(owner=owner, question="claimed?", context={"documents": ["d"]})
@@ -188,7 +190,7 @@ def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
 def test_a_claim_with_the_wrong_number_of_events_writes_nothing(owner):
     from django.db import transaction
 
-    from turns.events import event_append_claim
+    from turns.driver.claim import event_append_claim
 
     turn = turn_create(owner=owner, question="q")
     with pytest.raises(ValueError, match="reserved 2 seqs but 1 events"), transaction.atomic():

@@ -14,10 +14,11 @@ from django.utils import timezone
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
 from common.errors import NotFound, StateConflict
+from turns import job_ids as ids
 from turns import jobs
 from turns.driver import turn_claim
-from turns.events import events_after
 from turns.models import Conversation, Turn, TurnEvent
+from turns.selectors import events_after
 from turns.services import (
     SweepResult,
     turn_cancel,
@@ -128,9 +129,9 @@ def test_the_celery_task_drives_a_turn_with_the_configured_provider(owner, setti
 
 
 async def test_cancel_stops_a_running_turn_inside_a_slow_llm_call_within_2s(owner, db_threads, monkeypatch):
-    from turns import driver
+    from turns.driver import watch
 
-    monkeypatch.setattr(driver, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(watch, "CANCEL_POLL_S", 0.1)
     provider = ScriptedProvider(
         [tool_call("calculator", {"expression": "1+1"}, usage=(12, 4)), Slow(60, final("never"))]
     )
@@ -328,26 +329,26 @@ def dead_pid() -> int:
 def test_local_job_ids_say_whether_their_process_is_gone():
     import os
 
-    mine = jobs.local_job_id("inline", 7)
+    mine = ids.local_job_id("inline", 7)
     assert mine.startswith("inline-") and mine.endswith(f"-{os.getpid()}-7")
     host = mine.split("-")[1]
     gone = f"inline-{host}-{dead_pid()}-1"
     # as a claim leaves it in Turn.job_id: the job id, ':' and a random part
-    assert jobs.local_job_is_gone(f"{gone}:0123abcd") is True
-    assert jobs.local_job_is_gone(f"{mine}:0123abcd") is False  # this very process
-    assert jobs.local_job_is_gone(f"inline-{host}-1-1:0123abcd") is False  # pid 1 is alive
-    assert jobs.local_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
-    assert jobs.local_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False  # an older id, no host
-    assert jobs.local_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
-    assert jobs.local_job_is_gone("") is False
+    assert ids.local_job_is_gone(f"{gone}:0123abcd") is True
+    assert ids.local_job_is_gone(f"{mine}:0123abcd") is False  # this very process
+    assert ids.local_job_is_gone(f"inline-{host}-1-1:0123abcd") is False  # pid 1 is alive
+    assert ids.local_job_is_gone(f"inline-otherhost-{dead_pid()}-1:0123abcd") is False  # not ours to judge
+    assert ids.local_job_is_gone(f"inline-{dead_pid()}-1:0123abcd") is False  # an older id, no host
+    assert ids.local_job_is_gone("6f1c1a7e-celery-task-id:0123abcd") is False
+    assert ids.local_job_is_gone("") is False
 
 
 def test_the_sweep_interrupts_at_once_the_turns_of_an_inline_driver_that_exited(owner):
-    host = jobs.local_job_id("inline", 1).split("-")[1]
+    host = ids.local_job_id("inline", 1).split("-")[1]
     orphan = turn_create(owner=owner, question="q")
     turn_claim(turn_id=orphan.pk, job_id=f"inline-{host}-{dead_pid()}-3")
     alive = turn_create(owner=owner, question="q")
-    turn_claim(turn_id=alive.pk, job_id=jobs.local_job_id("inline", 4))
+    turn_claim(turn_id=alive.pk, job_id=ids.local_job_id("inline", 4))
     # both heartbeats are fresh: the stale sweep alone would wait TURN_STALE_S
 
     assert turns_sweep(stale_s=120) == SweepResult(interrupted=1, requeued=0)

@@ -17,10 +17,12 @@ from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, fina
 from agentlab.agent.tools import Tool, default_registry
 from agentlab.agent.types import ProviderError
 from common.errors import StateConflict
-from turns import driver as driver_module
-from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn, recorded_steps
-from turns.events import events_after
+from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
+from turns.driver import review as review_module
+from turns.driver import watch as watch_module
+from turns.driver.replay import recorded_steps
 from turns.models import Approval, Turn
+from turns.selectors import events_after
 from turns.services import approval_decide, turn_continue, turn_create, turn_resume, turns_sweep_stale
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -61,7 +63,7 @@ def events_of(turn_id: int, etype: str):
 
 @pytest.fixture
 def fast_poll(monkeypatch):
-    monkeypatch.setattr(driver_module, "CANCEL_POLL_S", 0.05)
+    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
 
 
 # --- review ------------------------------------------------------------------------------
@@ -258,7 +260,7 @@ async def test_a_late_chat_review_finishes_the_turn_and_arrives_later_with_its_u
     assert turn.meta["review"]["late"] is True
     # written at most once
     assert not await db_threads.run(
-        driver_module.review_append_late, turn_id=turn.pk, attempt=1, data=late.data, completion=None
+        review_module.review_append_late, turn_id=turn.pk, attempt=1, data=late.data, completion=None
     )
 
 

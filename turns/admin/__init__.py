@@ -15,7 +15,7 @@ Access: any active staff user sees everything and may run the actions
 Query budget: list pages run a constant number of queries whatever the number
 of rows — related rows come with ``select_related`` and counts, the last
 activity of a conversation comes as an annotation. The turn page reads one
-page of its event log by seq range (``turns.events.events_after``), on the
+page of its event log by seq range (``turns.selectors.events_after``), on the
 (turn, seq) unique index, so a turn with 5,000 events costs the same as one
 with 50.
 

@@ -30,8 +30,9 @@ from common.admin import (
     json_block,
 )
 
-from ..events import events_after
+from ..meta import meta_attempts, meta_failure
 from ..models import TERMINAL_EVENT_TYPES, Approval, Turn
+from ..selectors import events_after
 from ..services import RETRYABLE_STATUSES
 
 #: Events shown per page of a turn's event log.
@@ -48,8 +49,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="failure")
     def failure(self, turn: Turn) -> str:
-        meta = turn.meta or {}
-        cause, error = meta.get("failure_cause"), meta.get("failure_error")
+        cause, error = meta_failure(turn.meta)
         return ": ".join(str(p) for p in (cause, error) if p) or DASH
 
     @admin.display(description="archived attempts")
@@ -67,7 +67,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
                 ": ".join(str(p) for p in (a.get("failure_cause"), a.get("failure_error")) if p),
                 Truncator(a.get("answer") or "").chars(200),
             )
-            for a in (turn.meta or {}).get("attempts", [])
+            for a in meta_attempts(turn.meta)
         ]
         return html_table(
             (

@@ -96,7 +96,7 @@ _VerbFn = Callable[[int, Any], Turn]
 
 #: The services behind each action — the same ones the API calls
 #: (``turns/api.py``). Resume and retry hand the turn to the job runner
-#: (``turns.jobs.turn_enqueue``) after their transaction commits; retry also
+#: (``turns.dispatch.turn_enqueue``) after their transaction commits; retry also
 #: refuses while another turn of the same conversation is active.
 _VERBS: dict[str, tuple[_VerbFn, str]] = {
     "resume": (lambda turn_id, user: turn_resume_and_enqueue(turn_id=turn_id, acting_user=user), "resumed"),

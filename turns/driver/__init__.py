@@ -1,0 +1,30 @@
+"""The turn driver (DESIGN.md §8): one driver for chat and evaluation turns.
+
+- ``drive``: ``drive_turn``, the drive itself, and its result;
+- ``policies``: what differs between chat and evaluation (approvals, review wait);
+- ``claim``: taking a queued turn by a conditional update;
+- ``replay``: rebuilding recorded steps from the event log (resume, continue);
+- ``recorder``: writing each step's events before the next step;
+- ``watch``: heartbeats and the cancel flag;
+- ``review``: the review phase and the one retry it may ask for;
+- ``finish``: mapping a stop reason to the terminal event.
+"""
+
+from __future__ import annotations
+
+from .claim import ClaimedTurn, turn_claim
+from .drive import DriveResult, drive_turn, shared_default_tools
+from .policies import CHAT, EVALUATION, ChatPolicy, EvaluationPolicy, TurnPolicy
+
+__all__ = [
+    "CHAT",
+    "EVALUATION",
+    "ChatPolicy",
+    "ClaimedTurn",
+    "DriveResult",
+    "EvaluationPolicy",
+    "TurnPolicy",
+    "drive_turn",
+    "shared_default_tools",
+    "turn_claim",
+]

@@ -1,0 +1,152 @@
+"""Claiming a queued turn for one driver (DESIGN.md §8; STYLE.md 9).
+
+``turn_claim`` is what the driver calls; ``event_append_claim`` is the one
+statement behind it: a conditional ``UPDATE … WHERE status = 'queued'`` that
+both takes the turn and reserves the seqs of its first events, so a duplicate
+job delivery does nothing and writes nothing. (healthchecks ``sendalerts``.)
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections, transaction
+from django.utils import timezone
+
+from ..event_types import PhaseData, TurnStartedData
+from ..events import NewEvent, events_check, events_insert_reserved
+from ..models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
+
+
+@dataclass(frozen=True)
+class ClaimedTurn:
+    """A turn as its claim left it: the columns a driver starts from.
+    ``fresh`` means it never ran before (no recorded step to rebuild)."""
+
+    id: int
+    question: str
+    context: dict[str, Any]
+    meta: dict[str, Any]
+    timings: dict[str, Any]
+    attempts: int
+    max_steps: int
+    job_id: str
+    last_seq: int
+    fresh: bool
+
+
+_CLAIM_COLUMNS = ("question", "context", "meta", "timings", "attempts", "max_steps", "job_id", "last_seq")
+
+
+def event_append_claim(
+    *, turn_id: int, job_id: str, count: int, events: Callable[[ClaimedTurn], Sequence[NewEvent]]
+) -> tuple[ClaimedTurn, list[TurnEvent]] | None:
+    """Claim a queued turn and append its first ``count`` events, in the
+    caller's transaction.
+
+    One ``UPDATE … WHERE status = 'queued' … RETURNING`` sets the turn
+    running under claim token ``job_id`` (``heartbeat_at``, ``phase = act``,
+    ``started_at`` if unset, ``attempts`` at least 1) and reserves ``count``
+    seqs; one ``INSERT`` then writes ``events(turn)``, built from the claimed
+    row (e.g. with its attempt number). A conditional update is the claim, as
+    in healthchecks' ``sendalerts``; making it the statement that reserves the
+    seqs, and returning only the columns a driver needs, saves reading the row
+    back and a second update.
+
+    Returns ``(turn as claimed, its new events)``, or ``None`` when the turn
+    is not queued (a duplicate delivery, already taken, gone) — nothing is
+    written then. Raises ``ValueError`` when ``events(turn)`` does not give
+    ``count`` events of known types (roll the transaction back).
+    """
+    if count < 1:
+        raise ValueError("a claim appends at least one event")
+    now = timezone.now()
+    connection = connections[Turn.objects.db]
+    meta = Turn._meta
+    qn = connection.ops.quote_name
+
+    def prep(name: str, value: Any) -> Any:
+        return meta.get_field(name).get_db_prep_save(value, connection)
+
+    returning = ", ".join(qn(meta.get_field(name).column) for name in _CLAIM_COLUMNS)
+    sql = (
+        f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, "
+        f"{qn('job_id')} = %s, {qn('updated_at')} = %s, {qn('phase')} = %s, "
+        f"{qn('started_at')} = COALESCE({qn('started_at')}, %s), "
+        f"{qn('attempts')} = CASE WHEN {qn('attempts')} < 1 THEN 1 ELSE {qn('attempts')} END, "
+        f"{qn('last_seq')} = {qn('last_seq')} + %s "
+        f"WHERE {qn(meta.pk.column)} = %s AND {qn('status')} = %s "
+        f"RETURNING {returning}, {qn('started_at')} = {qn('heartbeat_at')}"
+    )
+    params = [
+        TurnStatus.RUNNING,
+        prep("heartbeat_at", now),
+        job_id,
+        prep("updated_at", now),
+        TurnPhase.ACT,
+        prep("started_at", now),
+        count,
+        turn_id,
+        TurnStatus.QUEUED,
+    ]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    question, context, turn_meta, timings, attempts, max_steps, token, last_seq, fresh = row
+    turn = ClaimedTurn(
+        id=turn_id,
+        question=question,
+        context=_json_value(context),
+        meta=_json_value(turn_meta),
+        timings=_json_value(timings),
+        attempts=int(attempts),
+        max_steps=int(max_steps),
+        job_id=token,
+        last_seq=int(last_seq),
+        fresh=bool(fresh),
+    )
+    new = list(events(turn))
+    events_check(new)
+    if len(new) != count:
+        raise ValueError(f"the claim reserved {count} seqs but {len(new)} events were given")
+    rows = events_insert_reserved(turn_id=turn_id, after=turn.last_seq - count, events=new, now=now)
+    return turn, rows
+
+
+def _json_value(raw: Any) -> dict[str, Any]:
+    """A JSON column read by a plain cursor: text on SQLite, and on
+    PostgreSQL too (Django loads jsonb as text and decodes it in the field)."""
+    value = json.loads(raw) if isinstance(raw, str | bytes) else raw
+    return dict(value or {})
+
+
+def turn_claim(*, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
+    """Claim a queued turn for this job: ``queued → running`` by a conditional
+    update, with its ``turn.started`` and ``phase: act`` events
+    (``event_append_claim``). Returns the turn as claimed — ``fresh`` when it
+    never ran before, so there is no recorded step to rebuild — or ``None``
+    when someone else has it (or it is no longer queued); then nothing is
+    written. (healthchecks ``sendalerts``.)
+
+    The claim stores a token unique to this claim in ``turn.job_id`` (the job
+    id plus a random suffix); every later write of this driver is conditional
+    on it (``event_append_many(holder=…)``).
+    """
+    job_id = f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
+    with transaction.atomic():
+        claimed = event_append_claim(
+            turn_id=turn_id,
+            job_id=job_id,
+            count=2,
+            events=lambda turn: [
+                NewEvent(EventType.TURN_STARTED, TurnStartedData(attempt=turn.attempts, job_id=job_id)),
+                NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
+            ],
+        )
+    return None if claimed is None else claimed[0]

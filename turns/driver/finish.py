@@ -1,0 +1,157 @@
+"""Ending a turn: map the loop's stop reason to a terminal event and write it (DESIGN.md §4)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from agentlab.agent.loop import LoopResult
+
+# called through the module, so that a test can break every write of the driver at once
+from .. import events as event_log
+from ..event_types import (
+    PhaseData,
+    TurnAnsweredData,
+    TurnAskedData,
+    TurnCancelledData,
+    TurnFailedData,
+)
+from ..events import NewEvent
+from ..meta import meta_with_failure
+from ..models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
+from .policies import TurnPolicy
+
+_FAILED_STOPS = {"max_steps", "timeout", "context_overflow", "provider_error", "error"}
+
+
+def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Map a loop result to (terminal event type, its data, turn fields).
+
+    final → succeeded/answered; asked → succeeded/asked; approval_rejected →
+    cancelled/rejected; cancelled and approval_required → cancelled/cancelled;
+    max_steps, timeout, context_overflow, provider_error, error →
+    failed/failed with the stop reason as the cause.
+    """
+    stop = result.stop_reason
+    steps = result.steps_used
+    fields: dict[str, Any] = {
+        "stop_reason": stop,
+        "steps": steps,
+        "usage": result.usage.to_dict(),
+        "phase": TurnPhase.FINISH,
+        "finished_at": timezone.now(),
+    }
+    if stop == "final":
+        fields.update(
+            status=TurnStatus.SUCCEEDED,
+            outcome=TurnOutcome.ANSWERED,
+            answer=result.answer,
+            evidence=result.evidence,
+            reasoning=result.reasoning,
+        )
+        answered = TurnAnsweredData(
+            stop_reason=stop,
+            steps=steps,
+            answer=result.answer,
+            evidence=result.evidence,
+            reasoning=result.reasoning,
+        )
+        return EventType.TURN_ANSWERED, dict(answered), fields
+    if stop == "asked":
+        fields.update(
+            status=TurnStatus.SUCCEEDED, outcome=TurnOutcome.ASKED, clarifying_question=result.question or ""
+        )
+        asked = TurnAskedData(stop_reason=stop, steps=steps, question=result.question or "")
+        return EventType.TURN_ASKED, dict(asked), fields
+    cancelled = TurnCancelledData(stop_reason=stop, steps=steps)
+    if stop == "approval_rejected":
+        fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.REJECTED)
+        cancelled["reason"] = "a human rejected the approval"
+        return EventType.TURN_CANCELLED, dict(cancelled), fields
+    if stop in ("cancelled", "approval_required"):
+        fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.CANCELLED)
+        if result.pending_call is not None:
+            cancelled["tool"] = result.pending_call.name
+        return EventType.TURN_CANCELLED, dict(cancelled), fields
+    cause = stop if stop in _FAILED_STOPS else "error"
+    fields.update(status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED)
+    failed = TurnFailedData(stop_reason=stop, steps=steps, cause=cause, error=result.error or "")
+    return EventType.TURN_FAILED, dict(failed), fields
+
+
+def finish_write(
+    *,
+    turn_id: int,
+    event_type: str,
+    data: dict[str, Any],
+    fields: dict[str, Any],
+    timings: dict[str, int],
+    meta: dict[str, Any],
+    pending: Sequence[NewEvent] = (),
+    policy: TurnPolicy,
+    holder: str,
+) -> None:
+    """Write the terminal event (after any ``pending`` step events) and the
+    turn's final fields in one transaction. ``timings`` and ``meta`` are the
+    turn's values as claimed: only the driver that holds the turn writes them."""
+    if event_type == EventType.TURN_FAILED:
+        meta = dict(meta_with_failure(meta, cause=data.get("cause"), error=data.get("error")))
+    else:
+        meta = dict(meta)
+    turn_fields = {**fields, "meta": meta, "timings": timings}
+    with transaction.atomic():
+        event_log.event_append_many(
+            turn_id=turn_id,
+            events=[
+                *pending,
+                NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.FINISH)),
+                NewEvent(event_type, data),
+            ],
+            turn_fields=turn_fields,
+            holder=holder,
+        )
+        policy.on_finish(turn_id=turn_id, turn_fields=turn_fields)
+
+
+def finish_unexpected(
+    *,
+    turn_id: int,
+    error: str,
+    usage: dict[str, Any],
+    steps: int,
+    timings: dict[str, int],
+    meta: dict[str, Any],
+    pending: list[NewEvent],
+    pending_fields: dict[str, Any],
+    policy: TurnPolicy,
+    holder: str,
+) -> None:
+    """End a turn whose driver itself raised; only if it is still ours."""
+    if not Turn.objects.filter(
+        pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)
+    ).exists():
+        return
+    fields = {
+        **pending_fields,
+        "status": TurnStatus.FAILED,
+        "outcome": TurnOutcome.FAILED,
+        "stop_reason": "error",
+        "phase": TurnPhase.FINISH,
+        "finished_at": timezone.now(),
+        "usage": usage,
+        "steps": steps,
+    }
+    finish_write(
+        turn_id=turn_id,
+        event_type=EventType.TURN_FAILED,
+        data=dict(TurnFailedData(stop_reason="error", steps=steps, cause="error", error=error)),
+        fields=fields,
+        timings=timings,
+        meta=meta,
+        pending=pending,
+        policy=policy,
+        holder=holder,
+    )

@@ -1,0 +1,135 @@
+"""Persisting the agent loop's reports as events, before its next step (DESIGN.md §8)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from agentlab.agent.loop import CompletionReport, Report, ToolResultReport
+from agentlab.agent.tools import ToolRegistry
+from agentlab.agent.types import ToolCall
+from agentlab.agent.usage import UsageTotals
+from common.db import DatabaseThreads
+
+# called through the module, so that a test can break every write of the driver at once
+from .. import events as event_log
+from ..event_types import LLMUsageData, ThinkingData, ToolCallEventData, ToolResultEventData
+from ..events import NewEvent
+from ..models import EventType
+
+
+class Recorder:
+    """Persists each loop report as events before the loop takes its next step,
+    keeping the turn's running usage and step count on the same write.
+
+    A step that only ends the turn — a completion whose calls are all
+    turn-ending tools (``final_answer``, ``ask_user``), and their successful
+    results — is held back in ``pending`` / ``pending_fields`` and written
+    with the next write: the terminal event's transaction (or the review
+    phase's first event). Nothing but the end of the turn follows such a
+    step, those tools have no side effect, and a process that dies before
+    that write leaves a turn whose resume asks the model again — while every
+    evaluated example saves one transaction. Any other write first flushes
+    what is pending, so the log keeps its order.
+    """
+
+    def __init__(
+        self,
+        *,
+        turn_id: int,
+        holder: str,
+        attempt: int,
+        db: DatabaseThreads,
+        usage: UsageTotals,
+        steps: int,
+        tools: ToolRegistry,
+    ) -> None:
+        self.turn_id = turn_id
+        self.holder = holder
+        self.tools = tools
+        #: step events held back for the finishing transaction (see above)
+        self.pending: list[NewEvent] = []
+        #: turn fields that go with ``pending``
+        self.pending_fields: dict[str, Any] = {}
+        self.attempt = attempt
+        self.db = db
+        self.usage = usage
+        self.steps = steps
+
+    def _ends_turn(self, call: ToolCall) -> bool:
+        tool = self.tools.get(call.name)
+        return tool is not None and tool.ends_turn and call.error is None
+
+    async def __call__(self, report: Report) -> None:
+        events: list[NewEvent]
+        fields: dict[str, Any]
+        if isinstance(report, CompletionReport):
+            c = report.completion
+            self.usage.add(c)
+            self.steps = max(self.steps, report.step)
+            attempt, step = self.attempt, report.step
+            events = []
+            if c.text:
+                events.append(
+                    NewEvent(EventType.THINKING, ThinkingData(attempt=attempt, step=step, text=c.text))
+                )
+            events.append(
+                NewEvent(
+                    EventType.LLM_USAGE,
+                    LLMUsageData(
+                        attempt=attempt,
+                        step=step,
+                        model=c.model,
+                        input_tokens=c.usage.input_tokens,
+                        output_tokens=c.usage.output_tokens,
+                        cost=c.cost,
+                        finish_reason=c.finish_reason,
+                    ),
+                )
+            )
+            events.extend(
+                NewEvent(
+                    EventType.TOOL_CALL,
+                    ToolCallEventData(attempt=attempt, step=step, call=call.to_dict()),  # type: ignore[typeddict-item]
+                )
+                for call in c.tool_calls
+            )
+            fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
+            hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
+        else:
+            assert isinstance(report, ToolResultReport)
+            events = [
+                NewEvent(
+                    EventType.TOOL_RESULT,
+                    ToolResultEventData(
+                        attempt=self.attempt,
+                        step=report.step,
+                        result=report.result.to_dict(),  # type: ignore[typeddict-item]
+                    ),
+                )
+            ]
+            fields = {}
+            hold = self._ends_turn(report.call) and not report.result.is_error
+        if hold:
+            self.pending.extend(events)
+            self.pending_fields.update(fields)
+            return
+        await self.db.run(
+            event_log.event_append_many,
+            turn_id=self.turn_id,
+            events=[*self.pending, *events],
+            turn_fields={**self.pending_fields, **fields},
+            holder=self.holder,
+        )
+        self.pending, self.pending_fields = [], {}
+
+
+@dataclass
+class Attempt:
+    """The driver's running state of the current attempt: its number, the
+    question it is asked and the recorder of its steps."""
+
+    number: int
+    question: str
+    recorder: Recorder
+    act_ms: int = 0

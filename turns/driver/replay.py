@@ -1,0 +1,85 @@
+"""Rebuilding an attempt's recorded steps from the event log (DESIGN.md §8, resume).
+
+A resumed turn reuses the LLM replies and tool results its log already holds
+instead of requesting or running them again; a continued attempt
+(``turn_continue``) is rebuilt on top of the steps of the attempts it
+continues.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from agentlab.agent.types import Completion, Step, ToolCall, ToolResult, Usage
+
+from ..meta import meta_attempts
+from ..models import EventType, TurnEvent
+
+
+def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
+    """Rebuild the agent's steps of one attempt from the turn's event log.
+
+    ``llm.usage`` events carry the completion's usage, model and finish reason,
+    ``thinking`` its text, ``tool.call`` its calls and ``tool.result`` the
+    observations, each tagged with ``step``. A step whose process died between
+    tools comes back with fewer results than calls.
+    """
+    by_step: dict[int, dict[str, Any]] = defaultdict(
+        lambda: {"text": None, "calls": [], "results": [], "usage": None}
+    )
+    rows = TurnEvent.objects.filter(
+        turn_id=turn_id,
+        type__in=[EventType.THINKING, EventType.LLM_USAGE, EventType.TOOL_CALL, EventType.TOOL_RESULT],
+    ).order_by("seq")
+    for row in rows.values_list("type", "data"):
+        etype, data = row
+        if data.get("attempt", 1) != attempt or "step" not in data:
+            continue
+        slot = by_step[int(data["step"])]
+        if etype == EventType.THINKING:
+            slot["text"] = data.get("text")
+        elif etype == EventType.LLM_USAGE:
+            slot["usage"] = data
+        elif etype == EventType.TOOL_CALL:
+            slot["calls"].append(ToolCall.from_dict(data["call"]))
+        else:
+            slot["results"].append(ToolResult.from_dict(data["result"]))
+    steps = []
+    for index in sorted(by_step):
+        slot = by_step[index]
+        usage = slot["usage"]
+        if usage is None:  # the completion itself was never fully recorded
+            break
+        completion = Completion(
+            text=slot["text"],
+            tool_calls=tuple(slot["calls"]),
+            usage=Usage(usage.get("input_tokens"), usage.get("output_tokens")),
+            model=usage.get("model") or "",
+            finish_reason=usage.get("finish_reason"),
+            cost=usage.get("cost"),
+        )
+        steps.append(Step(index=index, completion=completion, results=slot["results"]))
+    return steps
+
+
+def continued_attempts(*, meta: Mapping[str, Any], attempt: int) -> list[int]:
+    """The earlier attempts whose steps attempt ``attempt`` continues from
+    (``turn_continue`` archives them with ``reason == "continue"``), oldest first."""
+    archived = {int(a.get("attempt", 0)): a for a in meta_attempts(meta)}
+    chain: list[int] = []
+    current = attempt
+    while archived.get(current - 1, {}).get("reason") == "continue":
+        current -= 1
+        chain.insert(0, current)
+    return chain
+
+
+def attempt_steps(*, turn_id: int, attempt: int, meta: Mapping[str, Any]) -> tuple[list[Step], list[Step]]:
+    """``(inherited, own)`` recorded steps of ``attempt``: steps of the attempts
+    it continues (not re-run, not counted in its usage) and its own."""
+    inherited: list[Step] = []
+    for earlier in continued_attempts(meta=meta, attempt=attempt):
+        inherited.extend(recorded_steps(turn_id=turn_id, attempt=earlier))
+    return inherited, recorded_steps(turn_id=turn_id, attempt=attempt)

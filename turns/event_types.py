@@ -1,0 +1,274 @@
+"""The payload of every event type, in one place (DESIGN.md §5; STYLE.md 6b, 14).
+
+One ``TypedDict`` per ``EventType`` value, listed in ``PAYLOADS``. Code that
+builds an event builds its payload with these (``PhaseData(phase=…)``), so
+mypy checks the keys; ``event_append_many`` checks that each payload has its
+type's required keys (``payload_check``) and refuses the append otherwise.
+Extra keys are not refused when appending (old rows and tests carry some),
+but the shapes are closed (``extra="forbid"``) for a full check with
+pydantic, as the tests do on the events of driven turns.
+
+Every payload is JSON: what is appended goes through
+``agentlab.agent.text.json_safe``. (Zulip ``zerver/lib/event_types.py``.)
+
+Types whose keys are all optional (``thinking``, ``tool.result``,
+``approval.requested``) are read defensively: a reader treats a step event
+without ``step`` as not part of any step.
+"""
+
+# No ``from __future__ import annotations`` here: with string annotations a
+# class-syntax TypedDict cannot see ``NotRequired`` on Python 3.11, and would
+# count every key as required.
+from collections.abc import Mapping
+from typing import Any, NotRequired
+
+from pydantic import ConfigDict, with_config
+from typing_extensions import TypedDict
+
+from .models import EventType
+
+_CLOSED = ConfigDict(extra="forbid")
+
+# The shape of ``ToolCall.to_dict()`` / ``ToolResult.to_dict()`` (agentlab.agent.types).
+
+
+@with_config(_CLOSED)
+class ToolCallData(TypedDict):
+    id: str
+    name: str
+    arguments: dict[str, Any]
+    raw_arguments: str | None
+    error: str | None
+
+
+@with_config(_CLOSED)
+class ToolResultData(TypedDict):
+    call_id: str
+    name: str
+    output: str
+    is_error: bool
+
+
+@with_config(_CLOSED)
+class CompletionUsageData(TypedDict):
+    """One completion's usage, as a review records it (tokens may be unknown)."""
+
+    model: str
+    input_tokens: int | None
+    output_tokens: int | None
+    cost: float | None
+
+
+# --- the turn's life ------------------------------------------------------------
+
+
+@with_config(_CLOSED)
+class TurnQueuedData(TypedDict):
+    kind: str
+
+
+@with_config(_CLOSED)
+class TurnStartedData(TypedDict):
+    attempt: int
+    job_id: str
+
+
+@with_config(_CLOSED)
+class PhaseData(TypedDict):
+    phase: str
+
+
+# --- steps of an attempt (the driver's recorder; replayed on resume) -----------------
+
+
+@with_config(_CLOSED)
+class ThinkingData(TypedDict, total=False):
+    attempt: int
+    step: int
+    text: str
+
+
+@with_config(_CLOSED)
+class LLMUsageData(TypedDict):
+    attempt: int
+    step: int
+    model: str
+    input_tokens: int | None
+    output_tokens: int | None
+    cost: float | None
+    finish_reason: str | None
+
+
+@with_config(_CLOSED)
+class ToolCallEventData(TypedDict):
+    attempt: int
+    step: int
+    call: ToolCallData
+
+
+@with_config(_CLOSED)
+class ToolResultEventData(TypedDict, total=False):
+    attempt: int
+    step: int
+    result: ToolResultData
+
+
+# --- approvals -------------------------------------------------------------------
+
+
+@with_config(_CLOSED)
+class ApprovalRequestedData(TypedDict, total=False):
+    approval_id: int
+    call: ToolCallData
+    #: ISO-8601, or ``None`` without ``APPROVAL_TIMEOUT_S``
+    deadline: str | None
+    #: the pending approval was found again when the turn was resumed
+    resumed: bool
+
+
+@with_config(_CLOSED)
+class ApprovalResolvedData(TypedDict):
+    approval_id: int
+    status: str
+    #: the deciding user's username; ``None`` when it expired
+    by: str | None
+    tool: str | None
+
+
+# --- review and attempts -------------------------------------------------------------
+
+
+@with_config(_CLOSED)
+class ReviewData(TypedDict):
+    """A review of one attempt; also kept as ``Turn.meta["review"]``."""
+
+    attempt: int
+    verdict: str
+    note: str
+    retry_instruction: str | None
+    usage: CompletionUsageData | None
+    #: arrived after a chat turn finished without it
+    late: bool
+    error: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class PreviousAttemptData(TypedDict):
+    attempt: int
+    status: str
+    outcome: str
+    stop_reason: str
+    answer: NotRequired[str]
+
+
+#: ``reason``: ``"review"`` (the driver, on a retry verdict: with
+#: ``instruction``), ``"retry"`` (``turn_retry``: with ``from`` and ``by``) or
+#: ``"continue"`` (``turn_continue``: also ``extra_steps`` and ``max_steps``).
+AttemptRetryData = TypedDict(
+    "AttemptRetryData",
+    {
+        "attempt": int,
+        "reason": str,
+        "previous": PreviousAttemptData,
+        "instruction": NotRequired[str | None],
+        "from": NotRequired[str],
+        "by": NotRequired[str | None],
+        "extra_steps": NotRequired[int],
+        "max_steps": NotRequired[int],
+    },
+)
+# ``with_config`` as a statement: the functional syntax (``from`` is a keyword)
+AttemptRetryData.__pydantic_config__ = _CLOSED  # type: ignore[attr-defined]
+
+
+# --- terminal and lifecycle events -------------------------------------------------------
+
+
+@with_config(_CLOSED)
+class TurnAnsweredData(TypedDict):
+    stop_reason: str
+    steps: int
+    answer: str
+    evidence: str
+    reasoning: str
+
+
+@with_config(_CLOSED)
+class TurnAskedData(TypedDict):
+    stop_reason: str
+    steps: int
+    question: str
+
+
+@with_config(_CLOSED)
+class TurnFailedData(TypedDict):
+    stop_reason: str
+    steps: int
+    #: ``max_steps``, ``timeout``, ``context_overflow``, ``provider_error`` or ``error``
+    cause: str
+    error: str
+
+
+@with_config(_CLOSED)
+class TurnCancelledData(TypedDict):
+    stop_reason: str
+    steps: int
+    #: who asked (``turn_cancel``); ``None`` for the system
+    by: NotRequired[str | None]
+    #: why, when a human rejected (or let expire) an approval
+    reason: NotRequired[str]
+    #: the tool whose approval was pending
+    tool: NotRequired[str]
+
+
+@with_config(_CLOSED)
+class TurnInterruptedData(TypedDict):
+    reason: str
+    #: the status the turn had (``running``, ``waiting``)
+    was: str
+
+
+TurnResumedData = TypedDict("TurnResumedData", {"from": str, "by": str | None})
+TurnResumedData.__pydantic_config__ = _CLOSED  # type: ignore[attr-defined]
+
+
+#: Every event type and the ``TypedDict`` of its payload.
+PAYLOADS: dict[str, type[Any]] = {
+    EventType.TURN_QUEUED: TurnQueuedData,
+    EventType.TURN_STARTED: TurnStartedData,
+    EventType.PHASE: PhaseData,
+    EventType.THINKING: ThinkingData,
+    EventType.LLM_USAGE: LLMUsageData,
+    EventType.TOOL_CALL: ToolCallEventData,
+    EventType.TOOL_RESULT: ToolResultEventData,
+    EventType.APPROVAL_REQUESTED: ApprovalRequestedData,
+    EventType.APPROVAL_RESOLVED: ApprovalResolvedData,
+    EventType.REVIEW: ReviewData,
+    EventType.ATTEMPT_RETRY: AttemptRetryData,
+    EventType.TURN_ANSWERED: TurnAnsweredData,
+    EventType.TURN_ASKED: TurnAskedData,
+    EventType.TURN_FAILED: TurnFailedData,
+    EventType.TURN_CANCELLED: TurnCancelledData,
+    EventType.TURN_INTERRUPTED: TurnInterruptedData,
+    EventType.TURN_RESUMED: TurnResumedData,
+}
+
+_REQUIRED: dict[str, frozenset[str]] = {
+    str(event_type): frozenset(payload.__required_keys__) for event_type, payload in PAYLOADS.items()
+}
+
+
+def payload_check(event_type: str, data: Mapping[str, Any]) -> None:
+    """Raise ``ValueError`` naming the event type and the missing keys when
+    ``data`` lacks a required key of ``event_type``'s payload, or when the
+    type is not an ``EventType`` value. Extra keys pass (see the module
+    docstring)."""
+    required = _REQUIRED.get(event_type)
+    if required is None:
+        raise ValueError(f"unknown event type {event_type!r}; expected one of {sorted(_REQUIRED)}")
+    missing = required.difference(data)
+    if missing:
+        raise ValueError(
+            f"{event_type} event payload is missing {', '.join(sorted(missing))} "
+            f"(got keys: {', '.join(sorted(map(str, data))) or 'none'})"
+        )

@@ -1,0 +1,394 @@
+"""Writes on turns (HackSoft "services"): create, cancel, interrupt, resume, retry, continue.
+
+Every change of a turn's status that watchers must see goes through the event
+log (``turns.events.event_append_many``) in the same transaction. These only
+change state; ``turns.services.conversations`` hands turns to a job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from common.errors import StateConflict
+
+from ..event_types import (
+    AttemptRetryData,
+    PreviousAttemptData,
+    TurnCancelledData,
+    TurnInterruptedData,
+    TurnQueuedData,
+    TurnResumedData,
+)
+from ..events import NewEvent, event_append_each, event_append_many
+from ..meta import ArchivedAttempt, AttemptReason, TurnMeta, attempt_archive, meta_cancel_by, meta_with_cancel
+from ..models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
+
+
+def turn_create(
+    *,
+    owner: AbstractBaseUser,
+    question: str,
+    conversation: Conversation | None = None,
+    kind: str = TurnKind.CHAT,
+    context: dict[str, Any] | None = None,
+    max_steps: int = 6,
+    model: str = "",
+) -> Turn:
+    """Create a queued turn and its ``turn.queued`` event, in one transaction.
+
+    Raises ``ValueError`` for an empty question or ``max_steps < 1``; nothing
+    is written then.
+    """
+    if not question or not question.strip():
+        raise ValueError("a turn needs a non-empty question")
+    if max_steps < 1:
+        raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+    with transaction.atomic():
+        position = 1
+        if conversation is not None:
+            position = conversation.turns.count() + 1
+        turn = Turn.objects.create(
+            owner=owner,
+            conversation=conversation,
+            kind=kind,
+            position=position,
+            question=question,
+            context=context or {},
+            max_steps=max_steps,
+            model=model,
+            status=TurnStatus.QUEUED,
+        )
+        event_append_many(
+            turn_id=turn.pk, events=[NewEvent(EventType.TURN_QUEUED, TurnQueuedData(kind=kind))]
+        )
+    turn.last_seq = 1
+    return turn
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    """One turn for ``turn_create_many``: its question, tool context (JSON),
+    step budget and model name."""
+
+    question: str
+    context: dict[str, Any]
+    max_steps: int
+    model: str = ""
+
+
+def turn_create_many(
+    *, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION
+) -> list[Turn]:
+    """Create many queued turns without a conversation (an evaluation run's
+    examples) with their ``turn.queued`` events, in one transaction and a
+    handful of statements (``bulk_create``, then ``event_append_each``).
+    Returns them in order. Raises ``ValueError`` as ``turn_create`` does;
+    nothing is written then."""
+    for spec in turns:
+        if not spec.question or not spec.question.strip():
+            raise ValueError("a turn needs a non-empty question")
+        if spec.max_steps < 1:
+            raise ValueError(f"max_steps must be at least 1, got {spec.max_steps}")
+    with transaction.atomic():
+        created = Turn.objects.bulk_create(
+            [
+                Turn(
+                    owner=owner,
+                    kind=kind,
+                    position=1,
+                    question=spec.question,
+                    context=spec.context or {},
+                    max_steps=spec.max_steps,
+                    model=spec.model,
+                    status=TurnStatus.QUEUED,
+                )
+                for spec in turns
+            ]
+        )
+        event_append_each(
+            turn_ids=[t.pk for t in created], event=NewEvent(EventType.TURN_QUEUED, TurnQueuedData(kind=kind))
+        )
+    for turn in created:
+        turn.last_seq = 1
+    return created
+
+
+def username_of(user: AbstractBaseUser | None) -> str | None:
+    """How an event names the user who acted (``None`` for the system)."""
+    return user.get_username() if user is not None else None
+
+
+def turn_cancel(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Ask a turn to stop.
+
+    A queued or interrupted turn is cancelled at once (``turn.cancelled``); a
+    running or waiting one gets its cancel flag set, which its driver sees
+    within ``CANCEL_POLL_S`` and ends with ``turn.cancelled`` itself. Who asked
+    is kept in ``meta["cancel"]`` and named (``by``) in the ``turn.cancelled``
+    event. Raises ``StateConflict`` for a finished turn, changing nothing.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.is_terminal:
+            raise StateConflict(f"turn {turn_id} has already finished ({turn.status})")
+        meta = meta_with_cancel(turn.meta, by=username_of(acting_user), at=timezone.now().isoformat())
+        if turn.status in (TurnStatus.QUEUED, TurnStatus.INTERRUPTED):
+            event_append_many(
+                turn_id=turn_id,
+                events=[
+                    NewEvent(
+                        EventType.TURN_CANCELLED,
+                        TurnCancelledData(
+                            stop_reason="cancelled", steps=turn.steps, by=username_of(acting_user)
+                        ),
+                    )
+                ],
+                turn_fields={
+                    "status": TurnStatus.CANCELLED,
+                    "outcome": TurnOutcome.CANCELLED,
+                    "stop_reason": "cancelled",
+                    "cancel_requested": True,
+                    "finished_at": timezone.now(),
+                    "meta": meta,
+                },
+            )
+        else:
+            Turn.objects.filter(pk=turn_id).update(cancel_requested=True, meta=meta)
+    turn.refresh_from_db()
+    return turn
+
+
+def turn_interrupt(*, turn_id: int, reason: str) -> bool:
+    """Mark an active turn whose job is gone as interrupted (``turn.interrupted``).
+
+    A turn whose cancel was asked for (its driver died before it saw the
+    flag) is not left to be resumed: it ends at once, ``turn.interrupted``
+    then ``turn.cancelled``, status ``cancelled`` — an accepted cancel is
+    never lost. Returns ``False`` and writes nothing when the turn is no
+    longer active.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.status not in ACTIVE_STATUSES:
+            return False
+        events = [NewEvent(EventType.TURN_INTERRUPTED, TurnInterruptedData(reason=reason, was=turn.status))]
+        fields: dict[str, Any] = {"status": TurnStatus.INTERRUPTED}
+        if turn.cancel_requested:
+            by = meta_cancel_by(turn.meta)
+            events.append(
+                NewEvent(
+                    EventType.TURN_CANCELLED,
+                    TurnCancelledData(stop_reason="cancelled", steps=turn.steps, by=by),
+                )
+            )
+            fields = {
+                "status": TurnStatus.CANCELLED,
+                "outcome": TurnOutcome.CANCELLED,
+                "stop_reason": "cancelled",
+                "finished_at": timezone.now(),
+            }
+        event_append_many(turn_id=turn_id, events=events, turn_fields=fields)
+    return True
+
+
+def turn_resume(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Put an interrupted or failed turn back to ``queued`` (``turn.resumed``).
+
+    The driver that claims it next rebuilds the agent's state from the event
+    log and continues at the next seq. Raises ``StateConflict`` for a turn that
+    cannot be resumed, changing nothing.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if not turn.can_resume():
+            raise StateConflict(f"turn {turn_id} cannot be resumed from status {turn.status}")
+        event_append_many(
+            turn_id=turn_id,
+            events=[
+                NewEvent(
+                    EventType.TURN_RESUMED,
+                    TurnResumedData({"from": turn.status, "by": username_of(acting_user)}),
+                )
+            ],
+            turn_fields={
+                "status": TurnStatus.QUEUED,
+                "outcome": "",
+                "stop_reason": "",
+                "cancel_requested": False,
+                "finished_at": None,
+            },
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+#: A retry starts a new attempt; ``turn_resume`` continues the same one.
+RETRYABLE_STATUSES = frozenset({TurnStatus.FAILED, TurnStatus.INTERRUPTED, TurnStatus.CANCELLED})
+
+
+def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Start a failed, interrupted or cancelled turn over as a new attempt (``attempt.retry``).
+
+    ``turn_resume`` continues the current attempt from its event log; a retry
+    instead archives the current attempt's result and puts the turn back to
+    ``queued`` with ``attempts`` one higher, so the driver that claims it next
+    finds no recorded steps for the new attempt number and starts afresh
+    (``recorded_steps`` reads events by their ``attempt``). A turn that never
+    started (``attempts == 0``) counts as having had attempt 1.
+
+    In one transaction, under the turn's row lock: the attempt's status,
+    outcome, stop reason, answer, evidence, reasoning, clarifying question,
+    steps, usage, timings, failure cause/error and finish time are appended to
+    ``meta["attempts"]`` (a list of dicts, oldest first) and cleared on the
+    turn, and an ``attempt.retry`` event is written with data
+    ``{"attempt": new, "from": old status, "previous": {attempt, status,
+    outcome, stop_reason}, "by": username | None}``.
+
+    Raises ``StateConflict`` for a turn in any other status, changing nothing;
+    ``Turn.DoesNotExist`` for an unknown turn.
+    """
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.status not in RETRYABLE_STATUSES:
+            raise StateConflict(
+                f"turn {turn_id} cannot be retried from status {turn.status}; "
+                f"only {', '.join(sorted(RETRYABLE_STATUSES))} turns can"
+            )
+        previous = max(turn.attempts, 1)
+        meta, archived = _archive(turn, attempt=previous, reason="retry")
+        event_append_many(
+            turn_id=turn_id,
+            events=[
+                NewEvent(
+                    EventType.ATTEMPT_RETRY,
+                    AttemptRetryData(
+                        {
+                            "attempt": previous + 1,
+                            "reason": "retry",
+                            "from": turn.status,
+                            "by": username_of(acting_user),
+                            "previous": _previous(archived),
+                        }
+                    ),
+                )
+            ],
+            turn_fields={
+                "status": TurnStatus.QUEUED,
+                "attempts": previous + 1,
+                "phase": "",
+                "outcome": "",
+                "stop_reason": "",
+                "answer": "",
+                "evidence": "",
+                "reasoning": "",
+                "clarifying_question": "",
+                "steps": 0,
+                "usage": {},
+                "timings": {},
+                "meta": meta,
+                "cancel_requested": False,
+                "finished_at": None,
+            },
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+def turn_continue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+    """Give a turn that failed with stop reason ``max_steps`` ``extra_steps``
+    more steps, as a new attempt that continues from the previous one's
+    recorded steps (no LLM call or tool is repeated).
+
+    In one transaction, under the turn's row lock: the attempt is archived in
+    ``meta["attempts"]`` as ``turn_retry`` does, with ``reason: "continue"``
+    (which tells the driver to rebuild the new attempt on top of it, see
+    ``turns.driver.replay.attempt_steps``); ``max_steps`` grows by ``extra_steps``;
+    ``attempt.retry`` ``{"attempt", "reason": "continue", "extra_steps",
+    "max_steps", "previous", "by"}`` is written and the turn is ``queued``.
+    The caller enqueues it (``turn_continue_and_enqueue``).
+
+    Raises ``ValueError`` for ``extra_steps < 1``, ``StateConflict`` for a
+    turn that is not failed with ``max_steps``; nothing is written then.
+    """
+    if extra_steps < 1:
+        raise ValueError(f"extra_steps must be at least 1, got {extra_steps}")
+    with transaction.atomic():
+        turn = Turn.objects.select_for_update().get(pk=turn_id)
+        if turn.status != TurnStatus.FAILED or turn.stop_reason != "max_steps":
+            raise StateConflict(
+                f"turn {turn_id} can only be continued after failing with max_steps "
+                f"(it is {turn.status}, stop reason {turn.stop_reason or 'none'})"
+            )
+        previous = max(turn.attempts, 1)
+        meta, archived = _archive(turn, attempt=previous, reason="continue")
+        max_steps = turn.max_steps + extra_steps
+        event_append_many(
+            turn_id=turn_id,
+            events=[
+                NewEvent(
+                    EventType.ATTEMPT_RETRY,
+                    AttemptRetryData(
+                        {
+                            "attempt": previous + 1,
+                            "reason": "continue",
+                            "extra_steps": extra_steps,
+                            "max_steps": max_steps,
+                            "from": turn.status,
+                            "by": username_of(acting_user),
+                            "previous": _previous(archived),
+                        }
+                    ),
+                )
+            ],
+            turn_fields={
+                "status": TurnStatus.QUEUED,
+                "attempts": previous + 1,
+                "max_steps": max_steps,
+                "phase": "",
+                "outcome": "",
+                "stop_reason": "",
+                "usage": {},
+                "timings": {},
+                "meta": meta,
+                "cancel_requested": False,
+                "finished_at": None,
+            },
+        )
+    turn.refresh_from_db()
+    return turn
+
+
+def _archive(turn: Turn, *, attempt: int, reason: AttemptReason) -> tuple[TurnMeta, ArchivedAttempt]:
+    """Archive the turn's current attempt from its row (``turns.meta.attempt_archive``)."""
+    return attempt_archive(
+        turn.meta,
+        attempt=attempt,
+        reason=reason,
+        status=turn.status,
+        outcome=turn.outcome,
+        stop_reason=turn.stop_reason,
+        answer=turn.answer,
+        evidence=turn.evidence,
+        reasoning=turn.reasoning,
+        steps=turn.steps,
+        usage=turn.usage or {},
+        finished_at=turn.finished_at.isoformat() if turn.finished_at else None,
+        clarifying_question=turn.clarifying_question,
+        max_steps=turn.max_steps,
+        timings=turn.timings or {},
+    )
+
+
+def _previous(archived: ArchivedAttempt) -> PreviousAttemptData:
+    return PreviousAttemptData(
+        attempt=archived["attempt"],
+        status=archived["status"],
+        outcome=archived["outcome"],
+        stop_reason=archived["stop_reason"],
+    )
