@@ -227,7 +227,9 @@ def attempt_archive(
         finished_at=finished_at,
     )
     if reason == "review":
-        archived.update(question=question or "", review=new.pop("review", None), trace=list(trace or []))
+        archived["question"] = question or ""
+        archived["review"] = new.pop("review", None)
+        archived["trace"] = [dict(step) for step in trace or []]
         new["retry_context"] = RetryContext(previous_answer=answer, instruction=retry_instruction)
     else:
         if reason == "retry":
@@ -236,7 +238,9 @@ def attempt_archive(
             new.pop("review", None)
         elif max_steps is not None:
             archived["max_steps"] = max_steps
-        archived.update(timings=dict(timings or {}), failure_cause=failure_cause, failure_error=failure_error)
+        archived["timings"] = dict(timings or {})
+        archived["failure_cause"] = failure_cause
+        archived["failure_error"] = failure_error
     archived = cast(ArchivedAttempt, json_safe(archived))
     new["attempts"] = [*meta_attempts(new), archived]
     return new, archived

@@ -104,11 +104,9 @@ def approval_open(*, turn_id: int, call: ToolCall, holder: str) -> tuple[int, st
             )
         else:
             data["resumed"] = True
-        data.update(
-            approval_id=approval.pk,
-            call=call.to_dict(),  # type: ignore[typeddict-item]
-            deadline=approval.deadline.isoformat() if approval.deadline else None,
-        )
+        data["approval_id"] = approval.pk
+        data["call"] = call.to_dict()  # type: ignore[typeddict-item]
+        data["deadline"] = approval.deadline.isoformat() if approval.deadline else None
         event_append_many(
             turn_id=turn_id,
             events=[NewEvent(EventType.APPROVAL_REQUESTED, data)],
