@@ -207,7 +207,8 @@ async def drive_turn(
         fields["usage"] = current.recorder.usage.to_dict()
         if result.stop_reason == "cancelled":
             # turn_cancel wrote who asked into meta after this driver claimed
-            meta = meta_of({**meta, "cancel": (await db.run(turn_meta, turn_id=turn_id)).get("cancel")})
+            cancel_request = meta_of(await db.run(turn_meta, turn_id=turn_id)).get("cancel")
+            meta = meta_of({**meta, "cancel": cancel_request})
             data["by"] = meta_cancel_by(meta)
         if result.stop_reason == "approval_rejected" and result.pending_call is not None:
             status = await db.run(approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)

@@ -31,6 +31,7 @@ from ..events import NewEvent
 from ..meta import (
     TurnMeta,
     attempt_archive,
+    meta_attempts,
     meta_of,
     meta_retry_context,
     meta_review_retries,
@@ -145,7 +146,7 @@ async def retry_after_review(
     current = await db.run(turn_meta, turn_id=turn_id)
     # what others wrote since the claim (a cancel request) wins over our copy
     merged = meta_of({**current, **{k: v for k, v in meta.items() if k not in current}})
-    merged["attempts"] = list(current.get("attempts", []))
+    merged["attempts"] = meta_attempts(current)
     if "review" in meta:  # the archive keeps the review just made, whatever the row holds
         merged["review"] = meta["review"]
     new_meta, _ = attempt_archive(
