@@ -14,8 +14,8 @@ from django.utils import timezone
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
 from common.errors import NotFound, StateConflict
+from turns import dispatch, jobs
 from turns import job_ids as ids
-from turns import jobs
 from turns.driver import turn_claim
 from turns.models import Conversation, Turn, TurnEvent
 from turns.selectors import events_after
@@ -211,7 +211,7 @@ def test_the_sweeper_interrupts_stale_turns_and_leaves_fresh_ones(owner):
 
 
 def test_sweep_turns_command(owner, capsys, monkeypatch):
-    monkeypatch.setattr(jobs, "turn_enqueue", lambda turn_id: None)
+    monkeypatch.setattr(dispatch, "turn_enqueue", lambda turn_id: None)
     stale = running_turn(owner, heartbeat_age_s=10)
     queued_turn(owner, age_s=10)
     call_command("sweep_turns", "--stale-s", "5")
@@ -230,7 +230,7 @@ def queued_turn(owner, *, age_s: float, kind: str = "chat") -> Turn:
 
 def test_the_sweep_hands_lost_queued_chat_turns_over_again_once_per_period(owner, monkeypatch):
     handed: list[int] = []
-    monkeypatch.setattr(jobs, "turn_enqueue", handed.append)
+    monkeypatch.setattr(dispatch, "turn_enqueue", handed.append)
     lost = queued_turn(owner, age_s=300)
     recent = queued_turn(owner, age_s=1)
     evaluation = queued_turn(owner, age_s=300, kind="evaluation")  # run_eval drives its own
