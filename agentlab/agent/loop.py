@@ -22,14 +22,14 @@ would lose it) and ``asyncio.CancelledError`` propagate.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
-from agentlab.agent.protocol import observation_message, parse_tool_calls, system_prompt
+from agentlab.agent.messages import build_messages, step_calls
+from agentlab.agent.protocol import parse_tool_calls
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.types import (
@@ -181,66 +181,22 @@ class AgentLoop:
     def native_tools(self) -> bool:
         return bool(getattr(self.provider, "native_tools", False))
 
-    # ------------------------------------------------------------------ messages
-
     def build_messages(
         self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
     ) -> list[dict[str, Any]]:
-        """The chat messages for the next LLM call after ``steps``.
-
-        The system prompt covers the tools offered in ``context`` (``None``: an
-        empty context, as in ``run``). Native tools: each step is an assistant
-        message with ``tool_calls`` (``arguments`` re-serialised from the parsed object so the request
-        stays valid JSON even when the model sent broken JSON) followed by one
-        ``tool`` message per result. JSON-in-text: the assistant's text, then
-        one user message with every observation of that step.
-        """
+        """The chat messages for the next LLM call after ``steps``
+        (``agentlab.agent.messages.build_messages``), with the system prompt
+        of the tools offered in ``context`` (``None``: an empty context, as
+        in ``run``)."""
         return self._messages(question, steps, self.tools.offered(context or ToolContext()))
 
     def _messages(self, question: str, steps: Sequence[Step], tools: ToolRegistry) -> list[dict[str, Any]]:
-        messages: list[dict[str, Any]] = [
-            {
-                "role": "system",
-                "content": system_prompt(tools, native_tools=self.native_tools, base=self.system_prompt),
-            },
-            {"role": "user", "content": question},
-        ]
-        for step in steps:
-            completion = step.completion
-            calls = self._calls_of(step)
-            if self.native_tools:
-                message: dict[str, Any] = {"role": "assistant", "content": completion.text}
-                if calls:
-                    message["tool_calls"] = [
-                        {
-                            "id": call.id,
-                            "type": "function",
-                            "function": {
-                                "name": call.name,
-                                "arguments": json.dumps(call.arguments, ensure_ascii=False),
-                            },
-                        }
-                        for call in calls
-                    ]
-                elif message["content"] is None:
-                    message["content"] = ""
-                messages.append(message)
-                by_id = {r.call_id: r for r in step.results}
-                for call in calls:
-                    result = by_id.get(call.id)
-                    if result is not None:
-                        messages.append({"role": "tool", "tool_call_id": call.id, "content": result.output})
-            else:
-                messages.append({"role": "assistant", "content": completion.text or ""})
-                if step.results:
-                    messages.append({"role": "user", "content": observation_message(step.results)})
-        return messages
+        return build_messages(
+            question, steps, tools, native_tools=self.native_tools, base_prompt=self.system_prompt
+        )
 
     def _calls_of(self, step: Step) -> list[ToolCall]:
-        completion = step.completion
-        if completion.tool_calls or self.native_tools:
-            return list(completion.tool_calls)
-        return parse_tool_calls(completion.text, step=step.index)
+        return step_calls(step, native_tools=self.native_tools)
 
     # ------------------------------------------------------------------ run
 
