@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
@@ -31,6 +30,7 @@ from typing import Any, Literal, TypeVar
 from agentlab.agent.messages import build_messages, step_calls
 from agentlab.agent.protocol import parse_tool_calls
 from agentlab.agent.retry import complete_with_retries
+from agentlab.agent.stops import LoopStop, check_stop, guarded
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.types import (
     Completion,
@@ -97,18 +97,6 @@ class LoopResult:
     usage: UsageTotals
     error: str | None = None
     pending_call: ToolCall | None = None
-
-
-class _Stop(Exception):
-    """Ends the run early with a stop reason (cancel, timeout, approval)."""
-
-    def __init__(
-        self, stop_reason: StopReason, error: str | None = None, pending_call: ToolCall | None = None
-    ):
-        super().__init__(stop_reason)
-        self.stop_reason: StopReason = stop_reason
-        self.error = error
-        self.pending_call = pending_call
 
 
 class _ReportFailed(Exception):
@@ -239,7 +227,7 @@ class AgentLoop:
             outcome = await self._run(run)
         except _ReportFailed as exc:
             raise exc.error from None
-        except _Stop as stop:
+        except LoopStop as stop:
             return self._result(
                 run, _Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
             )
@@ -293,7 +281,7 @@ class AgentLoop:
                     return outcome
         # 3. New steps.
         while len(run.steps) < self.max_steps:
-            self._check_stop(run)
+            check_stop(run.cancel, run.deadline)
             index = len(run.steps) + 1
             messages = self._messages(run.question, run.steps, run.tools)
             completion = await self._guard(
@@ -357,7 +345,7 @@ class AgentLoop:
 
     async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> _Outcome | None:
         for call in calls:
-            self._check_stop(run)
+            check_stop(run.cancel, run.deadline)
             # an unavailable tool is not approved first: execute answers "unknown tool"
             tool = run.tools.get(call.name)
             if tool is not None and tool.needs_approval and call.error is None:
@@ -365,9 +353,9 @@ class AgentLoop:
                 if run.approval is not None:
                     decision = await self._guard(run, run.approval(call))
                 if decision == "rejected":
-                    raise _Stop("approval_rejected", f"{call.name} was rejected", pending_call=call)
+                    raise LoopStop("approval_rejected", f"{call.name} was rejected", pending_call=call)
                 if decision != "approved":
-                    raise _Stop("approval_required", f"{call.name} needs an approval", pending_call=call)
+                    raise LoopStop("approval_required", f"{call.name} needs an approval", pending_call=call)
             result = await self._guard(run, self.tools.execute(call, run.context))
             step.results.append(result)
             await self._report(run, ToolResultReport(step=step.index, call=call, result=result))
@@ -388,38 +376,6 @@ class AgentLoop:
         except Exception as exc:
             raise _ReportFailed(exc) from exc
 
-    def _check_stop(self, run: _Run) -> None:
-        if run.cancel is not None and run.cancel.is_set():
-            raise _Stop("cancelled")
-        if run.deadline is not None and time.monotonic() >= run.deadline:
-            raise _Stop("timeout", "the turn's deadline passed")
-
     async def _guard(self, run: _Run, awaitable: Awaitable[T]) -> T:
-        """Await ``awaitable`` unless ``cancel`` is set or the deadline passes
-        first; then cancel it and raise ``_Stop``. A sync tool running in a
-        worker thread cannot be interrupted: it finishes in the background and
-        its result is dropped."""
-        self._check_stop(run)
-        task: asyncio.Future[T] = asyncio.ensure_future(awaitable)
-        if run.cancel is None and run.deadline is None:
-            return await task
-        waiter = asyncio.ensure_future(run.cancel.wait()) if run.cancel is not None else None
-        try:
-            timeout = None if run.deadline is None else max(0.0, run.deadline - time.monotonic())
-            pending = {task} | ({waiter} if waiter is not None else set())
-            done, _ = await asyncio.wait(pending, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
-            if task in done:
-                return task.result()
-            if waiter is not None and waiter in done:
-                raise _Stop("cancelled")
-            raise _Stop("timeout", "the turn's deadline passed")
-        finally:
-            if waiter is not None and not waiter.done():
-                waiter.cancel()
-            if not task.done():
-                task.cancel()
-                # Give the inner call a moment to unwind (close its HTTP
-                # request); never wait long — cancel must be prompt.
-                await asyncio.wait({task}, timeout=0.5)
-            if task.done() and not task.cancelled():
-                task.exception()  # mark retrieved: no "exception never retrieved" noise
+        """``stops.guarded`` under this run's cancel flag and deadline."""
+        return await guarded(awaitable, cancel=run.cancel, deadline=run.deadline)
