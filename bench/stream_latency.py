@@ -34,6 +34,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 from agentlab.testing.net import free_port, wait_for_port
 
@@ -107,14 +108,15 @@ async def raw_baseline(dbname: str, subscribers: int, events: int, interval: flo
     return latencies
 
 
-async def open_sockets(urls: list[str], headers: dict[str, str], origin: str) -> list:
+async def open_sockets(urls: list[str], headers: dict[str, str], origin: str) -> list[Any]:
     from websockets.asyncio.client import connect
+    from websockets.typing import Origin
 
     sockets = []
     for start in range(0, len(urls), 50):
         sockets += await asyncio.gather(
             *(
-                connect(u, origin=origin, additional_headers=headers, max_queue=None, open_timeout=30)
+                connect(u, origin=Origin(origin), additional_headers=headers, max_queue=None, open_timeout=30)
                 for u in urls[start : start + 50]
             )
         )
@@ -283,6 +285,7 @@ def main() -> int:
             env=env,
         )
         wait_for_port(port, timeout=30, process=daphne, what="daphne")
+        assert store.session_key is not None
         asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
     finally:
         if daphne is not None:

@@ -17,7 +17,7 @@ from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import connections, router
-from django.db.models import Model
+from django.db.models import Field, Model
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -88,6 +88,7 @@ def column_assignments(
     fragments, params = [], []
     for name, value in values.items():
         field = meta.get_field(name)
+        assert isinstance(field, Field), f"{model.__name__}.{name} is a relation, not a column"
         fragments.append(f"{qn(field.column)} = %s")
         params.append(field.get_db_prep_save(value, connection))
     return fragments, params
@@ -104,9 +105,10 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     connection = connections[router.db_for_write(model)]
     fragments, params = column_assignments(model, values, connection)
     qn = connection.ops.quote_name
-    sql = (
-        f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(model._meta.pk.column)} = %s"
-    )
+    pk_field = model._meta.pk
+    assert pk_field is not None and pk_field.column is not None
+    sql = f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(pk_field.column)} = %s"
     with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, model._meta.pk.get_db_prep_value(pk, connection)])
-        return cursor.rowcount
+        cursor.execute(sql, [*params, pk_field.get_db_prep_value(pk, connection)])
+        rowcount: int = cursor.rowcount
+        return rowcount
