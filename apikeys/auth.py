@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.http import HttpRequest
 from ninja.errors import HttpError
 from ninja.security import APIKeyCookie, APIKeyHeader
@@ -42,7 +42,7 @@ class SessionAuth(APIKeyCookie):
     def __init__(self) -> None:
         super().__init__(csrf=False)  # checked below, after the user
 
-    def authenticate(self, request: HttpRequest, key: str | None) -> AbstractBaseUser | None:
+    def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
         user = request.user
         if not user.is_authenticated:
             if _api_key_sent(request):
@@ -54,7 +54,7 @@ class SessionAuth(APIKeyCookie):
             and check_csrf(request) is not None
         ):
             raise HttpError(403, "CSRF check failed: send the csrftoken cookie's value as X-CSRFToken")
-        return user  # type: ignore[return-value]
+        return user
 
 
 class ApiKeyAuth(APIKeyHeader):

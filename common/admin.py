@@ -14,6 +14,8 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.db.models import Count, IntegerField, Model, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.http import HttpRequest
@@ -155,6 +157,15 @@ class StaffReadOnlyAdmin(admin.ModelAdmin):
     def is_staff(request: HttpRequest) -> bool:
         user = request.user
         return bool(user.is_active and user.is_staff)
+
+    @staticmethod
+    def acting_user(request: HttpRequest) -> User:
+        """The staff user behind an admin action (the admin site only lets staff in,
+        so an anonymous user here is a wiring error, not an input)."""
+        user = request.user
+        if not isinstance(user, User):
+            raise PermissionDenied("admin actions need a logged-in staff user")
+        return user
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return self.is_staff(request)

@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.contrib.auth.models import User
+from django.http import HttpRequest
 from ninja import Field, Schema
 from ninja.pagination import LimitOffsetPagination
 
@@ -69,3 +71,12 @@ class Pagination(LimitOffsetPagination):
     class Input(Schema):
         limit: int = Field(50, ge=1, le=500)
         offset: int = Field(0, ge=0, le=2**31 - 1)
+
+
+class AuthedRequest(HttpRequest):
+    """The request a router's handler receives once django-ninja's auth has passed:
+    ``auth`` is what the auth callable returned, the acting user. For type checking
+    only — ninja hands the handler an ordinary ``HttpRequest`` with ``auth`` set,
+    and finds the request parameter by its name."""
+
+    auth: User

@@ -76,6 +76,30 @@ class DatabaseThreads:
         self.close()
 
 
+def concrete_field(model: type[Model], name: str) -> Field[Any, Any]:
+    """The field ``name`` of ``model`` that has a column of its own (a foreign key
+    counts, by its ``…_id`` column). Raises ``FieldDoesNotExist`` for an unknown
+    name and ``TypeError`` for a reverse relation or a many-to-many field."""
+    field = model._meta.get_field(name)
+    if not isinstance(field, Field) or not field.column:
+        raise TypeError(f"{model.__name__}.{name} has no column of its own")
+    return field
+
+
+def column_of(model: type[Model], name: str) -> str:
+    """The database column of ``model``'s field ``name`` (``concrete_field``'s errors)."""
+    column = concrete_field(model, name).column
+    assert column is not None  # concrete_field checked it
+    return column
+
+
+def pk_column(model: type[Model]) -> str:
+    """The database column of ``model``'s primary key."""
+    pk = model._meta.pk
+    assert pk is not None and pk.column, f"{model.__name__} has no primary key column"
+    return pk.column
+
+
 def column_assignments(
     model: type[Model], values: Mapping[str, Any], connection: Any
 ) -> tuple[list[str], list[Any]]:
@@ -84,12 +108,10 @@ def column_assignments(
     ``get_db_prep_save`` as the ORM's own ``UPDATE`` would. Raises
     ``FieldDoesNotExist`` for an unknown field name."""
     qn = connection.ops.quote_name
-    meta = model._meta
     fragments, params = [], []
     for name, value in values.items():
-        field = meta.get_field(name)
-        assert isinstance(field, Field), f"{model.__name__}.{name} is a relation, not a column"
-        fragments.append(f"{qn(field.column)} = %s")
+        field = concrete_field(model, name)
+        fragments.append(f"{qn(column_of(model, name))} = %s")
         params.append(field.get_db_prep_save(value, connection))
     return fragments, params
 
@@ -105,10 +127,10 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     connection = connections[router.db_for_write(model)]
     fragments, params = column_assignments(model, values, connection)
     qn = connection.ops.quote_name
-    pk_field = model._meta.pk
-    assert pk_field is not None and pk_field.column is not None
-    sql = f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(pk_field.column)} = %s"
+    sql = f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(pk_column(model))} = %s"
     with connection.cursor() as cursor:
+        pk_field = model._meta.pk
+        assert pk_field is not None  # pk_column checked it
         cursor.execute(sql, [*params, pk_field.get_db_prep_value(pk, connection)])
         rowcount: int = cursor.rowcount
         return rowcount

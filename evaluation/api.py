@@ -9,14 +9,13 @@ Readable with a session or an API key (``X-API-Key``); runs are team-wide.
 from datetime import datetime
 from typing import Annotated, Any
 
-from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
 from agentlab.agent.text import clean_text
 from apikeys.auth import api_key_auth, session_auth
-from common.api import ERRORS, Pagination
+from common.api import ERRORS, AuthedRequest, Pagination
 
 from . import selectors
 from .models import Prediction, Run, RunStatus
@@ -43,7 +42,7 @@ class RunOut(Schema):
 
     @staticmethod
     def resolve_started_by(obj: Run) -> str | None:
-        return obj.started_by.get_username() if obj.started_by_id else None
+        return obj.started_by.get_username() if obj.started_by is not None else None
 
 
 class PredictionOut(Schema):
@@ -81,7 +80,7 @@ class PredictionOut(Schema):
 @router.get("/runs", response={200: list[RunOut], **ERRORS}, summary="Evaluation runs, newest first")
 @paginate(Pagination)
 def run_list(
-    request: HttpRequest,
+    request: AuthedRequest,
     status: RunStatus | None = Query(None),
     dataset: Text | None = Query(None, max_length=200, description="dataset name"),
 ) -> Any:
@@ -89,7 +88,7 @@ def run_list(
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="One run, with its metrics")
-def run_get(request: HttpRequest, run_id: RunId) -> Run:
+def run_get(request: AuthedRequest, run_id: RunId) -> Run:
     return selectors.run_get(run_id=run_id)
 
 
@@ -100,7 +99,7 @@ def run_get(request: HttpRequest, run_id: RunId) -> Run:
 )
 @paginate(Pagination)
 def prediction_list(
-    request: HttpRequest,
+    request: AuthedRequest,
     run_id: RunId,
     task_type: Text | None = Query(None, max_length=64),
     correct: bool | None = Query(None, description="true/false: scored rows that are right/wrong"),

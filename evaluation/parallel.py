@@ -25,7 +25,7 @@ import multiprocessing
 import queue
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.db import connections
@@ -48,9 +48,10 @@ _INHERITED_SETTINGS = (
 READY_TIMEOUT_S = 120.0
 
 
-def split(
-    planned: Sequence[PlannedExample], *, workers: int, concurrency: int
-) -> list[tuple[list[PlannedExample], int]]:
+T = TypeVar("T")
+
+
+def split(planned: Sequence[T], *, workers: int, concurrency: int) -> list[tuple[list[T], int]]:
     """Deal ``planned`` round-robin to ``workers`` workers and share
     ``concurrency`` between them (the first ``concurrency % workers`` get one
     more). Returns ``(examples, concurrency)`` per worker that has examples.

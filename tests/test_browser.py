@@ -176,7 +176,7 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     card = page.locator(f"#turn-{turn.pk}")
     expect(card.locator(".answer .text")).to_have_text("42", timeout=15000)
     turn.refresh_from_db()
-    assert turn.status == "succeeded" and turn.finished_at > reloaded_at
+    assert turn.status == "succeeded" and turn.finished_at is not None and turn.finished_at > reloaded_at
     expect(card.locator("details.tool")).to_have_count(1)  # replay + live, no step twice
     expect(card.locator(".answer .evidence")).to_have_text("calculator: 6*7 = 42")
     expect(card.locator(".answer .reasoning")).to_contain_text("multiplied")
@@ -205,4 +205,4 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     assert (second.status, second.stop_reason) == ("cancelled", "cancelled")
     assert [e.type for e in second.events.order_by("seq")][-1] == "turn.cancelled"
 
-    assert page.js_errors == []  # type: ignore[attr-defined]
+    assert page.js_errors == []

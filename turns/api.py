@@ -11,13 +11,12 @@ see; staff see all), state rules by ``turns.services`` (409).
 from datetime import datetime
 from typing import Annotated, Any
 
-from django.http import HttpRequest
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
 from agentlab.agent.text import clean_text
-from common.api import ERRORS, MAX_ID, ErrorOut, Pagination
+from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
 
 from . import selectors, services
 from .models import Approval, Conversation, Turn
@@ -143,7 +142,7 @@ class ApprovalOut(Schema):
 
     @staticmethod
     def resolve_decided_by(obj: Approval) -> str | None:
-        return obj.decided_by.get_username() if obj.decided_by_id else None
+        return obj.decided_by.get_username() if obj.decided_by is not None else None
 
 
 def _detail(conversation: Conversation) -> Conversation:
@@ -155,7 +154,7 @@ def _detail(conversation: Conversation) -> Conversation:
 
 
 @router.post("/conversations", response={201: ConversationOut, **ERRORS}, summary="Create a conversation")
-def conversation_create(request: HttpRequest, payload: ConversationIn) -> Status:
+def conversation_create(request: AuthedRequest, payload: ConversationIn) -> Status:
     return Status(201, services.conversation_create(owner=request.auth, title=payload.title))
 
 
@@ -164,7 +163,7 @@ def conversation_create(request: HttpRequest, payload: ConversationIn) -> Status
 )
 @paginate(Pagination)
 def conversation_list(
-    request: HttpRequest, everyone: bool = Query(False, description="staff: every owner's")
+    request: AuthedRequest, everyone: bool = Query(False, description="staff: every owner's")
 ) -> Any:
     return selectors.conversation_list(user=request.auth, everyone=everyone)
 
@@ -174,7 +173,7 @@ def conversation_list(
     response={200: ConversationDetailOut, **ERRORS},
     summary="A conversation with its turns",
 )
-def conversation_get(request: HttpRequest, conversation_id: Id) -> Conversation:
+def conversation_get(request: AuthedRequest, conversation_id: Id) -> Conversation:
     return _detail(selectors.conversation_get(user=request.auth, conversation_id=conversation_id))
 
 
@@ -183,7 +182,7 @@ def conversation_get(request: HttpRequest, conversation_id: Id) -> Conversation:
     response={204: None, **ERRORS},
     summary="Delete a conversation (its active turn is cancelled first)",
 )
-def conversation_delete(request: HttpRequest, conversation_id: Id) -> Status:
+def conversation_delete(request: AuthedRequest, conversation_id: Id) -> Status:
     conversation = selectors.conversation_get(user=request.auth, conversation_id=conversation_id)
     services.conversation_delete(conversation_id=conversation.pk)
     return Status(204, None)
@@ -194,7 +193,7 @@ def conversation_delete(request: HttpRequest, conversation_id: Id) -> Status:
     response={202: TurnStartedOut, 409: ErrorOut, **ERRORS},
     summary="Ask a question: start a turn in the background",
 )
-def turn_start(request: HttpRequest, conversation_id: Id, payload: TurnIn) -> Status:
+def turn_start(request: AuthedRequest, conversation_id: Id, payload: TurnIn) -> Status:
     conversation = selectors.conversation_get(user=request.auth, conversation_id=conversation_id)
     turn = services.turn_start(conversation=conversation, question=payload.question, acting_user=request.auth)
     return Status(202, {"turn_id": turn.pk})
@@ -204,7 +203,7 @@ def turn_start(request: HttpRequest, conversation_id: Id, payload: TurnIn) -> St
 
 
 @router.get("/turns/{turn_id}", response={200: TurnOut, **ERRORS}, summary="A turn")
-def turn_get(request: HttpRequest, turn_id: Id) -> Turn:
+def turn_get(request: AuthedRequest, turn_id: Id) -> Turn:
     return selectors.turn_get(user=request.auth, turn_id=turn_id)
 
 
@@ -214,7 +213,7 @@ def turn_get(request: HttpRequest, turn_id: Id) -> Turn:
     summary="A turn's events after a seq (the websocket's contract, for clients without one)",
 )
 def turn_events(
-    request: HttpRequest,
+    request: AuthedRequest,
     turn_id: Id,
     after: int = Query(0, ge=0, le=2**31 - 1, description="the last seq you have"),
     limit: int = Query(500, ge=1, le=1000),
@@ -236,9 +235,9 @@ def turn_events(
     response={200: TurnOut, 409: ErrorOut, **ERRORS},
     summary="Cancel a turn (a running one stops at its next step)",
 )
-def turn_cancel(request: HttpRequest, turn_id: Id) -> Turn:
+def turn_cancel(request: AuthedRequest, turn_id: Id) -> Turn:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
-    return services.turn_cancel(turn_id=turn.pk, acting_user=request.user)
+    return services.turn_cancel(turn_id=turn.pk, acting_user=request.auth)
 
 
 @router.post(
@@ -246,9 +245,9 @@ def turn_cancel(request: HttpRequest, turn_id: Id) -> Turn:
     response={202: TurnOut, 409: ErrorOut, **ERRORS},
     summary="Resume an interrupted or failed turn where it stopped",
 )
-def turn_resume(request: HttpRequest, turn_id: Id) -> Status:
+def turn_resume(request: AuthedRequest, turn_id: Id) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
-    return Status(202, services.turn_resume_and_enqueue(turn_id=turn.pk, acting_user=request.user))
+    return Status(202, services.turn_resume_and_enqueue(turn_id=turn.pk, acting_user=request.auth))
 
 
 @router.post(
@@ -256,7 +255,7 @@ def turn_resume(request: HttpRequest, turn_id: Id) -> Status:
     response={202: TurnOut, 409: ErrorOut, **ERRORS},
     summary="Retry a failed, interrupted or cancelled turn as a new attempt",
 )
-def turn_retry(request: HttpRequest, turn_id: Id) -> Status:
+def turn_retry(request: AuthedRequest, turn_id: Id) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     return Status(202, services.turn_retry_and_enqueue(turn_id=turn.pk, acting_user=request.auth))
 
@@ -270,7 +269,7 @@ class ContinueIn(Schema):
     response={202: TurnOut, 409: ErrorOut, **ERRORS},
     summary="Continue a turn that failed with max_steps, with more steps (a new attempt)",
 )
-def turn_continue(request: HttpRequest, turn_id: Id, payload: ContinueIn) -> Status:
+def turn_continue(request: AuthedRequest, turn_id: Id, payload: ContinueIn) -> Status:
     turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
     return Status(
         202,
@@ -288,7 +287,7 @@ def turn_continue(request: HttpRequest, turn_id: Id, payload: ContinueIn) -> Sta
     response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
     summary="Approve a pending tool call (exactly one decision counts)",
 )
-def approval_approve(request: HttpRequest, approval_id: Id) -> Approval:
+def approval_approve(request: AuthedRequest, approval_id: Id) -> Approval:
     approval = selectors.approval_get(user=request.auth, approval_id=approval_id)
     return services.approval_decide(approval_id=approval.pk, approve=True, acting_user=request.auth)
 
@@ -298,6 +297,6 @@ def approval_approve(request: HttpRequest, approval_id: Id) -> Approval:
     response={200: ApprovalOut, 409: ErrorOut, **ERRORS},
     summary="Reject a pending tool call (exactly one decision counts)",
 )
-def approval_reject(request: HttpRequest, approval_id: Id) -> Approval:
+def approval_reject(request: AuthedRequest, approval_id: Id) -> Approval:
     approval = selectors.approval_get(user=request.auth, approval_id=approval_id)
     return services.approval_decide(approval_id=approval.pk, approve=False, acting_user=request.auth)

@@ -15,6 +15,7 @@ and reserves its first seqs in one statement; reads are in ``turns.selectors``.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from agentlab.agent.text import clean_text, json_safe
-from common.db import column_assignments
+from common.db import column_assignments, column_of, concrete_field, pk_column
 from common.errors import StateConflict
 
 from .doorbell import ring_turn
@@ -120,11 +121,13 @@ def event_append_each(*, turn_ids: Sequence[int], event: NewEvent) -> list[TurnE
     marks = ", ".join(["%s"] * len(turn_ids))
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {qn('last_seq')} = {qn('last_seq')} + 1, {qn('updated_at')} = %s "
-        f"WHERE {qn(meta.pk.column)} IN ({marks}) RETURNING {qn(meta.pk.column)}, {qn('last_seq')}"
+        f"WHERE {qn(pk_column(Turn))} IN ({marks}) RETURNING {qn(pk_column(Turn))}, {qn('last_seq')}"
     )
     with transaction.atomic(savepoint=False):
         with connection.cursor() as cursor:
-            cursor.execute(sql, [meta.get_field("updated_at").get_db_prep_save(now, connection), *turn_ids])
+            cursor.execute(
+                sql, [concrete_field(Turn, "updated_at").get_db_prep_save(now, connection), *turn_ids]
+            )
             seqs = dict(cursor.fetchall())
         missing = [t for t in turn_ids if t not in seqs]
         if missing:
@@ -176,18 +179,18 @@ def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
     connection = connections[TurnEvent.objects.db]
     meta = TurnEvent._meta
     qn = connection.ops.quote_name
-    data_field, created_field = meta.get_field("data"), meta.get_field("created_at")
+    data_field, created_field = concrete_field(TurnEvent, "data"), concrete_field(TurnEvent, "created_at")
     created = created_field.get_db_prep_save(now, connection)
     params: list[Any] = []
     for row in rows:
         params += [row.turn_id, row.seq, row.type, data_field.get_db_prep_save(row.data, connection), created]
     columns = ", ".join(
-        qn(meta.get_field(name).column) for name in ("turn", "seq", "type", "data", "created_at")
+        qn(column_of(TurnEvent, name)) for name in ("turn", "seq", "type", "data", "created_at")
     )
     values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
     sql = (
         f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {values} "
-        f"RETURNING {qn(meta.pk.column)}, {qn('turn_id')}, {qn('seq')}"
+        f"RETURNING {qn(pk_column(TurnEvent))}, {qn('turn_id')}, {qn('seq')}"
     )
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
@@ -201,7 +204,7 @@ def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
     # Ring only once the events are visible to readers: a subscriber woken
     # before the commit would read nothing and wait for the next tick.
     for turn_id, turn_frames in frames.items():
-        transaction.on_commit(lambda t=turn_id, f=turn_frames: ring_turn(t, f))
+        transaction.on_commit(functools.partial(ring_turn, turn_id, turn_frames))
     return rows
 
 
@@ -228,7 +231,7 @@ def _advance_seq(
     assigned, prepared = column_assignments(Turn, {"updated_at": now, **fields}, connection)
     assignments = [f"{qn('last_seq')} = {qn('last_seq')} + %s", *assigned]
     params: list[Any] = [count, *prepared, turn_id]
-    where = f"{qn(meta.pk.column)} = %s"
+    where = f"{qn(pk_column(Turn))} = %s"
     if holder is not None:
         where += f" AND {qn('job_id')} = %s AND {qn('status')} IN (%s, %s)"
         params.extend([holder, TurnStatus.RUNNING, TurnStatus.WAITING])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from common.errors import NotFound
@@ -21,11 +21,11 @@ from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
 M = TypeVar("M", Conversation, Turn, Approval)
 
 
-def _sees_all(user: AbstractBaseUser) -> bool:
+def _sees_all(user: User) -> bool:
     return bool(getattr(user, "is_staff", False))
 
 
-def conversation_list(*, user: AbstractBaseUser, everyone: bool = False) -> QuerySet[Conversation]:
+def conversation_list(*, user: User, everyone: bool = False) -> QuerySet[Conversation]:
     """The user's conversations, newest activity first; ``everyone`` (staff only)
     lists all owners' conversations."""
     qs = Conversation.objects.select_related("owner").order_by("-updated_at", "-pk")
@@ -34,7 +34,7 @@ def conversation_list(*, user: AbstractBaseUser, everyone: bool = False) -> Quer
     return qs.filter(owner=user)
 
 
-def _visible(qs: QuerySet[M], *, owner_path: str, user: AbstractBaseUser, pk: int, what: str) -> M:
+def _visible(qs: QuerySet[M], *, owner_path: str, user: User, pk: int, what: str) -> M:
     """The row ``pk`` of ``qs`` if ``user`` owns it (through ``owner_path``)
     or is staff; else ``NotFound`` — the same answer as for a missing row, so
     nobody learns what exists beyond their own (404, not 403)."""
@@ -46,7 +46,7 @@ def _visible(qs: QuerySet[M], *, owner_path: str, user: AbstractBaseUser, pk: in
     return row
 
 
-def conversation_get(*, user: AbstractBaseUser, conversation_id: int) -> Conversation:
+def conversation_get(*, user: User, conversation_id: int) -> Conversation:
     """The conversation if ``user`` owns it (or is staff); else ``NotFound``."""
     return _visible(
         Conversation.objects.select_related("owner"),
@@ -62,12 +62,12 @@ def conversation_turns(*, conversation: Conversation) -> list[Turn]:
     return list(conversation.turns.order_by("position", "pk"))
 
 
-def turn_get(*, user: AbstractBaseUser, turn_id: int) -> Turn:
+def turn_get(*, user: User, turn_id: int) -> Turn:
     """The turn if ``user`` owns it (or is staff); else ``NotFound``."""
     return _visible(Turn.objects.all(), owner_path="owner", user=user, pk=turn_id, what="turn")
 
 
-def approval_get(*, user: AbstractBaseUser, approval_id: int) -> Approval:
+def approval_get(*, user: User, approval_id: int) -> Approval:
     """The approval if ``user`` owns its turn (or is staff); else ``NotFound``."""
     return _visible(
         Approval.objects.select_related("turn"),

@@ -186,5 +186,5 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         return format_html(
             "{} {}",
             admin_link(Turn, prediction.turn_id, f"#{prediction.turn_id}"),
-            status_badge(prediction.turn_status),
-        )  # type: ignore[attr-defined]
+            status_badge(prediction.turn_status),  # type: ignore[attr-defined]  # annotated by get_queryset
+        )

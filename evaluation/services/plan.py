@@ -78,9 +78,9 @@ def run_plan(
             and prediction.turn.status in RETRYABLE_STATUSES
         ):
             with transaction.atomic():
-                turn_retry(turn_id=prediction.turn_id)
+                turn_retry(turn_id=prediction.turn.pk)
                 Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
-            planned.append(PlannedExample(prediction.pk, prediction.turn_id, example, resumed=True))
+            planned.append(PlannedExample(prediction.pk, prediction.turn.pk, example, resumed=True))
             continue
         if prediction is not None and prediction.completed_at is not None:
             skipped += 1
@@ -116,6 +116,8 @@ def _queue_fresh(
     each its pessimistic prediction row (stop reason ``error``, wrong), all in
     one transaction and a handful of statements (``turn_create_many``,
     ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
+    if run.system_user is None:  # run_start gives every run its system user
+        raise ValueError(f"run {run.run_id!r} has no system user: start it with run_start")
     with transaction.atomic():
         turns = turn_create_many(
             owner=run.system_user,

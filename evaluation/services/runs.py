@@ -18,7 +18,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
@@ -52,7 +52,7 @@ def run_id_check(run_id: str | None) -> str:
     return run_id
 
 
-def _system_user(run_id: str) -> AbstractBaseUser:
+def _system_user(run_id: str) -> User:
     """The per-run system user that owns a run's turns (DESIGN.md §8)."""
     User = get_user_model()
     username = f"eval-{secrets.token_hex(4)}-{run_id}"[:150]
@@ -67,7 +67,7 @@ def run_start(
     run_id: str,
     dataset: Dataset,
     config: dict[str, Any],
-    started_by: AbstractBaseUser | None = None,
+    started_by: User | None = None,
     driver: str = "",
 ) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
@@ -108,7 +108,7 @@ def _run_start(
     run_id: str,
     dataset: Dataset,
     config: dict[str, Any],
-    started_by: AbstractBaseUser | None,
+    started_by: User | None,
     leased: dict[str, Any],
 ) -> tuple[Run, bool]:
     run = Run.objects.select_for_update().filter(run_id=run_id).first()

@@ -289,7 +289,7 @@ async def test_no_gate_means_approval_required(registry: ToolRegistry, guarded: 
     provider = ScriptedProvider([tool_call("delete_file", {"path": "/etc"}, id="d1"), final("never")])
     result, _ = await run(AgentLoop(provider, registry))
     assert result.stop_reason == "approval_required"
-    assert result.pending_call == provider.script[0].tool_calls[0]  # type: ignore[union-attr]
+    assert result.pending_call == provider.script[0].tool_calls[0]
     assert guarded == []
 
     async def gate(call: ToolCall) -> str:
@@ -297,7 +297,7 @@ async def test_no_gate_means_approval_required(registry: ToolRegistry, guarded: 
 
     provider = ScriptedProvider([tool_call("delete_file", {"path": "/etc"}, id="d2")])
     result, _ = await run(AgentLoop(provider, registry), approval=gate)
-    assert (result.stop_reason, result.pending_call.id) == ("approval_required", "d2")  # type: ignore[union-attr]
+    assert (result.stop_reason, result.pending_call.id) == ("approval_required", "d2")
 
 
 # --------------------------------------------------------------------------- cancel and timeout
@@ -586,7 +586,7 @@ async def test_json_in_text_with_code_fences_and_prose(registry: ToolRegistry) -
         ),
     )
     assert provider.calls[1][2:] == [
-        {"role": "assistant", "content": provider.script[0].text},  # type: ignore[union-attr]
+        {"role": "assistant", "content": provider.script[0].text},
         {"role": "user", "content": "Observation from calculator: 9"},
     ]
 

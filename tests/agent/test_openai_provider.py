@@ -375,7 +375,7 @@ async def test_resume_over_http_sends_only_the_missing_request(
 
     # The driver rebuilds the partial step from its event log (completion + one result).
     completion = next(r for r in reports if isinstance(r, CompletionReport)).completion
-    recorded = [Step(index=1, completion=completion, results=[reports[1].result])]  # type: ignore[union-attr]
+    recorded = [Step(index=1, completion=completion, results=[reports[1].result])]
     recorded = [Step.from_dict(json.loads(json.dumps(s.to_dict()))) for s in recorded]
 
     second = stub_server([final_answer_reply("2")])

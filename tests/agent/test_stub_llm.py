@@ -123,7 +123,7 @@ def test_command_line_benchmark_mode() -> None:
         text=True,
     )
     try:
-        line = process.stdout.readline()  # type: ignore[union-attr]
+        line = process.stdout.readline()
         assert line.startswith("stub LLM listening on http://127.0.0.1:")
         port = int(line.split("127.0.0.1:")[1].split("/")[0])
         status, body = _post(

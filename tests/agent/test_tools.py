@@ -249,7 +249,7 @@ def test_specs_are_openai_function_tools_with_json_schema() -> None:
         "type": "function",
         "function": {
             "name": "calculator",
-            "description": registry.get("calculator").description,  # type: ignore[union-attr]
+            "description": registry.get("calculator").description,
             "parameters": {
                 "type": "object",
                 "properties": {

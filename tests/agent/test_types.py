@@ -40,7 +40,7 @@ def test_an_object_without_aclose_is_not_a_provider() -> None:
         model = "half"
         native_tools = True
 
-        async def complete(self, messages, tools=None, **kw):  # type: ignore[no-untyped-def]
+        async def complete(self, messages, tools=None, **kw):
             raise AssertionError("never called")
 
     assert not isinstance(NoClose(), LLMProvider)

@@ -39,7 +39,13 @@ def rows(path: Path, n: int) -> list[dict]:
         return [json.loads(line) for _, line in zip(range(n), f, strict=False)]
 
 
-def oracle(rows_: list[dict], *, right: set[int], broken: set[int] = frozenset(), latency: float = 0.0):
+def oracle(
+    rows_: list[dict],
+    *,
+    right: set[int],
+    broken: frozenset[int] | set[int] = frozenset(),
+    latency: float = 0.0,
+):
     """A stub handler that answers example i's gold answer when i is in
     ``right``, a wrong answer otherwise, and an HTTP 400 when i is in ``broken``."""
     by_question = {r["question"]: (i, r) for i, r in enumerate(rows_)}

@@ -8,7 +8,7 @@ Data is set up through services (``turn_create``, ``turn_interrupt``,
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from asgiref.sync import async_to_sync, sync_to_async
@@ -17,6 +17,7 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
+from common.db import DatabaseThreads
 from turns.admin import EVENTS_PER_PAGE, TURNS_INLINE_LIMIT
 from turns.driver import EVALUATION, drive_turn, turn_claim
 from turns.events import NewEvent, event_append, event_append_many
@@ -51,7 +52,8 @@ class TestThreadDb:
 def drive(turn_id: int, script: list[Any]) -> None:
     """Run the real driver over ``turn_id`` with a scripted LLM."""
     provider = ScriptedProvider(script)
-    async_to_sync(drive_turn)(turn_id, policy=EVALUATION, provider=provider, db=TestThreadDb())
+    db = cast(DatabaseThreads, TestThreadDb())  # duck-typed: only .run is used
+    async_to_sync(drive_turn)(turn_id, policy=EVALUATION, provider=provider, db=db)
 
 
 def answered_turn(owner: Any, question: str = "What is 6*7?", **kwargs: Any) -> Turn:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+from typing import Any
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -219,7 +220,7 @@ async def test_heartbeats_arrive_while_the_llm_is_silent_and_carry_no_seq(owner,
     provider = ScriptedProvider([Slow(1.5, final("late"))])
     driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads))
     communicator = await connect(ws_app(owner), turn.pk)
-    frames = []
+    frames: list[dict[str, Any]] = []
     while not frames or frames[-1]["type"] != "stream.end":
         frames.append(json.loads(await communicator.receive_from(timeout=5)))
     await driving

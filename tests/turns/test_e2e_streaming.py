@@ -25,11 +25,12 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from agentlab.testing.net import free_port, port_open
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
+from agentlab.testing.stub_llm import StubLLMServer, StubReply, final_answer_reply, tool_call_reply
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +83,7 @@ class StubScript:
     def __init__(self) -> None:
         self.third_call = threading.Event()
 
-    def __call__(self, body: dict) -> object:
+    def __call__(self, body: dict[str, Any]) -> StubReply | dict[str, Any]:
         done = sum(1 for m in body.get("messages", []) if m.get("role") == "tool")
         if done < len(LABELS):
             delay = 0.3
@@ -185,6 +186,7 @@ async def wait_until(predicate, timeout: float, what: str) -> None:
 
 async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
     from websockets.asyncio.client import connect
+    from websockets.typing import Origin
 
     env, dbname, tmp = e2e_env["env"], e2e_env["dbname"], e2e_env["tmp"]
     script = StubScript()
@@ -228,7 +230,7 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
             )
             async with connect(
                 url,
-                origin=f"http://127.0.0.1:{port}",
+                origin=Origin(f"http://127.0.0.1:{port}"),
                 additional_headers={"Cookie": f"sessionid={setup['session']}"},
             ) as ws:
                 async for raw in ws:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from channels.testing import WebsocketCommunicator
@@ -116,8 +117,8 @@ def test_the_celery_task_drives_a_turn_with_the_configured_provider(owner, setti
         turn = turn_create(owner=owner, question="2+3?")
         from turns.tasks import turn_run
 
-        turn_run.apply(args=[turn.pk], task_id="task-1")
-        turn_run.apply(args=[turn.pk], task_id="task-2")  # a duplicate delivery: nothing happens
+        turn_run.apply(args=(turn.pk,), task_id="task-1")
+        turn_run.apply(args=(turn.pk,), task_id="task-2")  # a duplicate delivery: nothing happens
         assert stub.request_count == 2
     turn.refresh_from_db()
     assert (turn.status, turn.answer, turn.job_id.split(":")[0]) == ("succeeded", "5", "task-1")
@@ -152,7 +153,7 @@ async def test_cancel_stops_a_running_turn_inside_a_slow_llm_call_within_2s(owne
     assert (turn.outcome, turn.stop_reason) == ("cancelled", "cancelled")
     assert turn.usage["input_tokens"] == 12 and turn.usage["calls"] == 1
     assert (await db_threads.run(types, turn.pk))[-1] == "turn.cancelled"
-    frames = []
+    frames: list[dict[str, Any]] = []
     while not frames or frames[-1]["type"] != "stream.end":
         frames.append(json.loads(await watcher.receive_from(timeout=5)))
     assert frames[-2]["type"] == "turn.cancelled" and frames[-1] == {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from turns.meta import (
     attempt_archive,
     meta_attempts,
@@ -13,7 +15,7 @@ from turns.meta import (
     meta_with_failure,
 )
 
-ENDED = {
+ENDED: dict[str, Any] = {
     "status": "failed",
     "outcome": "failed",
     "stop_reason": "max_steps",
@@ -27,7 +29,7 @@ ENDED = {
 
 
 def test_reads_of_an_empty_meta_give_nothing_rather_than_raise():
-    for meta in (None, {}):
+    for meta in (None, {}):  # type: ignore[var-annotated]
         assert meta_attempts(meta) == [] and meta_cancel_by(meta) is None
         assert meta_failure(meta) == (None, None) and meta_last_review_verdict(meta) == ""
         assert meta_review_retries(meta) == 0

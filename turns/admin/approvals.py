@@ -65,7 +65,9 @@ class ApprovalAdmin(StaffReadOnlyAdmin):
         done: list[str] = []
         for approval_id in list(approval_ids):
             try:
-                approval = approval_decide(approval_id=approval_id, approve=approve, acting_user=request.user)
+                approval = approval_decide(
+                    approval_id=approval_id, approve=approve, acting_user=self.acting_user(request)
+                )
             except (StateConflict, NotFound) as exc:
                 self.message_user(request, f"Approval #{approval_id} not {verb}: {exc}.", messages.WARNING)
                 continue

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.contrib import admin, messages
@@ -116,7 +116,7 @@ class TurnAdmin(TurnPageAdmin):
     """Turns of chat and of evaluation; ``evaluation.admin.turns`` registers a
     subclass that adds the run of an evaluation turn."""
 
-    list_display = (
+    list_display: tuple[str, ...] = (
         "id",
         "question_short",
         "status_display",
@@ -133,7 +133,7 @@ class TurnAdmin(TurnPageAdmin):
     )
     list_display_links = ("id", "question_short")
     list_select_related = ("owner", "conversation")
-    list_filter = (
+    list_filter: ClassVar[tuple[Any, ...]] = (
         AttentionFilter,
         "status",
         "outcome",
@@ -150,7 +150,7 @@ class TurnAdmin(TurnPageAdmin):
     # one more full scan of the biggest table for a "(N total)" nobody needs.
     show_full_result_count = False
     actions = ("resume_turns", "cancel_turns", "retry_turns", "continue_turns")
-    readonly_fields = (
+    readonly_fields: ClassVar[tuple[str, ...]] = (
         "status_display",
         "phase",
         "outcome",
@@ -310,7 +310,7 @@ class TurnAdmin(TurnPageAdmin):
         pending_cancel: list[str] = []
         for turn_id in list(turn_ids):
             try:
-                turn = service(turn_id, request.user)
+                turn = service(turn_id, self.acting_user(request))
             except StateConflict as exc:
                 self.message_user(request, f"Turn #{turn_id} not {past}: {exc}.", messages.WARNING)
                 continue

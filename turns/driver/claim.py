@@ -17,6 +17,8 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
+from common.db import column_of, concrete_field, pk_column
+
 from ..event_types import PhaseData, TurnStartedData
 from ..events import NewEvent, events_check, events_insert_reserved
 from ..models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
@@ -70,16 +72,16 @@ def event_append_claim(
     qn = connection.ops.quote_name
 
     def prep(name: str, value: Any) -> Any:
-        return meta.get_field(name).get_db_prep_save(value, connection)
+        return concrete_field(Turn, name).get_db_prep_save(value, connection)
 
-    returning = ", ".join(qn(meta.get_field(name).column) for name in _CLAIM_COLUMNS)
+    returning = ", ".join(qn(column_of(Turn, name)) for name in _CLAIM_COLUMNS)
     sql = (
         f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, "
         f"{qn('job_id')} = %s, {qn('updated_at')} = %s, {qn('phase')} = %s, "
         f"{qn('started_at')} = COALESCE({qn('started_at')}, %s), "
         f"{qn('attempts')} = CASE WHEN {qn('attempts')} < 1 THEN 1 ELSE {qn('attempts')} END, "
         f"{qn('last_seq')} = {qn('last_seq')} + %s "
-        f"WHERE {qn(meta.pk.column)} = %s AND {qn('status')} = %s "
+        f"WHERE {qn(pk_column(Turn))} = %s AND {qn('status')} = %s "
         f"RETURNING {returning}, {qn('started_at')} = {qn('heartbeat_at')}"
     )
     params = [

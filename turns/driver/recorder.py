@@ -58,7 +58,7 @@ class Recorder:
 
     def _ends_turn(self, call: ToolCall) -> bool:
         tool = self.tools.get(call.name)
-        return tool is not None and tool.ends_turn and call.error is None
+        return tool is not None and tool.ends_turn is not None and call.error is None
 
     async def __call__(self, report: Report) -> None:
         events: list[NewEvent]

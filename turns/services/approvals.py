@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -23,7 +23,7 @@ from ..events import NewEvent, TurnNotHeld, event_append_many
 from ..models import Approval, ApprovalStatus, EventType, Turn, TurnStatus
 
 
-def approval_decide(*, approval_id: int, approve: bool, acting_user: AbstractBaseUser) -> Approval:
+def approval_decide(*, approval_id: int, approve: bool, acting_user: User) -> Approval:
     """Approve or reject a pending approval; exactly one decision counts.
 
     The decision is a conditional update (``status = pending`` and the

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from django.conf import settings
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -21,7 +21,7 @@ from ..models import ACTIVE_STATUSES, Conversation, Turn
 from .turns import turn_cancel, turn_continue, turn_create, turn_resume, turn_retry
 
 
-def turn_start(*, conversation: Conversation, question: str, acting_user: AbstractBaseUser) -> Turn:
+def turn_start(*, conversation: Conversation, question: str, acting_user: User) -> Turn:
     """Create the next turn of ``conversation`` and run it in the background.
 
     The turn belongs to the conversation's owner (DESIGN.md §8) and is handed
@@ -51,7 +51,7 @@ def turn_start(*, conversation: Conversation, question: str, acting_user: Abstra
     return turn
 
 
-def turn_resume_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_resume_and_enqueue(*, turn_id: int, acting_user: User | None = None) -> Turn:
     """``turn_resume`` and hand the turn to a job once that commits, keeping
     one active turn per conversation.
 
@@ -64,7 +64,7 @@ def turn_resume_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | Non
     )
 
 
-def conversation_create(*, owner: AbstractBaseUser, title: str = "") -> Conversation:
+def conversation_create(*, owner: User, title: str = "") -> Conversation:
     """Create an empty conversation owned by ``owner``; ``title`` is trimmed to 200 characters."""
     return Conversation.objects.create(owner=owner, title=(title or "").strip()[:200])
 
@@ -123,7 +123,7 @@ def _conversation_other_active(*, turn: Turn) -> int | None:
     )
 
 
-def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_retry_and_enqueue(*, turn_id: int, acting_user: User | None = None) -> Turn:
     """``turn_retry`` and hand the turn to a job once that commits.
 
     Keeps one active turn per conversation: retrying while another turn of
@@ -136,9 +136,7 @@ def turn_retry_and_enqueue(*, turn_id: int, acting_user: AbstractBaseUser | None
     )
 
 
-def turn_continue_and_enqueue(
-    *, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None
-) -> Turn:
+def turn_continue_and_enqueue(*, turn_id: int, extra_steps: int, acting_user: User | None = None) -> Turn:
     """``turn_continue`` and hand the turn to a job once that commits, keeping
     one active turn per conversation (``StateConflict`` otherwise)."""
     return _requeue_in_conversation(

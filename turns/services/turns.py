@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
@@ -32,7 +32,7 @@ from ..models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, T
 
 def turn_create(
     *,
-    owner: AbstractBaseUser,
+    owner: User,
     question: str,
     conversation: Conversation | None = None,
     kind: str = TurnKind.CHAT,
@@ -82,9 +82,7 @@ class NewTurn:
     model: str = ""
 
 
-def turn_create_many(
-    *, owner: AbstractBaseUser, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION
-) -> list[Turn]:
+def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION) -> list[Turn]:
     """Create many queued turns without a conversation (an evaluation run's
     examples) with their ``turn.queued`` events, in one transaction and a
     handful of statements (``bulk_create``, then ``event_append_each``).
@@ -119,12 +117,12 @@ def turn_create_many(
     return created
 
 
-def username_of(user: AbstractBaseUser | None) -> str | None:
+def username_of(user: User | None) -> str | None:
     """How an event names the user who acted (``None`` for the system)."""
     return user.get_username() if user is not None else None
 
 
-def turn_cancel(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_cancel(*, turn_id: int, acting_user: User | None = None) -> Turn:
     """Ask a turn to stop.
 
     A queued or interrupted turn is cancelled at once (``turn.cancelled``); a
@@ -197,7 +195,7 @@ def turn_interrupt(*, turn_id: int, reason: str) -> bool:
     return True
 
 
-def turn_resume(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_resume(*, turn_id: int, acting_user: User | None = None) -> Turn:
     """Put an interrupted or failed turn back to ``queued`` (``turn.resumed``).
 
     The driver that claims it next rebuilds the agent's state from the event
@@ -232,7 +230,7 @@ def turn_resume(*, turn_id: int, acting_user: AbstractBaseUser | None = None) ->
 RETRYABLE_STATUSES = frozenset({TurnStatus.FAILED, TurnStatus.INTERRUPTED, TurnStatus.CANCELLED})
 
 
-def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_retry(*, turn_id: int, acting_user: User | None = None) -> Turn:
     """Start a failed, interrupted or cancelled turn over as a new attempt (``attempt.retry``).
 
     ``turn_resume`` continues the current attempt from its event log; a retry
@@ -300,7 +298,7 @@ def turn_retry(*, turn_id: int, acting_user: AbstractBaseUser | None = None) -> 
     return turn
 
 
-def turn_continue(*, turn_id: int, extra_steps: int, acting_user: AbstractBaseUser | None = None) -> Turn:
+def turn_continue(*, turn_id: int, extra_steps: int, acting_user: User | None = None) -> Turn:
     """Give a turn that failed with stop reason ``max_steps`` ``extra_steps``
     more steps, as a new attempt that continues from the previous one's
     recorded steps (no LLM call or tool is repeated).
