@@ -1,0 +1,60 @@
+"""Plugins: your tools, your system prompt, your checks on every step (pluggy).
+
+A plugin in a few lines (``myplugin.py``, named in ``AGENTLAB_PLUGINS`` or
+published under the ``agentlab`` entry-point group)::
+
+    from agentlab.agent.plugins import hookimpl
+
+    @hookimpl
+    def agentlab_step_checked(step, context):
+        for result in step.results:
+            if result.name == "search_documents":
+                return {"name": "search_found_something", "passed": "[]" != result.output}
+
+See ``hookspecs`` for the hooks and ``manager`` for loading and for how a
+failing plugin is recorded.
+"""
+
+from __future__ import annotations
+
+from agentlab.agent.plugins.hookspecs import (
+    ENTRY_POINT_GROUP,
+    AgentlabHookSpecs,
+    Check,
+    PluginContext,
+    TurnSummary,
+    hookimpl,
+    hookspec,
+)
+from agentlab.agent.plugins.manager import (
+    ERROR_CHECK_PREFIX,
+    CheckRecord,
+    LoadedPlugin,
+    PluginError,
+    PluginSet,
+    PromptChoice,
+    installed_plugins,
+    load_plugin,
+    plugin_set,
+)
+from agentlab.agent.schema_tool import schema_tool as plugin_tool
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ERROR_CHECK_PREFIX",
+    "AgentlabHookSpecs",
+    "Check",
+    "CheckRecord",
+    "LoadedPlugin",
+    "PluginContext",
+    "PluginError",
+    "PluginSet",
+    "PromptChoice",
+    "TurnSummary",
+    "hookimpl",
+    "hookspec",
+    "installed_plugins",
+    "load_plugin",
+    "plugin_set",
+    "plugin_tool",
+]

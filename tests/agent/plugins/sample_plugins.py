@@ -1,0 +1,117 @@
+"""Plugins the tests load by dotted path (``tests.agent.plugins.sample_plugins:Name``)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agentlab.agent.plugins import hookimpl, plugin_tool
+
+
+class Prompt:
+    """Answers the system prompt hook with its own text."""
+
+    text = "You are the first plugin's agent."
+
+    @hookimpl
+    def agentlab_system_prompt(self, example, default):
+        return self.text
+
+
+class OtherPrompt(Prompt):
+    text = "You are the second plugin's agent."
+
+
+class Raising:
+    """Every hook raises."""
+
+    @hookimpl
+    def agentlab_tools(self, context):
+        raise RuntimeError("no tools today")
+
+    @hookimpl
+    def agentlab_system_prompt(self, example, default):
+        raise RuntimeError("no prompt today")
+
+    @hookimpl
+    def agentlab_step_checked(self, step, context):
+        raise ValueError("cannot check this step")
+
+    @hookimpl
+    def agentlab_turn_finished(self, turn, context):
+        raise KeyError("answer")
+
+
+class Slow:
+    """A step check that takes a second (sync, so it runs in a worker thread)."""
+
+    @hookimpl
+    def agentlab_step_checked(self, step):
+        time.sleep(1.0)
+        return {"name": "slow", "passed": True}
+
+
+class AsyncChecks:
+    """Async hooks: a step check and a turn check that take only some arguments."""
+
+    @hookimpl
+    async def agentlab_step_checked(self, step):
+        await asyncio.sleep(0)
+        return [{"name": "has_text", "passed": bool(step.completion.text), "detail": {"step": step.index}}]
+
+    @hookimpl
+    async def agentlab_turn_finished(self, turn):
+        return {"name": "answered", "passed": turn.stop_reason == "final"}
+
+
+class BadReturns:
+    """Returns values that are not checks, a prompt or tools."""
+
+    @hookimpl
+    def agentlab_tools(self, context):
+        return [42, {"name": "no fn", "description": "x"}]
+
+    @hookimpl
+    def agentlab_system_prompt(self, example, default):
+        return 7
+
+    @hookimpl
+    def agentlab_step_checked(self, step, context):
+        return [
+            {"name": "ok", "passed": "yes"},
+            {"passed": True},
+            "plain text",
+            {"name": "fine", "passed": False},
+        ]
+
+
+class ToolMaker:
+    """A tool as a dict and one built with plugin_tool; one name that is taken."""
+
+    @hookimpl
+    def agentlab_tools(self, context):
+        async def shout(arguments, tool_context):
+            return arguments["text"].upper()
+
+        return [
+            {
+                "name": "shout",
+                "description": "Upper-case a text.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {"text": {"type": "string"}},
+                    "required": ["text"],
+                },
+                "fn": shout,
+                "needs_approval": True,
+            },
+            plugin_tool("calculator", "A second calculator.", {"type": "object"}, lambda a, c: "0"),
+        ]
+
+
+class Misspelt:
+    """A hook that does not exist."""
+
+    @hookimpl
+    def agentlab_step_check(self, step, context):
+        return None
