@@ -24,12 +24,16 @@ endif
 
 .PHONY: setup demo test test-postgres test-sqlite lint lock bench migrate clean
 
+# The example plugin package: its entry points are what the plugin tests load.
+EXAMPLE_PLUGIN := examples/agentlab_example_plugin
+
 # Versions come from requirements.lock (pip constraints), so every install resolves alike.
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock $(EXAMPLE_PLUGIN)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	@echo "Installing AgentLab [$(EXTRAS)] (building llama-cpp-python takes about 10 minutes on 2 cores the first time)..."
 	$(PY) -m pip install --quiet -c requirements.lock -e ".[$(EXTRAS)]"
+	$(PY) -m pip install --quiet --no-deps -e $(EXAMPLE_PLUGIN)
 	touch $(STAMP)
 
 setup: $(STAMP)
