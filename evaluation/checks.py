@@ -1,0 +1,119 @@
+"""Check metrics: how plugins' checks fared over a run (pure functions).
+
+Every ``check`` event of a run's turns is one ``CheckRow``. For every check
+name, ``check_metrics`` counts how many steps (``scope: "step"``) or turns
+(``scope: "turn"``) ran it, how many passed and failed, and how many distinct
+turns ran it and failed it at least once — overall and per task type. A
+plugin that raised counts under ``plugin_error:<plugin>`` like any failed
+check, so a broken plugin is visible in the same table.
+
+``{"evidence_quotes_a_document": {"scope": "turn", "ran": 20, "passed": 9,
+"failed": 11, "pass_rate": 0.45, "turns": 20, "turns_failed": 11,
+"per_task_type": {"document_qa": {…same keys but scope…}}}}``
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rich.table import Table
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One recorded check: the turn it belongs to, the example's task type,
+    the check's name and scope (``"step"`` or ``"turn"``), and its verdict."""
+
+    turn_id: int
+    task_type: str
+    name: str
+    scope: str
+    passed: bool
+
+
+def _bucket(rows: list[CheckRow]) -> dict[str, Any]:
+    passed = sum(1 for r in rows if r.passed)
+    return {
+        "ran": len(rows),
+        "passed": passed,
+        "failed": len(rows) - passed,
+        "pass_rate": passed / len(rows) if rows else None,
+        "turns": len({r.turn_id for r in rows}),
+        "turns_failed": len({r.turn_id for r in rows if not r.passed}),
+    }
+
+
+def check_metrics(rows: Iterable[CheckRow]) -> dict[str, dict[str, Any]]:
+    """Per check name (sorted): ``scope`` (``"step"``, ``"turn"`` or ``"mixed"``
+    when a name was used at both), the counts of ``_bucket`` and
+    ``per_task_type`` (the same counts per task type, sorted). ``{}`` when the
+    run recorded no checks."""
+    by_name: dict[str, list[CheckRow]] = defaultdict(list)
+    for row in rows:
+        by_name[row.name].append(row)
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(by_name):
+        group = by_name[name]
+        scopes = {r.scope for r in group}
+        by_type: dict[str, list[CheckRow]] = defaultdict(list)
+        for row in group:
+            by_type[row.task_type].append(row)
+        out[name] = {
+            "scope": scopes.pop() if len(scopes) == 1 else "mixed",
+            **_bucket(group),
+            "per_task_type": {t: _bucket(by_type[t]) for t in sorted(by_type)},
+        }
+    return out
+
+
+def check_row(*, turn_id: int, task_type: str, data: Mapping[str, Any]) -> CheckRow | None:
+    """The ``CheckRow`` of a ``check`` event's data, or ``None`` when the data
+    is not a check (no name, or ``passed`` not a boolean)."""
+    name, passed = data.get("name"), data.get("passed")
+    if not isinstance(name, str) or not isinstance(passed, bool):
+        return None
+    return CheckRow(
+        turn_id=turn_id, task_type=task_type, name=name, scope=str(data.get("scope") or "step"), passed=passed
+    )
+
+
+def _rate(value: float | None) -> str:
+    return "—" if value is None else f"{value * 100:.1f}%"
+
+
+def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
+    """The "Checks" table of the metrics table (``rich``): one row per check,
+    and one per task type under it when the run has several; ``None`` when
+    the run recorded no checks."""
+    if not checks:
+        return None
+    table = Table(title="Checks")
+    for name, justify in (
+        ("check", "left"),
+        ("scope", "left"),
+        ("ran", "right"),
+        ("passed", "right"),
+        ("failed", "right"),
+        ("pass rate", "right"),
+        ("turns failed", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, m in checks.items():
+        per_type = m.get("per_task_type") or {}
+        buckets = [(name, m["scope"], m)] + (
+            [(f"  {t}", "", b) for t, b in per_type.items()] if len(per_type) > 1 else []
+        )
+        for label, scope, b in buckets:
+            table.add_row(
+                label,
+                scope,
+                str(b["ran"]),
+                str(b["passed"]),
+                str(b["failed"]),
+                _rate(b["pass_rate"]),
+                f"{b['turns_failed']}/{b['turns']}",
+            )
+    return table
