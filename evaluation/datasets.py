@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentlab.agent.plugins import PluginError, load_plugin
 from evaluation.scoring import SCORERS
 
 __all__ = ["DatasetFormatError", "ExampleSpec", "parse_jsonl", "parse_records"]
 
-_KNOWN_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer")
+_KNOWN_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer", "plugins")
 
 
 @dataclass(frozen=True)
@@ -56,7 +57,9 @@ class ExampleSpec:
     type's default applies, see :func:`evaluation.scoring.scorer_for`);
     ``context`` is the line's ``context`` object (for SQL examples with
     ``database_file`` it also carries ``database_path``); ``metadata`` holds every
-    field not listed above, as parsed."""
+    field not listed above, as parsed. ``plugins`` are the entry-point
+    plugins the line switches on for its example (``plugins``: a list of
+    names, each installed)."""
 
     external_id: str
     question: str
@@ -66,6 +69,7 @@ class ExampleSpec:
     choices: list[str] | None = None
     context: dict[str, Any] | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
+    plugins: tuple[str, ...] = ()
 
 
 class DatasetFormatError(ValueError):
@@ -189,6 +193,8 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         if scorer not in SCORERS:
             raise _fail(f"unknown scorer {scorer!r} (known: {', '.join(sorted(SCORERS))})", source, line)
 
+    plugins = _plugins(record.get("plugins"), source, line)
+
     metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
     return ExampleSpec(
         external_id=external_id,
@@ -199,7 +205,22 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         choices=choices,
         context=context,
         metadata=metadata,
+        plugins=plugins,
     )
+
+
+def _plugins(value: Any, source: str, line: int | None) -> tuple[str, ...]:
+    """A line's ``plugins``: installed plugin names (``load_plugin`` finds each)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        raise _fail(f"field 'plugins' must be a list of plugin names, got {_json_type(value)}", source, line)
+    for name in value:
+        try:
+            load_plugin(name.strip())
+        except PluginError as exc:
+            raise _fail(f"field 'plugins': {exc}", source, line) from None
+    return tuple(dict.fromkeys(v.strip() for v in value))
 
 
 def _check_duplicate(example: ExampleSpec, seen: dict[str, int], source: str, line: int) -> None:

@@ -430,3 +430,30 @@ def test_demo_examples_score_plausible_model_answers(
     e = {x.external_id: x for x in demo_examples()}[external_id]
     scorer = scorer_for(example_scorer=e.scorer, task_type=e.task_type)
     assert score(prediction=prediction, gold=e.answer, scorer=scorer, choices=e.choices).correct is correct
+
+
+def test_a_line_switches_installed_plugins_on_for_its_example(tmp_path: Path) -> None:
+    path = _write(
+        tmp_path, _line(plugins=["example", "example_prompt", "example"]) + "\n" + _line(question_id="q2")
+    )
+
+    first, second = parse_jsonl(path)
+
+    assert first.plugins == ("example", "example_prompt")
+    assert "plugins" not in first.metadata
+    assert second.plugins == ()
+
+
+@pytest.mark.parametrize(
+    ("plugins", "message"),
+    [
+        (["no_such_plugin"], "bad.jsonl, line 1: field 'plugins': no plugin 'no_such_plugin'"),
+        ("example", "bad.jsonl, line 1: field 'plugins' must be a list of plugin names, got string"),
+        ([""], "bad.jsonl, line 1: field 'plugins' must be a list of plugin names, got array"),
+    ],
+)
+def test_a_plugin_a_line_names_must_be_installed(tmp_path: Path, plugins: Any, message: str) -> None:
+    with pytest.raises(DatasetFormatError) as caught:
+        parse_jsonl(_write(tmp_path, _line(plugins=plugins)))
+
+    assert str(caught.value).startswith(message)
