@@ -16,6 +16,8 @@ from typing import TypeVar
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from agentlab.agent.mcp.config import MCPConfigError, parse_servers
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -209,6 +211,18 @@ REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0, minimum=0.0)
 #: Review answered attempts with a second LLM call (DESIGN.md §4); run_eval has --review/--no-review.
 AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
 APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0, minimum=0.0) or None
+
+# --- your own agent (DESIGN.md §12) ---------------------------------------------
+#: Plugins active in every turn: dotted paths (or entry-point names), in the
+#: order whose last system prompt wins. Imported at the first turn, checked by
+#: ``manage.py check`` (and so at server start) and by run_eval.
+AGENTLAB_PLUGINS = [name.strip() for name in env.list("AGENTLAB_PLUGINS", default=[]) if name.strip()]
+#: MCP tool servers offered to every turn: a JSON object, name -> URL, command or
+#: object (agentlab.agent.mcp.config).
+try:
+    AGENTLAB_MCP_SERVERS = parse_servers(env.str("AGENTLAB_MCP_SERVERS", default=""))
+except MCPConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 LOGGING = {
     "version": 1,

@@ -9,7 +9,12 @@ class TurnsConfig(AppConfig):
 
     def ready(self) -> None:
         """Plug the jobs into ``turns.dispatch``: services enqueue turns
-        without importing what runs them (see ``turns.dispatch``)."""
+        without importing what runs them (see ``turns.dispatch``); check the
+        plugins of ``AGENTLAB_PLUGINS`` (``turns.extensions``)."""
+        from django.core import checks
+
         from . import dispatch, jobs
+        from .extensions import extensions_check
 
         dispatch.hand_over_set(jobs.turn_hand_over)
+        checks.register(extensions_check)

@@ -113,6 +113,27 @@ class ToolResultEventData(TypedDict, total=False):
     result: ToolResultData
 
 
+# --- plugins' checks ------------------------------------------------------------------
+
+
+@with_config(_CLOSED)
+class CheckData(TypedDict):
+    """A plugin's verdict on one step (``scope: "step"``, ``step`` its index)
+    or on an attempt (``scope: "turn"``, ``step`` ``None``): the
+    ``CheckRecord`` of ``agentlab.agent.plugins``. A plugin that raised, timed
+    out or returned something unreadable is a failed check named
+    ``plugin_error:<plugin>`` with ``error`` set."""
+
+    attempt: int
+    scope: str
+    step: int | None
+    name: str
+    passed: bool
+    detail: Any
+    plugin: str
+    error: NotRequired[str]
+
+
 # --- approvals -------------------------------------------------------------------
 
 
@@ -241,6 +262,7 @@ PAYLOADS: dict[str, type[Any]] = {
     EventType.LLM_USAGE: LLMUsageData,
     EventType.TOOL_CALL: ToolCallEventData,
     EventType.TOOL_RESULT: ToolResultEventData,
+    EventType.CHECK: CheckData,
     EventType.APPROVAL_REQUESTED: ApprovalRequestedData,
     EventType.APPROVAL_RESOLVED: ApprovalResolvedData,
     EventType.REVIEW: ReviewData,

@@ -10,7 +10,9 @@
 - ``review``: the current attempt's review (the ``review`` event's payload);
 - ``cancel``: who asked to cancel, and when (``CancelRequest``);
 - ``failure_cause`` / ``failure_error``: why the turn failed (``turn.failed``'s
-  ``cause`` and ``error``).
+  ``cause`` and ``error``);
+- ``extensions``: the plugins and MCP servers the turn ran with, and the
+  plugin whose system prompt it used (``TurnExtensions``, the driver).
 
 Reads take any mapping (a row's ``meta``, or the fields a driver just wrote)
 and never raise on a missing key; writes return a new dict and never change
@@ -78,6 +80,16 @@ class ArchivedAttempt(TypedDict, total=False):
     failure_error: str | None
 
 
+class TurnExtensions(TypedDict):
+    """What a turn ran with beside the built-in agent: plugin names in
+    configured order, MCP server names, and the plugin whose system prompt
+    won (``None``: the default prompt)."""
+
+    plugins: list[str]
+    mcp_servers: list[str]
+    system_prompt: str | None
+
+
 class TurnMeta(TypedDict, total=False):
     attempts: list[ArchivedAttempt]
     retry_context: RetryContext
@@ -85,6 +97,7 @@ class TurnMeta(TypedDict, total=False):
     cancel: CancelRequest
     failure_cause: str | None
     failure_error: str
+    extensions: TurnExtensions
 
 
 def meta_of(raw: Mapping[str, Any] | None) -> TurnMeta:
@@ -145,6 +158,12 @@ def meta_last_review_verdict(meta: Mapping[str, Any] | None) -> str:
     return ""
 
 
+def meta_extensions(meta: Mapping[str, Any] | None) -> TurnExtensions | None:
+    """The plugins and MCP servers the turn ran with (``None``: not recorded,
+    a turn without any)."""
+    return (meta or {}).get("extensions") or None
+
+
 # --- writes ------------------------------------------------------------------------
 
 
@@ -159,6 +178,21 @@ def meta_with_review(meta: Mapping[str, Any] | None, review: ReviewData) -> Turn
     """``meta`` with the current attempt's review."""
     new = meta_of(meta)
     new["review"] = review
+    return new
+
+
+def meta_with_extensions(
+    meta: Mapping[str, Any] | None,
+    *,
+    plugins: Sequence[str],
+    mcp_servers: Sequence[str],
+    system_prompt: str | None,
+) -> TurnMeta:
+    """``meta`` with what the turn ran with (see ``TurnExtensions``)."""
+    new = meta_of(meta)
+    new["extensions"] = TurnExtensions(
+        plugins=list(plugins), mcp_servers=list(mcp_servers), system_prompt=system_prompt
+    )
     return new
 
 

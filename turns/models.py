@@ -138,6 +138,8 @@ class EventType(models.TextChoices):
     LLM_USAGE = "llm.usage"
     TOOL_CALL = "tool.call"
     TOOL_RESULT = "tool.result"
+    #: a plugin's verdict on a step or a turn (``agentlab.agent.plugins``)
+    CHECK = "check"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_RESOLVED = "approval.resolved"
     REVIEW = "review"

@@ -16,7 +16,7 @@ from django.db.models import QuerySet
 
 from common.errors import NotFound
 
-from .models import TERMINAL_STATUSES, Approval, Conversation, Turn, TurnEvent
+from .models import TERMINAL_STATUSES, Approval, Conversation, EventType, Turn, TurnEvent
 
 M = TypeVar("M", Conversation, Turn, Approval)
 
@@ -90,6 +90,11 @@ def turn_meta(*, turn_id: int) -> dict[str, Any]:
     """The turn's ``meta`` as stored now (``turns.meta`` reads it). Raises
     ``Turn.DoesNotExist``."""
     return dict(Turn.objects.values_list("meta", flat=True).get(pk=turn_id) or {})
+
+
+def turn_checked(*, turn_id: int, attempt: int) -> bool:
+    """Whether attempt ``attempt`` of the turn has its ``check`` events already."""
+    return TurnEvent.objects.filter(turn_id=turn_id, type=EventType.CHECK, data__attempt=attempt).exists()
 
 
 def approval_status_of(*, turn_id: int, call_id: str) -> str | None:

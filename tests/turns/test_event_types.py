@@ -9,6 +9,7 @@ import json
 import pytest
 from pydantic import BaseModel, TypeAdapter
 
+from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, call, final, text, tool_call, tool_calls
 from agentlab.agent.tools import Tool, default_registry
 from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
@@ -79,7 +80,8 @@ def _all_events() -> list[TurnEvent]:
 
 async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) -> list[TurnEvent]:
     """Turns that between them write every event type, through the real
-    services and driver: a reviewed and retried answer with a tool, an expired
+    services and driver: a reviewed and retried answer with a tool and a
+    plugin's checks, an expired
     approval, a clarifying question, max_steps then continue, a cancel then
     retry, an interrupt then resume."""
     monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
@@ -96,7 +98,12 @@ async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) ->
         ]
     )
     result = await drive_turn(
-        reviewed.pk, policy=EvaluationPolicy(review=True), provider=provider, db=db_threads
+        reviewed.pk,
+        policy=EvaluationPolicy(review=True),
+        provider=provider,
+        db=db_threads,
+        # a plugin's step and turn checks: the check events
+        extensions=Extensions(plugins=("tests.agent.plugins.sample_plugins:AsyncChecks",)),
     )
     assert result is not None and (result.answer, result.stop_reason) == ("42", "final")
 

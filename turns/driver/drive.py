@@ -27,6 +27,7 @@ from typing import Any
 
 from django.conf import settings
 
+from agentlab.agent.extensions import Extensions
 from agentlab.agent.loop import AgentLoop, ApprovalDecision
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
@@ -35,10 +36,20 @@ from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads
 
 from ..events import TurnNotHeld
-from ..meta import TurnMeta, meta_cancel_by, meta_of
+from ..extensions import recorded_extensions
+from ..meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of
 from ..models import ApprovalStatus, Turn, TurnOutcome, TurnStatus
-from ..selectors import approval_status_of, turn_meta
+from ..selectors import approval_status_of, turn_checked, turn_meta
 from .claim import turn_claim
+from .extensions import (
+    ExtensionsUnavailable,
+    Subject,
+    attempt_checks,
+    attempt_setup,
+    meta_after_setup,
+    plugin_context,
+    unavailable_result,
+)
 from .finish import finish_fields, finish_unexpected, finish_write
 from .policies import TurnPolicy
 from .recorder import Attempt, Recorder
@@ -88,6 +99,8 @@ async def drive_turn(
     tools: ToolRegistry | None = None,
     job_id: str = "",
     timeout_s: float | None = None,
+    extensions: Extensions | None = None,
+    subject: Subject | None = None,
 ) -> DriveResult | None:
     """Run turn ``turn_id`` to a terminal state under ``policy``.
 
@@ -110,6 +123,13 @@ async def drive_turn(
     ``policy.review_wait_s()`` is left running: the turn finishes without it,
     and this coroutine returns only after the late review is recorded
     (``review_append_late``), so a Celery task keeps it alive.
+
+    ``extensions``: the plugins and MCP servers of the turn (``None``: the
+    settings', plus the plugins the turn recorded running with); each attempt
+    gets its tools and system prompt from them and ends with their ``check``
+    events (``driver.extensions``). ``subject``: the example, run and dataset
+    plugins are told of (evaluation). An MCP server unreachable at the start
+    fails the turn (stop reason ``error``).
     """
     started = time.monotonic()
     turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
@@ -118,6 +138,8 @@ async def drive_turn(
     holder = turn.job_id
     meta: TurnMeta = meta_of(turn.meta)
     tools = tools or shared_default_tools()
+    if extensions is None:
+        extensions = recorded_extensions(meta_extensions(meta))
     inherited, own = (
         ([], [])
         if turn.fresh
@@ -155,8 +177,32 @@ async def drive_turn(
     deadline = time.monotonic() + timeout if timeout else None
     timings: dict[str, int] = {}
     try:
+        # checks are appended with an attempt's next write: a resumed attempt
+        # may have written them already (before its review), never twice
+        checked = (
+            not turn.fresh
+            and bool(extensions)
+            and await db.run(turn_checked, turn_id=turn_id, attempt=current.number)
+        )
         while True:
-            loop = AgentLoop(provider, tools, max_steps=turn.max_steps)
+            setup = None
+            if extensions:
+                context = plugin_context(
+                    turn, kind=policy.name, attempt=current.number, question=current.question, subject=subject
+                )
+                try:
+                    setup = await attempt_setup(extensions, tools=tools, context=context)
+                except ExtensionsUnavailable as exc:
+                    result = unavailable_result(str(exc), recorded=recorded, usage=current.recorder.usage)
+                    break
+                current.recorder.tools = setup.tools
+                meta = meta_after_setup(meta, extensions, setup)
+            loop = AgentLoop(
+                provider,
+                setup.tools if setup else tools,
+                max_steps=turn.max_steps,
+                system_prompt=setup.system_prompt if setup else None,
+            )
             act_started = time.monotonic()
             result = await loop.run(
                 current.question,
@@ -171,6 +217,12 @@ async def drive_turn(
                 deadline=deadline,
             )
             timings["act_ms"] = timings.get("act_ms", 0) + int((time.monotonic() - act_started) * 1000)
+            if setup is not None and not checked and result.stop_reason != "cancelled":
+                inherited_steps = len(inherited) if current.number == turn.attempts else 0
+                current.recorder.pending += await attempt_checks(
+                    setup, context=context, result=result, inherited_steps=inherited_steps
+                )
+            checked = False
             if result.stop_reason != "final" or not policy.review_enabled() or cancel.is_set():
                 break
             review_started = time.monotonic()
