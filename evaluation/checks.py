@@ -19,8 +19,6 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rich.table import Table
-
 
 @dataclass(frozen=True)
 class CheckRow:
@@ -78,42 +76,3 @@ def check_row(*, turn_id: int, task_type: str, data: Mapping[str, Any]) -> Check
     return CheckRow(
         turn_id=turn_id, task_type=task_type, name=name, scope=str(data.get("scope") or "step"), passed=passed
     )
-
-
-def _rate(value: float | None) -> str:
-    return "—" if value is None else f"{value * 100:.1f}%"
-
-
-def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
-    """The "Checks" table of the metrics table (``rich``): one row per check,
-    and one per task type under it when the run has several; ``None`` when
-    the run recorded no checks."""
-    if not checks:
-        return None
-    table = Table(title="Checks")
-    for name, justify in (
-        ("check", "left"),
-        ("scope", "left"),
-        ("ran", "right"),
-        ("passed", "right"),
-        ("failed", "right"),
-        ("pass rate", "right"),
-        ("turns failed", "right"),
-    ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
-    for name, m in checks.items():
-        per_type = m.get("per_task_type") or {}
-        buckets = [(name, m["scope"], m)] + (
-            [(f"  {t}", "", b) for t, b in per_type.items()] if len(per_type) > 1 else []
-        )
-        for label, scope, b in buckets:
-            table.add_row(
-                label,
-                scope,
-                str(b["ran"]),
-                str(b["passed"]),
-                str(b["failed"]),
-                _rate(b["pass_rate"]),
-                f"{b['turns_failed']}/{b['turns']}",
-            )
-    return table

@@ -7,6 +7,7 @@ Presentation only: the numbers come from :func:`evaluation.metrics.compute_metri
 from __future__ import annotations
 
 import io
+from collections.abc import Mapping
 from typing import Any
 
 from rich.console import Console
@@ -31,7 +32,8 @@ def _cost(value: float | None) -> str:
 
 def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     """Render a metrics dict (as returned by :func:`evaluation.metrics.compute_metrics`, or read back
-    from JSON) as plain-text tables: summary, per task type, stop reasons.
+    from JSON) as plain-text tables: summary, per task type, stop reasons, and
+    the plugins' checks when the run recorded any (``checks_table``).
 
     Rendered with ``rich`` into a string, without colour or other escape codes,
     ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
@@ -104,6 +106,42 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         emoji=False,
         markup=False,
     )
-    for table in (summary, per_task, stops):
+    checks = checks_table(metrics.get("checks") or {})
+    for table in (summary, per_task, stops, *([checks] if checks is not None else [])):
         console.print(table)
     return buffer.getvalue()
+
+
+def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
+    """The "Checks" table of the metrics table (``rich``): one row per check,
+    and one per task type under it when the run has several; ``None`` when
+    the run recorded no checks."""
+    if not checks:
+        return None
+    table = Table(title="Checks")
+    for name, justify in (
+        ("check", "left"),
+        ("scope", "left"),
+        ("ran", "right"),
+        ("passed", "right"),
+        ("failed", "right"),
+        ("pass rate", "right"),
+        ("turns failed", "right"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for name, m in checks.items():
+        per_type = m.get("per_task_type") or {}
+        buckets = [(name, m["scope"], m)] + (
+            [(f"  {t}", "", b) for t, b in per_type.items()] if len(per_type) > 1 else []
+        )
+        for label, scope, b in buckets:
+            table.add_row(
+                label,
+                scope,
+                str(b["ran"]),
+                str(b["passed"]),
+                str(b["failed"]),
+                _pct(b["pass_rate"]),
+                f"{b['turns_failed']}/{b['turns']}",
+            )
+    return table

@@ -12,6 +12,8 @@ class Dataset(models.Model):
 
     name = models.CharField(max_length=200, unique=True)
     source = models.CharField(max_length=500, blank=True, default="")
+    #: entry-point plugins every run of the dataset switches on (``import_dataset --plugin``)
+    plugins = models.JSONField(default=list, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -34,6 +36,8 @@ class Example(models.Model):
     choices = models.JSONField(null=True, blank=True)
     context = models.JSONField(default=dict, blank=True)
     metadata = models.JSONField(default=dict, blank=True)
+    #: entry-point plugins the example's own line switches on (its ``plugins`` field)
+    plugins = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["dataset_id", "position"]

@@ -30,6 +30,8 @@ from typing import Any, TypeVar
 from django.conf import settings
 from django.db import connections
 
+from agentlab.agent.extensions import RunExtensions
+
 from .services.plan import PlannedExample
 from .worker import EvalJob, eval_worker
 
@@ -70,11 +72,15 @@ def drive_in_processes(
     model: str | None,
     review: bool,
     on_done: Callable[[], None] | None = None,
+    extensions: RunExtensions | None = None,
+    run_id: str | None = None,
+    dataset: str | None = None,
 ) -> float:
     """Drive ``planned`` in ``workers`` processes; return the driving wall time
     in seconds (from the moment every worker is ready to the last one's end).
 
-    ``on_done`` is called in this process once per example whose prediction
+    ``extensions``, ``run_id``, ``dataset``: as for ``drive_examples``, handed
+    to every worker. ``on_done`` is called in this process once per example whose prediction
     was stored. Raises ``RuntimeError`` when a worker fails to start or dies
     (the examples it did not finish stay planned: resume the run);
     ``KeyboardInterrupt`` stops every worker.
@@ -94,6 +100,9 @@ def drive_in_processes(
             review=review,
             settings=inherited,
             database_names=names,
+            extensions=extensions,
+            run_id=run_id,
+            dataset=dataset,
         )
         process = context.Process(target=eval_worker, args=(job, messages, go), name="agentlab-eval-worker")
         process.start()

@@ -24,12 +24,17 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.utils import timezone
 
+from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
+from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
+from common.errors import BadInput
 from common.version import code_version
 from turns.llm import get_provider
 
+from .extensions import extensions_resume, extensions_snapshot, run_extensions
 from .models import Dataset, Run, RunStatus
 from .parallel import drive_in_processes
 from .runner import drive_examples
@@ -52,7 +57,9 @@ class EvalRequest:
     agent steps per example; ``model``: a model name or GGUF path (``None``:
     the configured one); ``fail_under``: the accuracy (0..1) below which the
     run fails its quality gate (``None``: no gate); ``review``,
-    ``retry_errors``, ``workers``: as the command's options.
+    ``retry_errors``, ``workers``: as the command's options. ``plugins``:
+    the ``--plugin`` names (entry-point plugins the run switches on);
+    ``mcp_servers``: the ``--mcp`` servers.
     """
 
     dataset: str
@@ -65,6 +72,8 @@ class EvalRequest:
     review: bool = True
     retry_errors: bool = False
     workers: int = 1
+    plugins: tuple[str, ...] = ()
+    mcp_servers: tuple[MCPServerConfig, ...] = ()
 
 
 def eval_request(
@@ -79,6 +88,8 @@ def eval_request(
     review: bool = True,
     retry_errors: bool = False,
     workers: int = 1,
+    plugins: Sequence[str] = (),
+    mcp: Sequence[str] = (),
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``.
@@ -86,7 +97,9 @@ def eval_request(
     Raises ``ValueError`` (``BadInput`` for the run id) naming the option:
     ``--limit`` below 1, ``--concurrency`` outside 1..256, ``--max-steps`` (or
     ``AGENTLAB_MAX_STEPS``) below 1, ``--workers`` outside
-    1..min(concurrency, 16), ``--fail-under`` outside 0..1, a bad run id.
+    1..min(concurrency, 16), ``--fail-under`` outside 0..1, a bad run id, a
+    ``--plugin`` that is not installed, an ``--mcp`` that is not
+    ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice).
     """
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
@@ -105,6 +118,15 @@ def eval_request(
         )
     if fail_under is not None and not 0 <= fail_under <= 1:
         raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
+    for name in plugins:
+        try:
+            load_plugin(name)
+        except PluginError as exc:
+            raise BadInput(f"--plugin {name}: {exc}") from None
+    servers = tuple(parse_server_option(text) for text in mcp)
+    names = [server.name for server in servers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--mcp names a server twice: {', '.join(names)}")
     return EvalRequest(
         dataset=dataset,
         run_id=run_id_check(run_id) if run_id is not None else None,
@@ -116,6 +138,8 @@ def eval_request(
         review=review,
         retry_errors=retry_errors,
         workers=workers,
+        plugins=tuple(dict.fromkeys(p.strip() for p in plugins if p.strip())),
+        mcp_servers=servers,
     )
 
 
@@ -195,11 +219,14 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     dataset = dataset_resolve(name_or_path=request.dataset)
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
+    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
+    if existing is not None:
+        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
+    config = {**_config(request, provider, dataset), **extensions_snapshot(extensions, dataset=dataset)}
     # the run's lease: another run_eval on this run id is refused while we drive it
     driver = run_lease_tag()
-    run, resumed = run_start(
-        run_id=run_id, dataset=dataset, config=_config(request, provider, dataset), driver=driver
-    )
+    run, resumed = run_start(run_id=run_id, dataset=dataset, config=config, driver=driver)
     lease = RunLease(run_pk=run.pk, driver=driver).start()
     try:
         planned, skipped = run_plan(
@@ -213,7 +240,9 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
         if fallback:
             note(fallback)
-        run = _drive_and_finish(run, planned, request=request, provider=provider, progress=progress)
+        run = _drive_and_finish(
+            run, planned, request=request, provider=provider, progress=progress, extensions=extensions
+        )
     finally:
         lease.stop()
     return EvalResult(run=run, dataset=dataset, gate_failure=gate_failure(run.metrics, request.fail_under))
@@ -260,6 +289,7 @@ def _drive_and_finish(
     request: EvalRequest,
     provider: LLMProvider,
     progress: ProgressFactory,
+    extensions: RunExtensions,
 ) -> Run:
     """Drive ``planned`` and finish ``run`` whatever happens; returns the finished run."""
     bar = progress(run.run_id, len(planned))
@@ -283,9 +313,22 @@ def _drive_and_finish(
                 model=request.model,
                 review=request.review,
                 on_done=done,
+                extensions=extensions,
+                run_id=run.run_id,
+                dataset=run.dataset.name,
             )
         else:
-            asyncio.run(_drive(planned, provider=provider, request=request, on_done=done))
+            asyncio.run(
+                _drive(
+                    planned,
+                    provider=provider,
+                    request=request,
+                    on_done=done,
+                    extensions=extensions,
+                    run_id=run.run_id,
+                    dataset=run.dataset.name,
+                )
+            )
     except KeyboardInterrupt:
         status = RunStatus.CANCELLED
         raise RunInterrupted(run.run_id) from None
@@ -309,6 +352,9 @@ async def _drive(
     provider: LLMProvider,
     request: EvalRequest,
     on_done: Callable[[PlannedExample], None],
+    extensions: RunExtensions,
+    run_id: str,
+    dataset: str,
 ) -> None:
     with DatabaseThreads(max_workers=min(request.concurrency, 8)) as db:
         try:
@@ -319,6 +365,9 @@ async def _drive(
                 concurrency=request.concurrency,
                 on_done=on_done,
                 review=request.review,
+                extensions=extensions,
+                run_id=run_id,
+                dataset=dataset,
             )
         finally:
             await provider.aclose()

@@ -14,12 +14,17 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from django.conf import settings
+
+from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
 from turns.driver import EvaluationPolicy, drive_turn
+from turns.driver.extensions import Subject
 from turns.job_ids import local_job_id
 
+from .extensions import example_subject
 from .services.plan import PlannedExample
 from .services.predictions import TurnFinal, prediction_complete, prediction_record
 
@@ -35,14 +40,22 @@ async def drive_examples(
     on_done: Callable[[PlannedExample], None] | None = None,
     review: bool = True,
     tools: ToolRegistry | None = None,
+    extensions: RunExtensions | None = None,
+    run_id: str | None = None,
+    dataset: str | None = None,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
     ``on_done`` is called (in the event loop) after each prediction is stored —
     the progress bar hangs off it. ``review`` runs the review phase (one more
     LLM call per answered example, waited for); ``tools`` replaces the
-    built-in tools. Raises ``ValueError`` for ``concurrency < 1``.
+    built-in tools. ``extensions``: the run's plugins and MCP servers
+    (``None``: the settings' only); plugins are told the example, ``run_id``
+    and ``dataset``. Raises ``ValueError`` for ``concurrency < 1``.
     """
+    extensions = extensions or RunExtensions(
+        settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
+    )
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
@@ -73,6 +86,8 @@ async def drive_examples(
                     db=db,
                     tools=tools,
                     job_id=local_job_id("eval", next(numbers)),
+                    extensions=extensions.for_example(item.example.plugins or ()),
+                    subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
                 )
             except Exception as exc:
                 logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)

@@ -11,13 +11,14 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
 from common.errors import NotFound
 from turns.job_ids import local_job_is_gone
-from turns.models import Turn, TurnStatus
+from turns.models import EventType, Turn, TurnEvent, TurnStatus
 
+from .checks import CheckRow, check_metrics, check_row
 from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Prediction, Run
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
@@ -48,11 +49,12 @@ def prediction_list(
     correct: bool | None = None,
     scored: bool | None = None,
     stop_reason: str | None = None,
+    failed_check: str | None = None,
 ) -> QuerySet[Prediction]:
     """Predictions of ``run`` in example order, filtered by task type, correctness
     (``correct=True/False`` matches scored rows only), whether they were scored
-    at all (``scored=False``: could not be scored — not the same as wrong), and
-    stop reason."""
+    at all (``scored=False``: could not be scored — not the same as wrong),
+    stop reason, and a check their turn failed (``predictions_failing``)."""
     qs = Prediction.objects.filter(run=run).select_related("example").order_by("example__position", "pk")
     if task_type:
         qs = qs.filter(task_type=task_type)
@@ -62,7 +64,27 @@ def prediction_list(
         qs = qs.filter(correct__isnull=not scored)
     if stop_reason:
         qs = qs.filter(stop_reason=stop_reason)
+    if failed_check:
+        qs = predictions_failing(qs, check=failed_check)
     return qs
+
+
+def predictions_failing(qs: QuerySet[Prediction], *, check: str) -> QuerySet[Prediction]:
+    """The predictions of ``qs`` whose turn's last attempt failed check
+    ``check`` at least once (a step or the turn)."""
+    failed = TurnEvent.objects.filter(
+        turn_id=OuterRef("turn_id"),
+        type=EventType.CHECK,
+        data__name=check,
+        data__passed=False,
+        data__attempt=OuterRef("turn__attempts"),
+    )
+    return qs.filter(Exists(failed))
+
+
+def run_check_names(*, run: Run) -> list[str]:
+    """The names of the checks recorded in the run's metrics, sorted."""
+    return sorted((run.metrics or {}).get("checks") or {})
 
 
 def run_metrics(*, run: Run) -> dict[str, Any]:
@@ -85,7 +107,23 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
         )
         for p in run.predictions.all()
     ]
-    return compute_metrics(rows)
+    return {**compute_metrics(rows), "checks": check_metrics(run_check_rows(run=run))}
+
+
+def run_check_rows(*, run: Run) -> list[CheckRow]:
+    """The ``check`` events of the last attempt of every turn of the run — the
+    attempt whose answer was scored — as ``CheckRow``s. One query."""
+    found = TurnEvent.objects.filter(turn__predictions__run=run, type=EventType.CHECK).values_list(
+        "turn_id", "turn__attempts", "turn__predictions__task_type", "data"
+    )
+    rows = []
+    for turn_id, attempts, task_type, data in found:
+        if data.get("attempt", 1) != attempts:
+            continue  # an earlier attempt (reviewed and retried, or continued)
+        row = check_row(turn_id=turn_id, task_type=task_type, data=data)
+        if row is not None:
+            rows.append(row)
+    return rows
 
 
 def run_holder(*, run: Run) -> str | None:

@@ -24,6 +24,10 @@ class EvalJob:
     review: bool
     settings: dict[str, Any]
     database_names: dict[str, str]
+    #: ``evaluation.extensions.RunExtensions`` (frozen dataclasses pickle as they are)
+    extensions: Any = None
+    run_id: str | None = None
+    dataset: str | None = None
 
 
 def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
@@ -77,6 +81,9 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
                     concurrency=job.concurrency,
                     on_done=lambda item: messages.put(("done", item.prediction_id)),
                     review=job.review,
+                    extensions=job.extensions,
+                    run_id=job.run_id,
+                    dataset=job.dataset,
                 )
             finally:
                 await provider.aclose()

@@ -15,7 +15,7 @@ fails it (DESIGN.md §12).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -47,6 +47,27 @@ class Extensions:
     def plugin_set(self) -> PluginSet | None:
         """The loaded plugins (``None`` without any). Raises ``PluginError``."""
         return _plugin_set(self.plugins) if self.plugins else None
+
+
+@dataclass(frozen=True)
+class RunExtensions:
+    """The layers of an evaluation run's extensions: the plugin names of the
+    settings, of the dataset and of the run, and the MCP servers (the
+    settings' then the run's; ``run_mcp_servers`` the run's alone). An
+    example's own plugins go between the dataset's and the run's
+    (``for_example``). Frozen, picklable and free of Django: a ``run_eval
+    --workers`` process unpickles it before Django is set up."""
+
+    settings_plugins: tuple[str, ...] = ()
+    dataset_plugins: tuple[str, ...] = ()
+    run_plugins: tuple[str, ...] = ()
+    mcp_servers: tuple[MCPServerConfig, ...] = ()
+    run_mcp_servers: tuple[MCPServerConfig, ...] = ()
+
+    def for_example(self, example_plugins: Sequence[str] = ()) -> Extensions:
+        """The ``Extensions`` of one example's turn (see the module docstring)."""
+        names = [*self.settings_plugins, *self.dataset_plugins, *example_plugins, *self.run_plugins]
+        return Extensions(plugins=tuple(dict.fromkeys(names)), mcp_servers=self.mcp_servers)
 
 
 _sets: dict[tuple[str, ...], PluginSet] = {}

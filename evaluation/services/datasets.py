@@ -8,6 +8,7 @@ from pathlib import Path
 
 from django.db import transaction
 
+from agentlab.agent.plugins import PluginError, load_plugin
 from common.errors import BadInput
 
 from ..datasets import ExampleSpec, parse_jsonl
@@ -22,8 +23,14 @@ DEMO_SOURCE = "agentlab demo"
 _NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 
 
-def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = "") -> Dataset:
+def dataset_import(
+    *, name: str, examples: Sequence[ExampleSpec], source: str = "", plugins: Sequence[str] = ()
+) -> Dataset:
     """Register ``examples`` under dataset ``name``, in one transaction.
+
+    ``plugins``: entry-point plugins every run of the dataset switches on
+    (``import_dataset --plugin``), each checked to load (``BadInput``
+    otherwise); an example's own ``plugins`` come from its line.
 
     Importing the same examples again under the same name is a no-op, so
     runs that refer to them stay valid. A name that already holds *different*
@@ -48,10 +55,24 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
         )
     if not examples:
         raise BadInput(f"dataset {name!r} has no examples")
+    plugin_names = list(dict.fromkeys(p.strip() for p in plugins if p.strip()))
+    for plugin in plugin_names:
+        try:
+            load_plugin(plugin)
+        except PluginError as exc:
+            raise BadInput(f"--plugin {plugin}: {exc}") from None
     for spec in examples:  # fail before writing anything
         scorer_for(example_scorer=spec.scorer, task_type=spec.task_type)
     with transaction.atomic():
-        dataset, created = Dataset.objects.get_or_create(name=name, defaults={"source": source})
+        dataset, created = Dataset.objects.get_or_create(
+            name=name, defaults={"source": source, "plugins": plugin_names}
+        )
+        if not created and list(dataset.plugins or []) != plugin_names:
+            raise BadInput(
+                f"a dataset named {name!r} already exists with plugins {list(dataset.plugins or [])}, "
+                f"not {plugin_names}; import this file under another name: "
+                "manage.py import_dataset FILE --name NEW_NAME"
+            )
         existing = {e.external_id: e for e in dataset.examples.all()}
         new, changed = [], []
         for position, spec in enumerate(examples):
@@ -64,6 +85,7 @@ def dataset_import(*, name: str, examples: Sequence[ExampleSpec], source: str = 
                 "choices": spec.choices,
                 "context": spec.context or {},
                 "metadata": spec.metadata or {},
+                "plugins": list(spec.plugins),
             }
             row = existing.get(spec.external_id)
             if row is None:

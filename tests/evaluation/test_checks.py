@@ -6,7 +6,8 @@ import io
 
 from rich.console import Console
 
-from evaluation.checks import CheckRow, check_metrics, check_row, checks_table
+from evaluation.checks import CheckRow, check_metrics, check_row
+from evaluation.metrics_table import checks_table, format_table
 
 
 def rows() -> list[CheckRow]:
@@ -91,3 +92,5 @@ def test_the_table_shows_each_check_and_its_task_types():
     assert "evidence_quotes_a_document" in text and "50.0%" in text and "1/2" in text
     assert "  math" in text and "66.7%" in text
     assert checks_table({}) is None
+    assert "Checks" in format_table({"checks": check_metrics(rows())})
+    assert "Checks" not in format_table({"checks": {}})

@@ -558,7 +558,7 @@ def test_task_types_without_a_scorer_of_their_own_are_pointed_out(tmp_path, endp
 
 
 def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
-    call_command("migrate", "evaluation", "0002", verbosity=0)  # as if the code was upgraded
+    call_command("migrate", "evaluation", "0003", verbosity=0)  # as if the code was upgraded
     try:
         with pytest.raises(CommandError) as excinfo:
             call_command("run_eval", "--no-review", "demo")
@@ -566,7 +566,7 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
     assert (
-        "2 migration(s) not applied: evaluation.0003_prediction_review_verdict, evaluation.0004_run_lease"
+        "2 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins"
         in str(excinfo.value)
     )
     assert "run `manage.py migrate` first" in str(excinfo.value)
@@ -660,7 +660,7 @@ def test_import_dataset_on_an_unmigrated_database_is_exit_2_with_a_hint():
     finally:
         call_command("migrate", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert "4 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
+    assert "5 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Dataset.objects.count() == 0
 

@@ -1,4 +1,4 @@
-"""``manage.py import_dataset FILE --name NAME`` — register a JSONL dataset.
+"""``manage.py import_dataset FILE [--name NAME] [--plugin NAME …]`` — register a JSONL dataset.
 
 Exit codes: 0 done, 2 bad input (a bad file or name, a database that cannot be
 reached or is not migrated).
@@ -24,8 +24,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("file", help="path to a .jsonl file")
         parser.add_argument("--name", default=None, help="dataset name (default: the file's stem)")
+        parser.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            dest="plugins",
+            metavar="NAME",
+            help="an entry-point plugin every run of the dataset switches on (repeatable; "
+            "the last system prompt in the order given wins)",
+        )
 
-    def handle(self, *args: Any, file: str, name: str | None, **opts: Any) -> None:
+    def handle(self, *args: Any, file: str, name: str | None, plugins: list[str], **opts: Any) -> None:
         path = Path(file)
         if not path.is_file():
             raise CommandError(f"{file}: no such file", returncode=2)
@@ -34,9 +43,12 @@ class Command(BaseCommand):
                 database_check()
                 examples = parse_jsonl(path)
                 dataset = dataset_import(
-                    name=name or path.stem, examples=examples, source=str(path.resolve())
+                    name=name or path.stem, examples=examples, source=str(path.resolve()), plugins=plugins
                 )
-                self.stdout.write(f"dataset {dataset.name}: {dataset.examples.count()} examples")
+                self.stdout.write(
+                    f"dataset {dataset.name}: {dataset.examples.count()} examples"
+                    + (f"; plugins {', '.join(dataset.plugins)}" if dataset.plugins else "")
+                )
                 note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         except (DatasetFormatError, AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc

@@ -62,6 +62,23 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", dest="json_path", default=None, help="also write run and metrics to FILE"
         )
+        parser.add_argument(
+            "--plugin",
+            action="append",
+            default=[],
+            dest="plugins",
+            metavar="NAME",
+            help="an entry-point plugin to switch on for this run (repeatable; after the settings', "
+            "the dataset's and the example's, so its system prompt wins)",
+        )
+        parser.add_argument(
+            "--mcp",
+            action="append",
+            default=[],
+            metavar="NAME=SPEC",
+            help="an MCP tool server for this run (repeatable): NAME=URL (streamable HTTP), "
+            "NAME=COMMAND (stdio) or NAME={JSON} as in AGENTLAB_MCP_SERVERS",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
@@ -78,6 +95,8 @@ class Command(BaseCommand):
                     review=opts["review"],
                     retry_errors=opts["retry_errors"],
                     workers=opts["workers"],
+                    plugins=opts["plugins"],
+                    mcp=opts["mcp"],
                 )
                 if json_path:
                     _check_writable(json_path)  # before the run: the file is written only after it
