@@ -95,7 +95,7 @@ def run_get(request: AuthedRequest, run_id: RunId) -> Run:
 @router.get(
     "/runs/{run_id}/predictions",
     response={200: list[PredictionOut], **ERRORS},
-    summary="A run's predictions, filterable by task type, correctness and stop reason",
+    summary="A run's predictions, filterable by task type, correctness, stop reason and a failed check",
 )
 @paginate(Pagination)
 def prediction_list(
@@ -105,8 +105,18 @@ def prediction_list(
     correct: bool | None = Query(None, description="true/false: scored rows that are right/wrong"),
     scored: bool | None = Query(None, description="false: rows that could not be scored"),
     stop_reason: Text | None = Query(None, max_length=32),
+    failed_check: Text | None = Query(
+        None,
+        max_length=200,
+        description="a check name: rows whose turn failed it (metrics.checks names them)",
+    ),
 ) -> Any:
     run = selectors.run_get(run_id=run_id)
     return selectors.prediction_list(
-        run=run, task_type=task_type, correct=correct, scored=scored, stop_reason=stop_reason
+        run=run,
+        task_type=task_type,
+        correct=correct,
+        scored=scored,
+        stop_reason=stop_reason,
+        failed_check=failed_check,
     )

@@ -106,8 +106,13 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         emoji=False,
         markup=False,
     )
-    checks = checks_table(metrics.get("checks") or {})
-    for table in (summary, per_task, stops, *([checks] if checks is not None else [])):
+    for table in (summary, per_task, stops):
+        console.print(table)
+    checks = metrics.get("checks") or {}
+    table = checks_table(checks)
+    if table is not None:
+        # wide enough for the check names, which are what a reader looks for
+        console.width = max(width, max(len(name) for name in checks) + 70)
         console.print(table)
     return buffer.getvalue()
 
@@ -119,8 +124,8 @@ def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
     if not checks:
         return None
     table = Table(title="Checks")
+    table.add_column("check", no_wrap=True, min_width=max(len(name) for name in checks))
     for name, justify in (
-        ("check", "left"),
         ("scope", "left"),
         ("ran", "right"),
         ("passed", "right"),

@@ -11,7 +11,9 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Exists, IntegerField, OuterRef, QuerySet
+from django.db.models.fields.json import KT
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from common.errors import NotFound
@@ -72,12 +74,12 @@ def prediction_list(
 def predictions_failing(qs: QuerySet[Prediction], *, check: str) -> QuerySet[Prediction]:
     """The predictions of ``qs`` whose turn's last attempt failed check
     ``check`` at least once (a step or the turn)."""
-    failed = TurnEvent.objects.filter(
+    failed = TurnEvent.objects.annotate(attempt=Cast(KT("data__attempt"), IntegerField())).filter(
         turn_id=OuterRef("turn_id"),
         type=EventType.CHECK,
         data__name=check,
         data__passed=False,
-        data__attempt=OuterRef("turn__attempts"),
+        attempt=OuterRef("turn__attempts"),
     )
     return qs.filter(Exists(failed))
 

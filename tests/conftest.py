@@ -42,3 +42,15 @@ def _review_off_unless_asked(settings):
     that exercise review turn it on (``settings.AGENTLAB_REVIEW = True`` or a
     policy with ``review=True``)."""
     settings.AGENTLAB_REVIEW = False
+
+
+@pytest.fixture
+def process_hub(monkeypatch):
+    """A fresh process-wide MCP hub (``agentlab.agent.mcp.mcp_hub()``) for the
+    test, closed after it: its servers never outlive the test."""
+    from agentlab.agent.mcp import hub as hub_module
+
+    monkeypatch.setattr(hub_module, "_hub", None)
+    yield
+    if hub_module._hub is not None:
+        hub_module._hub.close()

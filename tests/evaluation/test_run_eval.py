@@ -565,9 +565,8 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
     finally:
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert (
-        "2 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins"
-        in str(excinfo.value)
+    assert "2 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins" in str(
+        excinfo.value
     )
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Run.objects.count() == 0 and Dataset.objects.count() == 0

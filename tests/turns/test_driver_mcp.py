@@ -8,7 +8,6 @@ import asyncio
 
 import pytest
 
-from agentlab.agent.mcp import hub as hub_module
 from agentlab.agent.mcp import parse_server
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from tests.mcp_support import http_server, starts, stdio_spec
@@ -18,16 +17,7 @@ from turns.models import Approval, EventType, Turn
 from turns.selectors import events_after
 from turns.services import approval_decide, turn_create
 
-pytestmark = pytest.mark.django_db(transaction=True)
-
-
-@pytest.fixture(autouse=True)
-def process_hub(monkeypatch):
-    """A fresh process-wide hub for each test, closed after it."""
-    monkeypatch.setattr(hub_module, "_hub", None)
-    yield
-    if hub_module._hub is not None:
-        hub_module._hub.close()
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("process_hub")]
 
 
 def tool_results(turn_id: int) -> list[dict]:
