@@ -20,8 +20,7 @@ from typing import Any
 
 from agentlab.agent.mcp.config import TOOL_SEPARATOR, MCPServerConfig
 from agentlab.agent.mcp.hub import MCPHub, MCPUnavailable, RemoteTool, mcp_hub
-from agentlab.agent.schema_tool import schema_tool
-from agentlab.agent.tools import Tool, ToolContext
+from agentlab.agent.tools import Tool, ToolContext, schema_tool
 
 logger = logging.getLogger(__name__)
 

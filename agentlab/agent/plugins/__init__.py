@@ -37,7 +37,7 @@ from agentlab.agent.plugins.manager import (
     load_plugin,
     plugin_set,
 )
-from agentlab.agent.schema_tool import schema_tool as plugin_tool
+from agentlab.agent.tools import schema_tool as plugin_tool
 
 __all__ = [
     "ENTRY_POINT_GROUP",

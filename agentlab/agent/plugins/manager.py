@@ -41,8 +41,7 @@ from agentlab.agent.plugins.hookspecs import (
     PluginContext,
     TurnSummary,
 )
-from agentlab.agent.schema_tool import schema_tool
-from agentlab.agent.tools import Tool
+from agentlab.agent.tools import Tool, schema_tool
 from agentlab.agent.types import Step
 
 logger = logging.getLogger(__name__)

@@ -12,7 +12,8 @@ turn's context has a ``database_path``.
 Modules: ``registry`` (``Tool``, ``ToolContext``, ``ToolRegistry``,
 ``json_schema``, execution and output shaping), ``calculator``,
 ``documents`` (``search_documents``, BM25), ``sql`` (the read-only SQLite
-sandbox behind ``sql_query``), ``builtins`` (``ask_user``, ``final_answer``
+sandbox behind ``sql_query``), ``schema`` (a tool from a JSON schema, as
+plugins and MCP servers give them), ``builtins`` (``ask_user``, ``final_answer``
 and ``default_registry``). Import the public names from here.
 """
 
@@ -28,6 +29,7 @@ from .builtins import (
 from .calculator import CalculatorArgs, CalculatorError, calculator_tool, evaluate_expression
 from .documents import NO_DOCUMENTS, SearchDocumentsArgs, rank_documents, search_documents_tool, tokenize
 from .registry import Tool, ToolContext, ToolFn, ToolRegistry, json_schema
+from .schema import TOOL_NAME_RE, schema_parameters, schema_tool
 from .sql import (
     NO_DATABASE,
     SCHEMA_QUERY,
@@ -53,6 +55,7 @@ __all__ = [
     "SQL_MAX_ROWS",
     "SQL_MAX_VALUE_BYTES",
     "SQL_TIME_LIMIT_S",
+    "TOOL_NAME_RE",
     "AskUserArgs",
     "CalculatorArgs",
     "CalculatorError",
@@ -72,6 +75,8 @@ __all__ = [
     "json_schema",
     "rank_documents",
     "run_sql_query",
+    "schema_parameters",
+    "schema_tool",
     "search_documents_tool",
     "sql_query_tool",
     "tokenize",

@@ -1,4 +1,4 @@
-"""Tools from a JSON schema (agentlab/agent/schema_tool.py). No Django."""
+"""Tools from a JSON schema (agentlab/agent/tools/schema.py). No Django."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentlab.agent.protocol import describe_tools
-from agentlab.agent.schema_tool import schema_tool
-from agentlab.agent.tools import ToolContext, ToolRegistry
+from agentlab.agent.tools import ToolContext, ToolRegistry, schema_tool
 from agentlab.agent.types import ToolCall
 
 SCHEMA = {

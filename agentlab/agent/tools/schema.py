@@ -24,7 +24,7 @@ import jsonschema
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
-from agentlab.agent.tools import Tool, ToolContext
+from .registry import Tool, ToolContext
 
 #: What OpenAI-compatible endpoints accept as a function name.
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
