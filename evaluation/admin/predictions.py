@@ -13,7 +13,8 @@ from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
 from turns.admin import status_badge
 from turns.models import Turn
 
-from ..models import Example, Prediction
+from ..models import Example, Prediction, Run
+from ..selectors import predictions_failing, run_check_names
 
 
 class ErroredFilter(admin.SimpleListFilter):
@@ -59,6 +60,28 @@ class StopReasonFilter(_DistinctFilter):
     field_name = "stop_reason"
 
 
+class FailedCheckFilter(admin.SimpleListFilter):
+    """Predictions whose turn failed a plugin's check: the names of the run
+    being browsed (``run__id__exact``), else of the latest runs."""
+
+    title = "failed check"
+    parameter_name = "failed_check"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        runs = Run.objects.order_by("-created_at")
+        run_pk = request.GET.get("run__id__exact")
+        if run_pk and run_pk.isdigit():
+            runs = runs.filter(pk=int(run_pk))
+        names: set[str] = set()
+        for run in runs[:20]:
+            names.update(run_check_names(run=run))
+        return [(name, name) for name in sorted(names)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Prediction]) -> QuerySet[Prediction]:
+        value = self.value()
+        return queryset if not value else predictions_failing(queryset, check=value)
+
+
 @admin.register(Prediction)
 class PredictionAdmin(StaffReadOnlyAdmin):
     list_display = (
@@ -83,6 +106,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "correct",
         StopReasonFilter,
         ErroredFilter,
+        FailedCheckFilter,
         "review_verdict",
         "turn__status",
     )

@@ -69,6 +69,7 @@ class RunAdmin(StaffReadOnlyAdmin):
         "per_task_type",
         "stop_reasons",
         "latency",
+        "checks",
     )
     fieldsets = (
         (
@@ -84,7 +85,7 @@ class RunAdmin(StaffReadOnlyAdmin):
                 )
             },
         ),
-        ("Metrics", {"fields": ("metrics_summary", "per_task_type", "stop_reasons", "latency")}),
+        ("Metrics", {"fields": ("metrics_summary", "per_task_type", "stop_reasons", "latency", "checks")}),
         ("Config snapshot", {"fields": ("config_table", "config_json")}),
     )
 
@@ -244,6 +245,46 @@ class RunAdmin(StaffReadOnlyAdmin):
         return html_table(
             ("p50", "p95", "mean"),
             [(fmt_ms(latency.get("p50")), fmt_ms(latency.get("p95")), fmt_ms(latency.get("mean")))],
+        )
+
+    @admin.display(description="plugins' checks")
+    def checks(self, run: Run) -> SafeString:
+        """Per check: how many steps or turns ran it, passed and failed, and
+        the turns that failed it — a link to those predictions."""
+        metrics, _ = self._metrics(run)
+        rows = []
+        for name, m in (metrics.get("checks") or {}).items():
+            failing = url_query(run__id__exact=run.pk, failed_check=name)
+            per_type = m.get("per_task_type") or {}
+            buckets = [(name, m.get("scope", ""), m, failing)] + [
+                (
+                    f"· {task_type}",
+                    "",
+                    b,
+                    url_query(run__id__exact=run.pk, failed_check=name, task_type=task_type),
+                )
+                for task_type, b in per_type.items()
+                if len(per_type) > 1
+            ]
+            for label, scope, b, query in buckets:
+                failed_turns = f"{b.get('turns_failed', 0)}/{b.get('turns', 0)}"
+                rows.append(
+                    (
+                        label,
+                        scope,
+                        b.get("ran", 0),
+                        b.get("passed", 0),
+                        b.get("failed", 0),
+                        fmt_pct(b.get("pass_rate")),
+                        admin_link(Prediction, None, failed_turns, query=query)
+                        if b.get("turns_failed")
+                        else failed_turns,
+                    )
+                )
+        return html_table(
+            ("check", "scope", "ran", "passed", "failed", "pass rate", "turns failed"),
+            rows,
+            empty="no plugin checks in this run",
         )
 
     @admin.display(description="config")

@@ -9,17 +9,19 @@ import re
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
 from django.urls import reverse
 
-from agentlab.agent.providers.scripted import final, tool_call
+from agentlab.agent.extensions import Extensions
+from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from evaluation.datasets import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.services.datasets import dataset_import
 from evaluation.services.plan import run_plan
 from evaluation.services.predictions import prediction_record
 from evaluation.services.runs import run_finish, run_start
-from tests.turns.test_admin import drive
-from turns.driver import turn_claim
+from tests.turns.test_admin import TestThreadDb, drive
+from turns.driver import EVALUATION, drive_turn, turn_claim
 from turns.events import NewEvent, event_append_many
 from turns.models import EventType
 from turns.services import turn_interrupt
@@ -33,7 +35,7 @@ EXAMPLE_LIST = reverse("admin:evaluation_example_changelist")
 
 # Pinned query counts (session + user + the page's own); the same for 1 or many rows.
 RUN_LIST_QUERIES = 10
-PREDICTION_LIST_QUERIES = 11  # one of them: the review verdicts the filter offers
+PREDICTION_LIST_QUERIES = 12  # two of them: the review verdicts and the failed checks the filters offer
 
 TASK_TYPES = ("math", "fact", "unit")
 
@@ -350,3 +352,52 @@ def test_evaluation_admin_is_read_only_and_staff_only(client, owner, staff, eval
     body = client.get(reverse("admin:evaluation_run_change", args=[run.pk])).content.decode()
     assert 'name="_save"' not in body
     assert Run.objects.filter(pk=run.pk).exists()
+
+
+# --- plugins' checks ---------------------------------------------------------------------
+
+
+def test_run_page_shows_each_check_and_links_to_the_predictions_that_failed_it(staff_client, staff):
+    docs = [{"title": "Paris", "text": "Paris is the capital and largest city of France."}]
+    specs = [
+        ExampleSpec(
+            external_id=f"c{i}",
+            question=f"Capital of France? ({i})",
+            answer="Paris",
+            task_type="qa",
+            context={"documents": docs},
+        )
+        for i in range(3)
+    ]
+    dataset = dataset_import(name="capitals", examples=specs)
+    run, _ = run_start(run_id="checked", dataset=dataset, config={"model": "scripted"}, started_by=staff)
+    planned, _ = run_plan(run=run, limit=None, max_steps=3, model="scripted")
+    search = tool_call("search_documents", {"query": "capital of France"})
+    scripts = {
+        "c0": [search, final("Paris", evidence="Paris is the capital and largest city of France")],
+        "c1": [search, final("Paris", evidence="I just know it")],
+        "c2": [final("Paris", evidence="Paris is the capital and largest city of France")],  # no search
+    }
+    for item in planned:
+        async_to_sync(drive_turn)(
+            item.turn_id,
+            policy=EVALUATION,
+            provider=ScriptedProvider(scripts[item.example.external_id]),
+            db=TestThreadDb(),
+            extensions=Extensions(plugins=("example",)),
+        )
+        prediction_record(prediction_id=item.prediction_id)
+    run_finish(run=run, status="success")
+    ids = {p.pk: p.example.external_id for p in Prediction.objects.filter(run=run).select_related("example")}
+
+    body = staff_client.get(reverse("admin:evaluation_run_change", args=[run.pk])).content.decode()
+    failing = f"{PREDICTION_LIST}?run__id__exact={run.pk}&failed_check=evidence_quotes_a_document"
+    assert re.search(
+        r"<td>evidence_quotes_a_document</td><td>turn</td><td>3</td><td>1</td><td>2</td>"
+        r"<td>33.3%</td><td><a href=\"[^\"]+\">2/3</a></td>",
+        body,
+    )
+    assert failing in hrefs(body)
+    response = staff_client.get(failing)
+    assert {ids[pk] for pk in prediction_ids(response)} == {"c1", "c2"}
+    assert "evidence_quotes_a_document" in response.content.decode()  # offered by the filter
