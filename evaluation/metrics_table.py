@@ -109,11 +109,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     for table in (summary, per_task, stops):
         console.print(table)
     checks = metrics.get("checks") or {}
-    table = checks_table(checks)
-    if table is not None:
+    checks_part = checks_table(checks)
+    if checks_part is not None:
         # wide enough for the check names, which are what a reader looks for
         console.width = max(width, max(len(name) for name in checks) + 70)
-        console.print(table)
+        console.print(checks_part)
     return buffer.getvalue()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import html
 import re
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -14,6 +14,7 @@ from django.urls import reverse
 
 from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
+from common.db import DatabaseThreads
 from evaluation.datasets import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.services.datasets import dataset_import
@@ -383,7 +384,7 @@ def test_run_page_shows_each_check_and_links_to_the_predictions_that_failed_it(s
             item.turn_id,
             policy=EVALUATION,
             provider=ScriptedProvider(scripts[item.example.external_id]),
-            db=TestThreadDb(),
+            db=cast(DatabaseThreads, TestThreadDb()),  # duck-typed: only .run is used
             extensions=Extensions(plugins=("example",)),
         )
         prediction_record(prediction_id=item.prediction_id)

@@ -142,7 +142,7 @@ async def test_a_plugin_that_cannot_be_loaded_fails_the_turn_naming_it(owner, db
     )
 
     assert result is not None and result.status == "failed"
-    assert "PluginError: no plugin 'no_such_plugin'" in result.error
+    assert "PluginError: no plugin 'no_such_plugin'" in (result.error or "")
 
 
 async def test_an_mcp_server_unreachable_at_the_start_fails_the_turn(owner, db_threads):

@@ -147,9 +147,10 @@ async def test_unreadable_return_values_are_failed_checks_naming_what_was_wrong(
         (f"{ERROR_CHECK_PREFIX}{bad}", False),
         ("fine", False),
     ]
-    assert "check 'ok': passed is 'yes'" in checks[0].error
-    assert "check name None" in checks[1].error
-    assert "returned 'plain text'" in checks[2].error
+    errors = [c.error or "" for c in checks]
+    assert "check 'ok': passed is 'yes'" in errors[0]
+    assert "check name None" in errors[1]
+    assert "returned 'plain text'" in errors[2]
     assert tools == []
     assert [e.error for e in tool_errors] == [
         "agentlab_tools: returned 42: expected an agentlab Tool or a dict",
