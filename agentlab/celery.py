@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from celery import Celery
+from celery.signals import worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 
@@ -41,3 +42,12 @@ def _beat_schedule(sender: Celery, **kwargs: Any) -> None:
 
     every = max(5.0, float(settings.TURN_STALE_S) / 2)
     sender.add_periodic_task(every, sender.signature("turns.tasks.turns_sweep"), name="sweep stale turns")
+
+
+@worker_shutdown.connect
+def _close_mcp_sessions(**kwargs: Any) -> None:
+    """Stop the MCP servers this worker started (stdio children) and close its
+    sessions before it exits; ``atexit`` would too, later and less surely."""
+    from agentlab.agent.mcp.hub import mcp_hub_close
+
+    mcp_hub_close()

@@ -79,3 +79,35 @@ def test_manage_py_reports_a_bad_setting_in_one_line_with_exit_2(tmp_path):
     )
     assert proc.returncode == 2
     assert proc.stderr == "configuration error: HEARTBEAT_S must be above 0, got '0'\n"
+
+
+def _manage(tmp_path, *argv: str, **env_vars: str):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.sqlite3"), **env_vars}
+    env.pop("DATABASE_URL", None)
+    return subprocess.run(
+        [sys.executable, "manage.py", *argv], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+
+
+def test_a_bad_mcp_server_setting_is_one_line_naming_the_server_and_exit_2(tmp_path):
+    proc = _manage(tmp_path, "check", AGENTLAB_MCP_SERVERS='{"calc": {"comand": "srv"}}')
+
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(
+        "configuration error: AGENTLAB_MCP_SERVERS: server 'calc': unknown keys ['comand']"
+    )
+
+
+def test_manage_py_check_reports_a_plugin_of_the_setting_that_cannot_be_loaded(tmp_path):
+    bad = _manage(tmp_path, "check", AGENTLAB_PLUGINS="example, no_such_plugin")
+    good = _manage(tmp_path, "check", AGENTLAB_PLUGINS="example, example_prompt")
+
+    assert bad.returncode == 1
+    assert "(agentlab.E001) AGENTLAB_PLUGINS: no plugin 'no_such_plugin'" in bad.stderr
+    assert good.returncode == 0, good.stderr

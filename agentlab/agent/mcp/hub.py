@@ -332,3 +332,11 @@ def mcp_hub() -> MCPHub:
             _hub = MCPHub()
             atexit.register(_hub.close)
         return _hub
+
+
+def mcp_hub_close() -> None:
+    """Close the process's hub if it was ever used (shutdown hooks call this)."""
+    with _hub_lock:
+        hub = _hub
+    if hub is not None:
+        hub.close()

@@ -7,9 +7,9 @@ published under the ``agentlab`` entry-point group)::
 
     @hookimpl
     def agentlab_step_checked(step, context):
-        for result in step.results:
-            if result.name == "search_documents":
-                return {"name": "search_found_something", "passed": "[]" != result.output}
+        if step.results:
+            failed = [r.name for r in step.results if r.is_error]
+            return {"name": "tools_succeeded", "passed": not failed, "detail": failed}
 
 See ``hookspecs`` for the hooks and ``manager`` for loading and for how a
 failing plugin is recorded.
