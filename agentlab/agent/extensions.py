@@ -132,7 +132,7 @@ async def turn_setup(
             choice = await plugins.system_prompt(example, default)
             checks += choice.errors
             chosen = (choice.prompt, choice.plugin)
-    registry = ToolRegistry([*tools, *extra]) if extra else tools
+    registry = tools.with_tools(extra) if extra else tools
     return TurnSetup(
         tools=registry, plugins=plugins, system_prompt=chosen[0], prompt_plugin=chosen[1], checks=checks
     )

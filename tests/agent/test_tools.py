@@ -31,6 +31,7 @@ from agentlab.agent.tools import (
     final_answer_tool,
     rank_documents,
     run_sql_query,
+    schema_tool,
     search_documents_tool,
     sql_query_tool,
 )
@@ -661,3 +662,16 @@ def test_sql_query_cuts_long_column_names_and_long_error_messages() -> None:
     message = str(info.value)
     assert message.startswith("no such column: xxx") and message.endswith("characters]")
     assert len(message) < 1_100
+
+
+def test_with_tools_adds_tools_after_the_registrys_own_and_reuses_its_specs() -> None:
+    base = default_registry()
+    extra = schema_tool("shout", "Upper-case a text.", {"type": "object", "properties": {}}, lambda a, c: "")
+
+    combined = base.with_tools([extra])
+
+    assert combined.names == [*base.names, "shout"]
+    assert combined.specs() == [*base.specs(), extra.spec()]
+    assert combined.specs()[0] is base.specs()[0]  # not built again
+    with pytest.raises(ValueError, match="a tool named 'calculator' is already registered"):
+        base.with_tools([calculator_tool()])

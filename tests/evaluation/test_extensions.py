@@ -264,3 +264,18 @@ def test_bad_plugin_and_mcp_options_are_exit_2_before_any_llm_call(endpoint, tmp
     assert refused.value.returncode == 2
     assert message in str(refused.value)
     assert Run.objects.count() == 0
+
+
+def test_an_mcp_tool_that_needs_approval_stops_an_evaluated_example(endpoint, tmp_path):
+    path = tmp_path / "sum.jsonl"
+    line = {"question_id": "q0", "question": "What is 20 + 22?", "answer": "42", "task_type": "math"}
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    guarded = json.dumps({**stdio_spec(), "approval": ["add"]})
+    with StubLLMServer(lambda body: tool_call_reply("calc__add", {"a": 20, "b": 22})) as server:
+        endpoint(server)
+        call_command("run_eval", "--no-review", str(path), "--run-id", "guarded", "--mcp", f"calc={guarded}")
+
+    prediction = Prediction.objects.get(run__run_id="guarded")
+    assert prediction.stop_reason == "approval_required"
+    assert not TurnEvent.objects.filter(turn=prediction.turn, type=EventType.TOOL_RESULT).exists()
+    assert Run.objects.get(run_id="guarded").config["mcp_servers"][0]["approval"] == ["add"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -188,6 +188,14 @@ class ToolRegistry:
         specs = dict(zip(self._tools, self.specs(), strict=True))
         subset._specs = [specs[tool.name] for tool in kept]
         return subset
+
+    def with_tools(self, extra: Iterable[Tool]) -> ToolRegistry:
+        """A new registry: this one's tools, then ``extra`` (a plugin's or an
+        MCP server's), reusing this registry's specs rather than building
+        them again for every turn. A name already taken is a ``ValueError``."""
+        combined = ToolRegistry([*self._tools.values(), *extra])
+        combined._specs = [*self.specs(), *(tool.spec() for tool in list(combined)[len(self) :])]
+        return combined
 
     async def execute(self, call: ToolCall, context: ToolContext) -> ToolResult:
         """Run ``call`` and return its observation; never raises except
