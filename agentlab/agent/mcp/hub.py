@@ -106,6 +106,20 @@ def result_text(result: Any) -> str:
     return "\n".join(parts)
 
 
+async def _listing(client: Any, *, refresh: bool) -> list[RemoteTool]:
+    """Every tool the server lists, page by page (at most 100 pages: a
+    paginator that never ends cannot hang a turn)."""
+    tools: list[RemoteTool] = []
+    cursor: str | None = None
+    for _ in range(100):
+        page = await client.list_tools(cursor=cursor, cache_mode="refresh" if refresh else "use")
+        tools += [RemoteTool(t.name, t.description or "", dict(t.input_schema)) for t in page.tools]
+        cursor = page.next_cursor
+        if cursor is None:
+            break
+    return tools
+
+
 class _Connection:
     """One client session, on the hub's loop, for as long as its task runs."""
 
@@ -141,16 +155,7 @@ class _Connection:
                 client_info=Implementation(name="agentlab", version="1"),
             )
             async with client:
-                tools: list[RemoteTool] = []
-                cursor: str | None = None
-                for _ in range(100):  # a paginator that never ends cannot hang the start
-                    page = await client.list_tools(cursor=cursor)
-                    tools += [
-                        RemoteTool(t.name, t.description or "", dict(t.input_schema)) for t in page.tools
-                    ]
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        break
+                tools = await _listing(client, refresh=False)
                 self.client, self.tools = client, tools
                 self.ready.set_result(tools)
                 await self.stop.wait()
@@ -235,10 +240,28 @@ class MCPHub:
     # --- what turns call ---------------------------------------------------------------
 
     async def list_tools(self, config: MCPServerConfig) -> list[RemoteTool]:
-        """The server's tools (listed once per session); starts it if needed.
-        Raises ``MCPUnavailable``."""
+        """The server's tools, asked afresh (a turn starts with the server's
+        current tools, and a session that died while idle is found here, not
+        at the turn's first call); starts the server if needed, and once
+        more when the live session does not answer. Raises ``MCPUnavailable``."""
 
         async def run() -> list[RemoteTool]:
+            fresh = config not in self._connections
+            connection = await self._connection(config)
+            if fresh:
+                return list(connection.tools)
+            try:
+                connection.tools = await asyncio.wait_for(
+                    _listing(connection.client, refresh=True), config.start_timeout_s
+                )
+                return list(connection.tools)
+            except Exception as exc:  # timeouts included
+                logger.warning(
+                    "MCP server %s: the session did not answer (%s); starting it again",
+                    config.name,
+                    _describe(exc),
+                )
+                self._drop(connection)
             return list((await self._connection(config)).tools)
 
         return await self._on_hub(run)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import time
 
 import pytest
@@ -130,3 +131,20 @@ def test_close_stops_the_stdio_server_process(tmp_path):
     while pid_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not pid_alive(pid)
+
+
+async def test_a_server_that_died_while_idle_is_started_again_when_the_next_turn_lists_its_tools(
+    hub, tmp_path
+):
+    config = stdio_server(starts_file=tmp_path / "starts")
+    pid = json.loads((await hub.call_tool(config, "whoami", {})).text)["pid"]
+    os.kill(pid, signal.SIGKILL)
+    while pid_alive(pid):
+        await asyncio.sleep(0.05)
+
+    listed = await hub.list_tools(config)  # what a turn does first
+    after = await hub.call_tool(config, "add", {"a": 1, "b": 2})
+
+    assert [t.name for t in listed][:2] == ["add", "echo"]
+    assert (after.text, after.is_error) == ("3", False)
+    assert starts(tmp_path / "starts") == 2
