@@ -22,7 +22,8 @@ from typing import Any
 from agentlab.agent.mcp.config import MCPServerConfig
 from agentlab.agent.mcp.hub import MCPHub
 from agentlab.agent.plugins.hookspecs import PluginContext
-from agentlab.agent.plugins.manager import CheckRecord, PluginSet, plugin_set
+from agentlab.agent.plugins.manager import PluginSet, plugin_set
+from agentlab.agent.plugins.records import CheckRecord
 from agentlab.agent.protocol import system_prompt
 from agentlab.agent.tools import ToolContext, ToolRegistry
 

@@ -11,8 +11,9 @@ published under the ``agentlab`` entry-point group)::
             failed = [r.name for r in step.results if r.is_error]
             return {"name": "tools_succeeded", "passed": not failed, "detail": failed}
 
-See ``hookspecs`` for the hooks and ``manager`` for loading and for how a
-failing plugin is recorded.
+See ``hookspecs`` for the hooks, ``loading`` for where plugins are found,
+``manager`` for how their hooks are called and ``records`` for how a check —
+or a failing plugin — is recorded.
 """
 
 from __future__ import annotations
@@ -26,17 +27,9 @@ from agentlab.agent.plugins.hookspecs import (
     hookimpl,
     hookspec,
 )
-from agentlab.agent.plugins.manager import (
-    ERROR_CHECK_PREFIX,
-    CheckRecord,
-    LoadedPlugin,
-    PluginError,
-    PluginSet,
-    PromptChoice,
-    installed_plugins,
-    load_plugin,
-    plugin_set,
-)
+from agentlab.agent.plugins.loading import LoadedPlugin, PluginError, installed_plugins, load_plugin
+from agentlab.agent.plugins.manager import PluginSet, plugin_set
+from agentlab.agent.plugins.records import ERROR_CHECK_PREFIX, CheckRecord, PromptChoice
 from agentlab.agent.tools import schema_tool as plugin_tool
 
 __all__ = [

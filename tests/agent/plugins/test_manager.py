@@ -13,7 +13,7 @@ from agentlab.agent.plugins import (
     load_plugin,
     plugin_set,
 )
-from agentlab.agent.plugins.manager import json_detail
+from agentlab.agent.plugins.records import json_detail
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, Step, ToolCall, ToolResult
 
