@@ -9,6 +9,12 @@ the JSON, several objects, arguments written inline next to ``"tool"``, a bare
 turns a JSON-looking request that does not parse into a ``ToolCall`` without a
 name whose ``error`` explains the problem, so the loop can show it to the
 model as an observation instead of crashing.
+
+A provider with constrained decoding (the local model) is given
+``step_schema(tools)`` with each step: the JSON schema of exactly one such
+object naming one of the offered tools, with that tool's own argument schema.
+Decoded under it, a reply is always one well-formed call (the final answer is
+the ``final_answer`` tool), so a malformed request cannot happen there.
 """
 
 from __future__ import annotations
@@ -81,6 +87,48 @@ def system_prompt(tools: ToolRegistry, *, native_tools: bool, base: str | None =
     return text + "\n\n" + TEXT_PROTOCOL.format(tools=describe_tools(tools))
 
 
+def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
+    """``node`` with local ``{"$ref": "#/$defs/X"}`` replaced by ``X`` itself
+    (pydantic puts nested models there), so that a tool's argument schema can
+    sit inside another schema; a recursive model is cut to any object."""
+    if isinstance(node, list):
+        return [_inline_refs(item, defs, depth) for item in node]
+    if not isinstance(node, dict):
+        return node
+    ref = node.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        target = defs.get(ref.removeprefix("#/$defs/"))
+        if target is None or depth >= 8:
+            return {"type": "object"}
+        return _inline_refs(target, defs, depth + 1)
+    return {k: _inline_refs(v, defs, depth) for k, v in node.items() if k != "$defs"}
+
+
+def step_schema(tools: ToolRegistry) -> dict[str, Any]:
+    """The JSON schema of one reply under the JSON-in-text protocol:
+    ``{"tool": <name>, "arguments": <that tool's arguments>}`` for exactly one
+    of ``tools`` (``tool`` first, so the name is chosen before its arguments;
+    no other keys). ``tools`` must not be empty."""
+    alternatives = []
+    for spec in tools.specs():
+        function = spec["function"]
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        alternatives.append(
+            {
+                "type": "object",
+                "properties": {
+                    "tool": {"const": function["name"]},
+                    "arguments": _inline_refs(parameters, parameters.get("$defs") or {}),
+                },
+                "required": ["tool", "arguments"],
+                "additionalProperties": False,
+            }
+        )
+    if not alternatives:
+        raise ValueError("step_schema needs at least one tool")
+    return alternatives[0] if len(alternatives) == 1 else {"anyOf": alternatives}
+
+
 def observation_message(results: list[ToolResult]) -> str:
     """The user message that carries a step's tool results back to a model
     that uses the JSON-in-text protocol."""
@@ -105,7 +153,8 @@ _LOOKS_LIKE_CALL_RE = re.compile(
 _NAME_KEYS = ("tool", "tool_name", "name", "function")
 _ARG_KEYS = ("arguments", "args", "parameters", "input")
 
-_decoder = json.JSONDecoder()
+# strict=False: models write raw newlines and tabs inside JSON strings
+_decoder = json.JSONDecoder(strict=False)
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:

@@ -47,8 +47,10 @@ async def complete_with_retries(
     temperature: float | None = None,
     base_delay: float = 0.5,
     max_delay: float = 8.0,
+    response_schema: dict[str, Any] | None = None,
 ) -> Completion:
-    """Call ``provider.complete`` up to ``attempts`` times in all.
+    """Call ``provider.complete`` up to ``attempts`` times in all
+    (``response_schema``: see ``LLMProvider``).
 
     Waits ``min(base_delay * 2**(n-1), max_delay)`` seconds plus up to
     ``base_delay / 2`` of random jitter after the n-th transient failure. Raises
@@ -65,5 +67,11 @@ async def complete_with_retries(
     )
     async for attempt in retrying:
         with attempt:
-            return await provider.complete(messages, tools, max_tokens=max_tokens, temperature=temperature)
+            return await provider.complete(
+                messages,
+                tools,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                response_schema=response_schema,
+            )
     raise AssertionError("unreachable: tenacity either returns or reraises")  # pragma: no cover

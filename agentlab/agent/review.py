@@ -40,6 +40,21 @@ Reply with ONE JSON object and nothing else:
 - "retry": the answer is wrong, unsupported or incomplete; say in retry_instruction what to fix.
 - "cannot_judge": you cannot tell."""
 
+#: The reply ``REVIEW_SYSTEM_PROMPT`` asks for, as a JSON schema: a provider
+#: with constrained decoding (the local model) decodes the review under it,
+#: so every review it writes has a verdict ("verdict" comes first: a note cut
+#: by the token limit still leaves it readable).
+REVIEW_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "verdict": {"enum": ["accept", "retry", "cannot_judge"]},
+        "note": {"type": "string"},
+        "retry_instruction": {"anyOf": [{"type": "string"}, {"type": "null"}]},
+    },
+    "required": ["verdict", "note", "retry_instruction"],
+    "additionalProperties": False,
+}
+
 #: How much of each tool output the compact trace keeps (characters).
 TRACE_OUTPUT_CHARS = 300
 #: How many steps the compact trace keeps (the last ones).
@@ -209,13 +224,22 @@ async def review_answer(
     """Ask ``provider`` to review one answered attempt.
 
     Returns the parsed ``Review`` and the reviewer's ``Completion`` (its usage
-    is the caller's to record). Raises ``ProviderError`` when the call fails
-    after its retries — the caller records that as a ``failed`` review.
+    is the caller's to record; ``decoding`` says whether it was decoded under
+    ``REVIEW_SCHEMA``, which providers with ``constrained_decoding`` do).
+    Raises ``ProviderError`` when the call fails after its retries — the
+    caller records that as a ``failed`` review.
     """
     messages = review_messages(
         question=question, answer=answer, evidence=evidence, reasoning=reasoning, trace=compact_trace(steps)
     )
+    constrained = bool(getattr(provider, "constrained_decoding", False))
     completion = await complete_with_retries(
-        provider, messages, None, attempts=retry_attempts, max_tokens=max_tokens, temperature=0.0
+        provider,
+        messages,
+        None,
+        attempts=retry_attempts,
+        max_tokens=max_tokens,
+        temperature=0.0,
+        response_schema=REVIEW_SCHEMA if constrained else None,
     )
     return parse_review(completion.text), completion

@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 #: The agent loop's own stop reasons (DESIGN.md §4).
 StopReason = Literal[
     "final",
+    "length",
     "max_steps",
     "asked",
     "approval_rejected",
@@ -25,6 +26,13 @@ StopReason = Literal[
     "error",
 ]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
+
+#: How a completion's text was decoded: ``native`` — the endpoint's own tool
+#: calls (OpenAI ``tools``); ``schema`` — constrained to a JSON schema (a
+#: llama.cpp grammar), so the reply is valid JSON of that schema; ``free`` —
+#: unconstrained text (the JSON-in-text protocol is then parsed from it).
+Decoding = Literal["native", "schema", "free"]
+DECODINGS: tuple[str, ...] = Decoding.__args__  # type: ignore[attr-defined]
 
 
 def as_text(value: Any) -> str:
@@ -107,8 +115,11 @@ class ToolCall:
 class Completion:
     """One LLM reply: text, tool calls, usage, model id and finish reason.
 
-    ``cost`` is in US dollars when the provider or a price table knows it, else
-    ``None``.
+    ``finish_reason`` is the provider's: ``stop``, ``length`` (cut by the
+    output-token limit), ``tool_calls`` … ``cost`` is in US dollars when the
+    provider or a price table knows it, else ``None`` (unknown, never 0).
+    ``decoding`` says how the text was decoded (``Decoding``); ``None`` in
+    completions recorded before it was.
     """
 
     text: str | None
@@ -117,6 +128,12 @@ class Completion:
     model: str = ""
     finish_reason: str | None = None
     cost: float | None = None
+    decoding: Decoding | None = None
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the reply was cut by the output-token limit."""
+        return self.finish_reason == "length"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +143,7 @@ class Completion:
             "model": self.model,
             "finish_reason": self.finish_reason,
             "cost": self.cost,
+            "decoding": self.decoding,
         }
 
     @classmethod
@@ -137,6 +155,7 @@ class Completion:
             model=str(data.get("model") or ""),
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
+            decoding=data.get("decoding") if data.get("decoding") in DECODINGS else None,
         )
 
 
@@ -217,6 +236,10 @@ class LLMProvider(Protocol):
     parameters}}``) or ``None``. ``native_tools`` says whether the provider
     passes ``tools`` to the model; when false the loop describes the tools in
     the system prompt and parses a JSON-in-text protocol instead.
+    ``constrained_decoding`` says whether the provider honours
+    ``response_schema`` (a JSON schema the reply's text must be a value of);
+    one that does not ignores it and decodes freely. ``max_tokens`` caps the
+    reply; a reply cut by it has ``finish_reason == "length"``.
 
     Raises ``ProviderError`` (never a raw SDK exception).
     """
@@ -224,6 +247,7 @@ class LLMProvider(Protocol):
     name: str
     model: str
     native_tools: bool
+    constrained_decoding: bool
 
     async def complete(
         self,
@@ -232,6 +256,7 @@ class LLMProvider(Protocol):
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        response_schema: dict[str, Any] | None = None,
     ) -> Completion: ...
 
     async def aclose(self) -> None:

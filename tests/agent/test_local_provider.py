@@ -162,3 +162,67 @@ async def test_local_agent_run_uses_the_json_in_text_protocol(gguf: Path) -> Non
     assert result.usage.calls == result.steps_used and result.usage.unknown_calls == 0
     assert result.usage.input_tokens > 500  # the system prompt with the tool list went in
     assert result.usage.output_tokens > 0
+
+
+# --------------------------------------------------------------------------- constrained decoding
+
+
+@pytest.mark.local_model
+async def test_schema_decoding_turns_the_calculator_question_into_a_calculator_call(gguf: Path) -> None:
+    from agentlab.agent.protocol import parse_tool_calls, step_schema, system_prompt
+    from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.tools import ToolContext, evaluate_expression
+
+    tools = default_registry().offered(ToolContext())
+    messages = [
+        {"role": "system", "content": system_prompt(tools, native_tools=False)},
+        {"role": "user", "content": "What is 17 * 23? Use the calculator."},
+    ]
+    provider = LocalGGUFProvider()
+    free = await provider.complete(messages)
+    assert free.decoding == "free"
+    constrained = await provider.complete(messages, response_schema=step_schema(tools))
+    assert constrained.decoding == "schema" and constrained.finish_reason == "stop"
+    calls = parse_tool_calls(constrained.text, step=1)
+    assert [(c.name, c.error) for c in calls] == [("calculator", None)]
+    assert float(evaluate_expression(calls[0].arguments["expression"])) == 391
+
+
+@pytest.mark.local_model
+async def test_schema_decoded_review_always_has_a_verdict(gguf: Path) -> None:
+    import json
+
+    from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.review import review_answer
+
+    provider = LocalGGUFProvider()
+    for answer in ("391", "321"):
+        review, completion = await review_answer(
+            provider,
+            question="What is 17 * 23?",
+            answer=answer,
+            evidence="calculator(17 * 23) returned 391",
+            reasoning="I multiplied the numbers.",
+        )
+        assert completion.decoding == "schema"
+        assert review.verdict in ("accept", "retry", "cannot_judge"), (review, completion.text)
+        if completion.finish_reason == "stop":
+            assert set(json.loads(completion.text or "")) == {"verdict", "note", "retry_instruction"}
+
+
+@pytest.mark.local_model
+async def test_the_embedded_models_stop_markers_come_from_its_template(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    assert LocalGGUFProvider().stop_markers() == ("<|im_end|>", "<|im_start|>", "<|endoftext|>")
+
+
+@pytest.mark.local_model
+async def test_a_reply_cut_by_the_token_limit_has_finish_reason_length(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+
+    completion = await LocalGGUFProvider().complete(
+        [{"role": "user", "content": "Tell me a long story about ducks."}], max_tokens=8
+    )
+    assert (completion.finish_reason, completion.usage.output_tokens) == ("length", 8)
+    assert completion.truncated and completion.cost is None

@@ -57,7 +57,12 @@ async def test_backoff_doubles_from_base_delay() -> None:
     assert 0.35 <= elapsed < 1.5
 
 
-async def test_max_tokens_and_temperature_are_passed_through() -> None:
-    provider = ScriptedProvider([text("ok")])
+async def test_max_tokens_temperature_and_response_schema_are_passed_through() -> None:
+    provider = ScriptedProvider([text("ok"), text("{}")])
     await complete_with_retries(provider, [], None, max_tokens=12, temperature=0.3)
-    assert provider.kwargs_seen == [{"max_tokens": 12, "temperature": 0.3}]
+    schema = {"type": "object", "properties": {"verdict": {"enum": ["accept"]}}, "required": ["verdict"]}
+    await complete_with_retries(provider, [], None, max_tokens=5, response_schema=schema)
+    assert provider.kwargs_seen == [
+        {"max_tokens": 12, "temperature": 0.3, "response_schema": None},
+        {"max_tokens": 5, "temperature": None, "response_schema": schema},
+    ]

