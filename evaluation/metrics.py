@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
+
+from agentlab.agent.usage import UsageTotals
 
 __all__ = ["PredictionRow", "compute_metrics", "percentile", "review_metrics"]
 
@@ -52,6 +54,9 @@ class PredictionRow:
     #: the verdict of the turn's last review (``accept``, ``retry``,
     #: ``cannot_judge``, ``failed``), ``""`` when it was not reviewed
     review_verdict: str = ""
+    #: the turn's usage over all its attempts, agent and review calls
+    #: (``UsageTotals.to_dict()``), ``None`` when not recorded
+    usage: Mapping[str, Any] | None = None
 
     @property
     def first(self) -> bool | None:
@@ -100,6 +105,10 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
       of the known values; ``unknown_rows`` counts rows where input or output
       tokens are ``None``.
     - ``cost``: sum of the known costs, ``None`` when no row has a cost.
+    - ``usage``: the rows' ``usage`` summed (``UsageTotals.to_dict()``):
+      calls, tokens and cost ``by_model`` and ``by_role`` (agent, review);
+      a model's ``cost`` is ``None`` when none of its calls had a price, and
+      ``unpriced_calls`` says how many calls a known sum leaves out.
     - ``stop_reasons``: ``{stop_reason: count}``, keys sorted.
     - ``latency_ms``: ``{"p50", "p95", "mean"}`` in ms (floats) over rows with a
       known latency, by :func:`percentile` (linear interpolation); each ``None``
@@ -126,6 +135,10 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
 
     costs = [r.cost for r in rows if r.cost is not None]
     latencies = sorted(r.latency_ms for r in rows if r.latency_ms is not None)
+    usage = UsageTotals()
+    for r in rows:
+        if r.usage:
+            usage.merge(UsageTotals.from_dict(dict(r.usage)))
 
     return {
         "total": total,
@@ -142,6 +155,7 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
             "unknown_rows": sum(1 for r in rows if r.input_tokens is None or r.output_tokens is None),
         },
         "cost": math.fsum(costs) if costs else None,
+        "usage": usage.to_dict(),
         "stop_reasons": dict(sorted(Counter(r.stop_reason for r in rows).items())),
         "latency_ms": {
             "p50": percentile(latencies, 50) if latencies else None,

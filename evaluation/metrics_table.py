@@ -26,14 +26,17 @@ def _num(value: float | None, digits: int = 1) -> str:
     return _DASH if value is None else f"{value:,.{digits}f}"
 
 
-def _cost(value: float | None) -> str:
-    return _DASH if value is None else f"${value:,.4f}"
+def _cost(value: float | None, unpriced: int = 0) -> str:
+    if value is None:
+        return _DASH
+    return f"${value:,.4f}" + (f" (+{unpriced} unpriced)" if unpriced else "")
 
 
 def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     """Render a metrics dict (as returned by :func:`evaluation.metrics.compute_metrics`, or read back
-    from JSON) as plain-text tables: summary, per task type, stop reasons, and
-    the plugins' checks when the run recorded any (``checks_table``).
+    from JSON) as plain-text tables: summary, per task type, per model (when the
+    metrics have usage), stop reasons, and the plugins' checks when the run
+    recorded any (``checks_table``).
 
     Rendered with ``rich`` into a string, without colour or other escape codes,
     ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
@@ -89,6 +92,24 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
             _pct(bucket.get("accuracy")),
         )
 
+    by_model = Table(title="Per model")
+    for name, justify in (
+        ("model", "left"),
+        ("calls", "right"),
+        ("input tokens", "right"),
+        ("output tokens", "right"),
+        ("cost", "right"),
+    ):
+        by_model.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for model, bucket in ((metrics.get("usage") or {}).get("by_model") or {}).items():
+        by_model.add_row(
+            model or "(unnamed)",
+            str(bucket.get("calls", 0)),
+            f"{bucket.get('input_tokens', 0):,}",
+            f"{bucket.get('output_tokens', 0):,}",
+            _cost(bucket.get("cost"), int(bucket.get("unpriced_calls") or 0)),
+        )
+
     stops = Table(title="Stop reasons")
     stops.add_column("stop reason")
     stops.add_column("count", justify="right")
@@ -106,7 +127,8 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         emoji=False,
         markup=False,
     )
-    for table in (summary, per_task, stops):
+    tables = [summary, per_task, *([by_model] if by_model.row_count else []), stops]
+    for table in tables:
         console.print(table)
     checks = metrics.get("checks") or {}
     checks_part = checks_table(checks)

@@ -1,17 +1,25 @@
-"""Token and cost totals over many completions, per model.
+"""Token and cost totals over many completions, per model and per role.
 
 Unknown usage stays unknown: a completion whose provider did not report both
 token counts adds nothing to the token sums and is counted in
 ``unknown_calls`` instead, so a total is never silently "0 because we did not
-know". ``cost`` stays ``None`` until some completion reports a cost.
+know". Likewise a completion without a cost adds nothing to ``cost`` and is
+counted in ``unpriced_calls``; ``cost`` stays ``None`` until some completion
+has a cost. The role says which call it was — ``agent`` (a step of the agent
+loop) or ``review`` (the reviewer) — so every view of a turn can label and
+sum them the same way.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from agentlab.agent.types import Completion
+
+#: Which call a completion was: a step of the agent loop, or the reviewer's.
+UsageRole = Literal["agent", "review"]
+USAGE_ROLES: tuple[str, ...] = ("agent", "review")
 
 
 @dataclass
@@ -21,6 +29,7 @@ class _Bucket:
     calls: int = 0
     unknown_calls: int = 0
     cost: float | None = None
+    unpriced_calls: int = 0
 
     def add(self, completion: Completion) -> None:
         self.calls += 1
@@ -32,12 +41,15 @@ class _Bucket:
             self.unknown_calls += 1
         if completion.cost is not None:
             self.cost = (self.cost or 0.0) + float(completion.cost)
+        else:
+            self.unpriced_calls += 1
 
     def merge(self, other: _Bucket) -> None:
         self.input_tokens += other.input_tokens
         self.output_tokens += other.output_tokens
         self.calls += other.calls
         self.unknown_calls += other.unknown_calls
+        self.unpriced_calls += other.unpriced_calls
         if other.cost is not None:
             self.cost = (self.cost or 0.0) + other.cost
 
@@ -48,38 +60,44 @@ class _Bucket:
             "calls": self.calls,
             "unknown_calls": self.unknown_calls,
             "cost": self.cost,
+            "unpriced_calls": self.unpriced_calls,
         }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> _Bucket:
         cost = data.get("cost")
+        calls = int(data.get("calls") or 0)
+        unpriced = data.get("unpriced_calls")
         return cls(
             input_tokens=int(data.get("input_tokens") or 0),
             output_tokens=int(data.get("output_tokens") or 0),
-            calls=int(data.get("calls") or 0),
+            calls=calls,
             unknown_calls=int(data.get("unknown_calls") or 0),
             cost=None if cost is None else float(cost),
+            # rows stored before unpriced_calls existed: unpriced when they had no cost at all
+            unpriced_calls=int(unpriced) if unpriced is not None else (calls if cost is None else 0),
         )
 
 
 @dataclass
 class UsageTotals:
-    """Summed usage of many completions, overall and per model.
+    """Summed usage of many completions, overall, per model and per role.
 
     ``to_dict()`` shape (JSON-serialisable, stored on turns and runs)::
 
         {"input_tokens": int, "output_tokens": int, "calls": int,
-         "unknown_calls": int, "cost": float | None,
-         "by_model": {model: {"input_tokens": …, "output_tokens": …, "calls": …,
-                              "unknown_calls": …, "cost": …}}}
+         "unknown_calls": int, "cost": float | None, "unpriced_calls": int,
+         "by_model": {model: {<the same six keys>}},
+         "by_role": {"agent" | "review": {<the same six keys>}}}
 
     Token sums cover only calls whose usage is known (both counts reported);
-    ``calls - unknown_calls`` of them. ``cost`` is US dollars, ``None`` when no
-    call had a cost.
+    ``calls - unknown_calls`` of them. ``cost`` is US dollars summed over the
+    ``calls - unpriced_calls`` calls that had one, ``None`` when none had.
     """
 
     _total: _Bucket = field(default_factory=_Bucket)
     _by_model: dict[str, _Bucket] = field(default_factory=dict)
+    _by_role: dict[str, _Bucket] = field(default_factory=dict)
 
     @property
     def input_tokens(self) -> int:
@@ -101,20 +119,30 @@ class UsageTotals:
     def cost(self) -> float | None:
         return self._total.cost
 
-    def add(self, completion: Completion) -> None:
-        """Count one completion (one LLM call)."""
+    @property
+    def unpriced_calls(self) -> int:
+        return self._total.unpriced_calls
+
+    def add(self, completion: Completion, *, role: UsageRole = "agent") -> None:
+        """Count one completion (one LLM call) made in ``role``."""
         self._total.add(completion)
         self._by_model.setdefault(completion.model or "", _Bucket()).add(completion)
+        self._by_role.setdefault(role, _Bucket()).add(completion)
 
     def merge(self, other: UsageTotals) -> None:
-        """Add ``other``'s totals into these (e.g. a review call into a turn)."""
+        """Add ``other``'s totals into these (e.g. an archived attempt's)."""
         self._total.merge(other._total)
         for model, bucket in other._by_model.items():
             self._by_model.setdefault(model, _Bucket()).merge(bucket)
+        for role, bucket in other._by_role.items():
+            self._by_role.setdefault(role, _Bucket()).merge(bucket)
 
     def to_dict(self) -> dict[str, Any]:
         data = self._total.to_dict()
         data["by_model"] = {model: bucket.to_dict() for model, bucket in sorted(self._by_model.items())}
+        data["by_role"] = {
+            role: self._by_role[role].to_dict() for role in USAGE_ROLES if role in self._by_role
+        }
         return data
 
     @classmethod
@@ -124,4 +152,6 @@ class UsageTotals:
         totals = cls(_total=_Bucket.from_dict(data))
         for model, bucket in (data.get("by_model") or {}).items():
             totals._by_model[str(model)] = _Bucket.from_dict(bucket or {})
+        for role, bucket in (data.get("by_role") or {}).items():
+            totals._by_role[str(role)] = _Bucket.from_dict(bucket or {})
         return totals

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
+from agentlab.agent.types import Completion, Usage
+from agentlab.agent.usage import UsageTotals
 from evaluation.metrics import PredictionRow, compute_metrics, percentile
 from evaluation.metrics_table import format_table
 
@@ -60,6 +63,8 @@ def test_compute_metrics_on_a_known_set_of_rows() -> None:
     metrics = compute_metrics(ROWS)
     cost = metrics.pop("cost")
     assert cost == pytest.approx(0.035)
+    # these rows carry no per-call usage
+    assert metrics.pop("usage") == UsageTotals().to_dict()
     # added with the reviewer metrics (issue 7); no row here was retried by a review
     review = metrics.pop("review")
     assert {k: v for k, v in review.items() if k != "per_task_type"} == {
@@ -121,6 +126,7 @@ def test_empty_input_gives_zeros_and_nones_without_dividing_by_zero() -> None:
         "steps_mean": None,
         "tokens": {"input": 0, "output": 0, "unknown_rows": 0},
         "cost": None,
+        "usage": UsageTotals().to_dict(),
         "stop_reasons": {},
         "latency_ms": {"p50": None, "p95": None, "mean": None},
         # added with the reviewer metrics (issue 7)
@@ -136,6 +142,52 @@ def test_empty_input_gives_zeros_and_nones_without_dividing_by_zero() -> None:
             "per_task_type": {},
         },
     }
+
+
+def _usage(*calls: tuple[str, str, int, int, float | None]) -> dict[str, Any]:
+    totals = UsageTotals()
+    for model, role, tokens_in, tokens_out, cost in calls:
+        completion = Completion(text="", usage=Usage(tokens_in, tokens_out), model=model, cost=cost)
+        totals.add(completion, role=role)  # type: ignore[arg-type]
+    return totals.to_dict()
+
+
+def test_cost_per_model_is_summed_and_an_unpriced_model_stays_unknown() -> None:
+    rows = [
+        PredictionRow(
+            task_type="math",
+            correct=True,
+            steps=2,
+            input_tokens=1100,
+            output_tokens=60,
+            cost=0.0011,
+            stop_reason="final",
+            latency_ms=10,
+            usage=_usage(("gpt-4o-mini", "agent", 1000, 50, 0.001), ("local-judge", "review", 100, 10, None)),
+        ),
+        PredictionRow(
+            task_type="math",
+            correct=False,
+            steps=1,
+            input_tokens=500,
+            output_tokens=20,
+            cost=0.0004,
+            stop_reason="final",
+            latency_ms=10,
+            usage=_usage(("gpt-4o-mini", "agent", 500, 20, 0.0004)),
+        ),
+    ]
+    usage = compute_metrics(rows)["usage"]
+    mini, judge = usage["by_model"]["gpt-4o-mini"], usage["by_model"]["local-judge"]
+    assert (mini["calls"], mini["input_tokens"], mini["output_tokens"]) == (2, 1500, 70)
+    assert mini["cost"] == pytest.approx(0.0014) and mini["unpriced_calls"] == 0
+    assert (judge["calls"], judge["cost"], judge["unpriced_calls"]) == (1, None, 1)
+    assert (usage["by_role"]["agent"]["calls"], usage["by_role"]["review"]["calls"]) == (2, 1)
+    table = format_table(compute_metrics(rows))
+    assert "Per model" in table
+    mini_line = next(line for line in table.splitlines() if "gpt-4o-mini" in line)
+    judge_line = next(line for line in table.splitlines() if "local-judge" in line)
+    assert "$0.0014" in mini_line and "—" in judge_line and "$" not in judge_line
 
 
 def test_cost_is_none_when_no_row_knows_it_and_latency_none_when_none_known() -> None:
