@@ -204,6 +204,10 @@ AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
 AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
 AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
 AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
+#: The output-token limit of one LLM call (agent steps and reviews); a final
+#: answer cut by it ends the turn failed with stop reason ``length`` (retryable
+#: with more). run_eval has --max-output-tokens.
+AGENTLAB_MAX_OUTPUT_TOKENS = env_number("AGENTLAB_MAX_OUTPUT_TOKENS", 512, minimum=1)
 
 HEARTBEAT_S = env_number("HEARTBEAT_S", 15.0, positive=True)
 TURN_STALE_S = env_number("TURN_STALE_S", 120.0, positive=True)
