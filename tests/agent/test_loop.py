@@ -532,16 +532,15 @@ async def test_calls_before_final_answer_run_and_calls_after_it_do_not(
 async def test_missing_usage_is_unknown_not_zero(registry: ToolRegistry) -> None:
     provider = ScriptedProvider([tool_call("count", {}, usage=Usage(None, None)), final("x", usage=(7, 3))])
     result, _ = await run(AgentLoop(provider, registry))
-    assert result.usage.to_dict() == {
+    bucket = {
         "input_tokens": 7,
         "output_tokens": 3,
         "calls": 2,
         "unknown_calls": 1,
         "cost": None,
-        "by_model": {
-            "scripted": {"input_tokens": 7, "output_tokens": 3, "calls": 2, "unknown_calls": 1, "cost": None}
-        },
+        "unpriced_calls": 2,
     }
+    assert result.usage.to_dict() == {**bucket, "by_model": {"scripted": bucket}, "by_role": {"agent": bucket}}
 
 
 # --------------------------------------------------------------------------- JSON-in-text protocol

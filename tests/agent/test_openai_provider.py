@@ -87,22 +87,15 @@ async def test_missing_usage_gives_unknown_tokens(
     result = await _loop(connect(server), registry).run(QUESTION)
     assert result.stop_reason == "final" and result.answer == "18"
     assert result.steps[0].completion.usage == Usage(None, None)
-    assert result.usage.to_dict() == {
+    bucket = {
         "input_tokens": 0,
         "output_tokens": 0,
         "calls": 1,
         "unknown_calls": 1,
         "cost": None,
-        "by_model": {
-            "stub-model": {
-                "input_tokens": 0,
-                "output_tokens": 0,
-                "calls": 1,
-                "unknown_calls": 1,
-                "cost": None,
-            }
-        },
+        "unpriced_calls": 1,
     }
+    assert result.usage.to_dict() == {**bucket, "by_model": {"stub-model": bucket}, "by_role": {"agent": bucket}}
 
 
 async def test_truncated_arguments_become_an_observation_and_the_next_request_is_valid(
