@@ -14,9 +14,14 @@ field           required    rule
                             turned into its decimal string); unique in the file
 ``question``    yes         non-empty string
 ``answer``      yes         string kept as is (may be ``""``: the example is
-                            then unscored); any other JSON value except
-                            ``null`` is stored as its JSON text (``18`` →
-                            ``"18"``, ``["a"]`` → ``'["a"]'``)
+                            then unscored) — one that merely looks like a
+                            list (``"[[\"France\", 4]]"``, Spider) stays a
+                            string; a JSON **array** is a list of aliases,
+                            any of which is correct (``["Paris", "paris,
+                            France"]``), each element kept as text (a
+                            non-string element as its JSON text); any other
+                            JSON value except ``null`` is stored as its JSON
+                            text (``18`` → ``"18"``)
 ``task_type``   yes         non-empty string
 ``choices``     no          non-empty list of strings (``null`` = absent)
 ``context``     no          object (``null`` = absent); its
@@ -43,7 +48,7 @@ from typing import Any
 from agentlab.agent.plugins import PluginError, load_plugin
 from evaluation.scoring import SCORERS
 
-__all__ = ["DatasetFormatError", "ExampleSpec", "parse_jsonl", "parse_records"]
+__all__ = ["DatasetFormatError", "ExampleSpec", "gold_answer", "gold_display", "parse_jsonl", "parse_records"]
 
 _KNOWN_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer", "plugins")
 
@@ -53,7 +58,7 @@ class ExampleSpec:
     """One example as read from a dataset file, before it is stored.
 
     ``external_id`` is the line's ``question_id``; ``answer`` is the gold answer
-    text; ``scorer`` is the example's own scorer name or ``None`` (then the task
+    text, or a list of alias texts (any one correct); ``scorer`` is the example's own scorer name or ``None`` (then the task
     type's default applies, see :func:`evaluation.scoring.scorer_for`);
     ``context`` is the line's ``context`` object (for SQL examples with
     ``database_file`` it also carries ``database_path``); ``metadata`` holds every
@@ -63,7 +68,7 @@ class ExampleSpec:
 
     external_id: str
     question: str
-    answer: str
+    answer: str | list[str]
     task_type: str
     scorer: str | None = None
     choices: list[str] | None = None
@@ -103,6 +108,26 @@ def _require_text(record: dict[str, Any], name: str, source: str, line: int | No
     return value
 
 
+def gold_answer(raw: Any) -> str | list[str]:
+    """A line's ``answer`` as stored: a string as it is, a JSON array as a list
+    of alias texts (each element a string as it is, else its JSON text), any
+    other value as its JSON text."""
+    if isinstance(raw, str):
+        return raw
+    if isinstance(raw, list):
+        return [item if isinstance(item, str) else json.dumps(item, ensure_ascii=False) for item in raw]
+    return json.dumps(raw, ensure_ascii=False)
+
+
+def gold_display(gold: Any) -> str:
+    """A stored gold answer as one line of text for people: a string as it is,
+    a list of aliases as ``any of: Paris · paris, France`` (so a list is never
+    mistaken for a string that looks like one)."""
+    if isinstance(gold, list):
+        return "any of: " + " · ".join(str(item) for item in gold) if gold else "any of: (no alias)"
+    return "" if gold is None else str(gold)
+
+
 def _json_type(value: Any) -> str:
     if value is None:
         return "null"
@@ -140,8 +165,7 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
 
     if "answer" not in record or record["answer"] is None:
         raise _fail("field 'answer' is missing", source, line)
-    raw_answer = record["answer"]
-    answer = raw_answer if isinstance(raw_answer, str) else json.dumps(raw_answer, ensure_ascii=False)
+    answer = gold_answer(record["answer"])
 
     task_type = _require_text(record, "task_type", source, line)
 

@@ -24,13 +24,16 @@ class Dataset(models.Model):
 
 
 class Example(models.Model):
-    """One question with its gold answer. ``scorer`` empty means: by task type."""
+    """One question with its gold answer. ``scorer`` empty means: by task type.
+
+    ``answer`` is JSON: a string, or a list of alias strings any one of which
+    is correct (``evaluation.datasets.gold_answer``)."""
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="examples")
     external_id = models.CharField(max_length=200)
     position = models.PositiveIntegerField(default=0)
     question = models.TextField()
-    answer = models.TextField()
+    answer = models.JSONField(default=str)
     task_type = models.CharField(max_length=64, db_index=True)
     scorer = models.CharField(max_length=32, blank=True, default="")
     choices = models.JSONField(null=True, blank=True)
@@ -109,7 +112,8 @@ class Prediction(models.Model):
     )
     task_type = models.CharField(max_length=64, db_index=True)
     prediction = models.TextField(blank=True, default="")
-    gold_answer = models.TextField(blank=True, default="")
+    #: the example's gold answer when the row was planned: a string or a list of aliases
+    gold_answer = models.JSONField(blank=True, default=str)
     scorer = models.CharField(max_length=32, blank=True, default="")
     score = models.FloatField(null=True, blank=True)
     correct = models.BooleanField(null=True, blank=True)
@@ -131,6 +135,14 @@ class Prediction(models.Model):
     #: ``cannot_judge`` or ``failed`` (the reviewer gave no verdict) — or
     #: ``""`` when nothing was reviewed (review off, no answer, a late review)
     review_verdict = models.CharField(max_length=16, blank=True, default="")
+    #: the turn's usage over all its attempts, agent and review calls labelled
+    #: (``UsageTotals.to_dict()``: by model, by role, cost): the same figures
+    #: the chat page, the API and the admin show for that turn
+    usage = models.JSONField(blank=True, default=dict)
+    #: how the final answer's JSON type did not fit what the scorer reads
+    #: (``"object where text was expected"``), ``""`` when it fit; the answer
+    #: was still scored, as its JSON text
+    answer_mismatch = models.CharField(max_length=200, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -106,6 +106,7 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             first_correct=p.first_correct if p.review_retried else p.correct,
             review_retried=bool(p.review_retried),
             review_verdict=p.review_verdict,
+            usage=p.usage or None,
         )
         for p in run.predictions.all()
     ]

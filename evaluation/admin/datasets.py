@@ -12,6 +12,7 @@ from django.utils.text import Truncator
 
 from common.admin import StaffReadOnlyAdmin, admin_link, html_table, json_block, subquery_count, url_query
 
+from ..datasets import gold_display
 from ..models import Dataset, Example, Prediction, Run
 
 
@@ -112,7 +113,7 @@ class ExampleAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="gold answer")
     def answer_short(self, example: Example) -> str:
-        return Truncator(example.answer).chars(40)
+        return Truncator(gold_display(example.answer)).chars(40)
 
     @admin.display(description="choices")
     def choices_json(self, example: Example) -> SafeString:

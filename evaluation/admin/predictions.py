@@ -13,6 +13,7 @@ from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
 from turns.admin import status_badge
 from turns.models import Turn
 
+from ..datasets import gold_display
 from ..models import Example, Prediction, Run
 from ..selectors import predictions_failing, run_check_names
 
@@ -120,7 +121,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "turn_link",
         "question",
         "prediction",
-        "gold_answer",
+        "gold_display",
+        "answer_mismatch",
         "scorer",
         "score",
         "correct",
@@ -149,7 +151,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                 "fields": (
                     "question",
                     "prediction",
-                    "gold_answer",
+                    "gold_display",
+                    "answer_mismatch",
                     ("scorer", "score", "correct"),
                     "evidence",
                     "reasoning",
@@ -184,6 +187,10 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     @admin.display(description="question")
     def question(self, prediction: Prediction) -> str:
         return prediction.example.question
+
+    @admin.display(description="gold answer")
+    def gold_display(self, prediction: Prediction) -> str:
+        return gold_display(prediction.gold_answer)
 
     @admin.display(description="tokens")
     def tokens(self, prediction: Prediction) -> str:

@@ -39,7 +39,10 @@ runs, so they are part of the data format and must not be renamed):
 
 Common rule, applied by :func:`score` before any scorer runs: a gold answer that
 is ``None``, empty or only whitespace means the example cannot be scored
-(unscored). Each scorer then checks that the gold is usable for it (``numeric``:
+(unscored). A gold answer that is a list of aliases is correct when any alias
+matches under the scorer (SQuAD's max over ground truths); a final answer whose
+JSON type does not fit the scorer is scored as its JSON text and the mismatch
+is said by :func:`answer_mismatch`. Each scorer then checks that the gold is usable for it (``numeric``:
 a number; ``choice``: a letter) — if not, unscored — and only then looks at the
 prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
 
@@ -56,7 +59,15 @@ from __future__ import annotations
 
 from .base import Score, ScorerFn
 from .choice import extract_choice, score_choice
-from .dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER, SCORERS, score, scorer_for
+from .dispatch import (
+    DEFAULT_SCORER_BY_TASK_TYPE,
+    EXPECTED_ANSWER_TYPES,
+    FALLBACK_SCORER,
+    SCORERS,
+    answer_mismatch,
+    score,
+    scorer_for,
+)
 from .numeric import ABS_TOL, REL_TOL, extract_last_number, parse_number, score_numeric
 from .sql_result import score_sql_result
 from .text import normalize_answer, score_contains, score_exact
@@ -64,11 +75,13 @@ from .text import normalize_answer, score_contains, score_exact
 __all__ = [
     "ABS_TOL",
     "DEFAULT_SCORER_BY_TASK_TYPE",
+    "EXPECTED_ANSWER_TYPES",
     "FALLBACK_SCORER",
     "REL_TOL",
     "SCORERS",
     "Score",
     "ScorerFn",
+    "answer_mismatch",
     "extract_choice",
     "extract_last_number",
     "normalize_answer",

@@ -2,7 +2,11 @@
 
 Common rule, applied by :func:`score` before any scorer runs: a gold answer that
 is ``None``, empty or only whitespace means the example cannot be scored
-(unscored). Each scorer then checks that the gold is usable for it (``numeric``:
+(unscored). A gold answer may be a list of aliases (TriviaQA and Natural
+Questions give several): each non-blank alias is scored by the same scorer and
+the prediction is correct when any alias matches (the "max over ground truths"
+of the SQuAD evaluation script's ``metric_max_over_ground_truths``); an
+example none of whose aliases can be scored is unscored. Each scorer then checks that the gold is usable for it (``numeric``:
 a number; ``choice``: a letter) — if not, unscored — and only then looks at the
 prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
 """
@@ -39,6 +43,37 @@ DEFAULT_SCORER_BY_TASK_TYPE: dict[str, str] = {
 
 FALLBACK_SCORER = "exact"
 
+#: The JSON types of a final answer each scorer reads as meant (the answer
+#: reaches the scorer as text either way: a string as it is, anything else as
+#: its JSON text — ``agentlab.agent.types.as_text``). ``sql_result`` reads
+#: rows, so an array is what it expects; the others read text or a number.
+EXPECTED_ANSWER_TYPES: dict[str, frozenset[str]] = {
+    "exact": frozenset({"string", "number"}),
+    "contains": frozenset({"string", "number"}),
+    "choice": frozenset({"string"}),
+    "numeric": frozenset({"string", "number"}),
+    "sql_result": frozenset({"string", "number", "array"}),
+}
+_EXPECTED_WORDS = {
+    "exact": "text",
+    "contains": "text",
+    "choice": "an option letter",
+    "numeric": "a number",
+    "sql_result": "rows or a value",
+}
+
+
+def answer_mismatch(*, answer_type: str | None, scorer: str) -> str:
+    """How a final answer of JSON type ``answer_type`` (``string``,
+    ``number``, ``boolean``, ``array``, ``object``, ``null``; ``None`` when
+    not recorded) does not fit ``scorer``, or ``""`` when it fits. The answer
+    is scored all the same, as its JSON text; this is what gets recorded on
+    the prediction so that a wrong type is not mistaken for a wrong answer."""
+    expected = EXPECTED_ANSWER_TYPES.get(scorer)
+    if not answer_type or expected is None or answer_type in expected:
+        return ""
+    return f"a JSON {answer_type} where {_EXPECTED_WORDS[scorer]} was expected; scored as its JSON text"
+
 
 def _check_known(name: str) -> str:
     if name not in SCORERS:
@@ -60,7 +95,7 @@ def scorer_for(*, example_scorer: str | None, task_type: str) -> str:
 def score(
     *,
     prediction: str | None,
-    gold: str | None,
+    gold: str | Sequence[str] | None,
     scorer: str,
     choices: Sequence[str] | None = None,
     metadata: dict[str, Any] | None = None,
@@ -68,13 +103,38 @@ def score(
     """Score one prediction against one gold answer with the named scorer.
 
     - ``prediction``: the model's final answer text, ``None`` if it gave none.
-    - ``gold``: the example's gold answer text; ``None``/blank → unscored.
+    - ``gold``: the example's gold answer text, or a list of alias texts (any
+      one matching is correct); ``None``/blank/no alias → unscored.
     - ``choices``: option texts, used by ``choice``; ``metadata``: the example's
       metadata, used by ``sql_result`` (``result_rows``, ``ordered``).
 
     Returns a :class:`Score`; never raises for odd predictions. Raises
     ``ValueError`` for an unknown scorer name."""
     fn = SCORERS[_check_known(scorer)]
+    if isinstance(gold, list | tuple):
+        return _score_any(fn, prediction or "", [str(g) for g in gold], scorer, choices, metadata)
     if gold is None or not str(gold).strip():
         return Score.unscored(scorer, "gold answer is missing")
     return fn(prediction or "", str(gold), choices=choices, metadata=metadata)
+
+
+def _score_any(
+    fn: ScorerFn,
+    prediction: str,
+    aliases: list[str],
+    scorer: str,
+    choices: Sequence[str] | None,
+    metadata: dict[str, Any] | None,
+) -> Score:
+    """Any-match over gold aliases: the first alias that matches decides;
+    else the first scored alias's (wrong) score; else unscored."""
+    scores = [fn(prediction, g, choices=choices, metadata=metadata) for g in aliases if g.strip()]
+    if not scores:
+        return Score.unscored(scorer, "gold answer is missing (no alias)")
+    for i, result in enumerate(scores):
+        if result.correct:
+            return Score.of(True, scorer, f"alias {i + 1} of {len(scores)}: {result.explanation}")
+    scored = [s for s in scores if s.is_scored]
+    if not scored:
+        return Score.unscored(scorer, f"no alias of {len(scores)} could be scored: {scores[0].explanation}")
+    return Score.of(False, scorer, f"no alias of {len(scores)} matched; first: {scored[0].explanation}")

@@ -21,7 +21,7 @@ from turns.meta import (
 from turns.models import Turn, TurnOutcome
 
 from ..models import Example, Prediction
-from ..scoring import score, scorer_for
+from ..scoring import answer_mismatch, score, scorer_for
 
 
 @dataclass(frozen=True)
@@ -136,6 +136,10 @@ def prediction_values(
         "review_retried": first is not None,
         "first_correct": first_correct,
         "review_verdict": meta_last_review_verdict(turn.meta if turn is not None else {}),
+        "usage": usage,
+        "answer_mismatch": answer_mismatch(
+            answer_type=turn.meta.get("answer_type") if answered and turn is not None else None, scorer=scorer
+        ),
         "completed_at": timezone.now(),
     }
 

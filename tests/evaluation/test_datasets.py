@@ -161,8 +161,9 @@ def test_optional_fields_types_and_extras(tmp_path: Path) -> None:
     )
     first, second, third = parse_jsonl(path)
     assert (first.external_id, first.answer) == ("7", "18")
+    # a JSON array is a list of aliases (tests/evaluation/test_gold_answers.py)
     assert (second.answer, second.scorer, second.choices, second.context) == (
-        '["a", "b"]',
+        ["a", "b"],
         "contains",
         None,
         None,
