@@ -56,10 +56,12 @@ class PredictionOut(Schema):
         description="the gold answer, or a list of aliases (any one is correct)"
     )
     answer_mismatch: str = Field(
-        description="how the answer's JSON type did not fit the scorer ('' when it fit); it was scored as its JSON text"
+        description="how the answer's JSON type did not fit the scorer ('' when it fit); "
+        "it was scored as its JSON text"
     )
     usage: dict[str, Any] = Field(
-        description="the turn's usage over all attempts: tokens, calls and cost, by_model and by_role (agent, review)"
+        description="the turn's usage over all attempts: tokens, calls and cost, "
+        "by_model and by_role (agent, review)"
     )
     scorer: str
     score: float | None

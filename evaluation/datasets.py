@@ -58,8 +58,9 @@ class ExampleSpec:
     """One example as read from a dataset file, before it is stored.
 
     ``external_id`` is the line's ``question_id``; ``answer`` is the gold answer
-    text, or a list of alias texts (any one correct); ``scorer`` is the example's own scorer name or ``None`` (then the task
-    type's default applies, see :func:`evaluation.scoring.scorer_for`);
+    text, or a list of alias texts (any one correct); ``scorer`` is the
+    example's own scorer name or ``None`` (then the task type's default
+    applies, see :func:`evaluation.scoring.scorer_for`);
     ``context`` is the line's ``context`` object (for SQL examples with
     ``database_file`` it also carries ``database_path``); ``metadata`` holds every
     field not listed above, as parsed. ``plugins`` are the entry-point

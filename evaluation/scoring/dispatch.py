@@ -6,9 +6,10 @@ is ``None``, empty or only whitespace means the example cannot be scored
 Questions give several): each non-blank alias is scored by the same scorer and
 the prediction is correct when any alias matches (the "max over ground truths"
 of the SQuAD evaluation script's ``metric_max_over_ground_truths``); an
-example none of whose aliases can be scored is unscored. Each scorer then checks that the gold is usable for it (``numeric``:
-a number; ``choice``: a letter) — if not, unscored — and only then looks at the
-prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
+example none of whose aliases can be scored is unscored. Each scorer then
+checks that the gold is usable for it (``numeric``: a number; ``choice``: a
+letter) — if not, unscored — and only then looks at the prediction; an empty
+or missing prediction is wrong (``0.0``), never unscored.
 """
 
 from __future__ import annotations

@@ -100,7 +100,8 @@ def test_run_eval_stores_gold_as_json_scores_any_alias_and_shows_lists(tmp_path,
     # stored as JSON, on both backends: the column holds a list and a string
     with connection.cursor() as cursor:
         cursor.execute(
-            "SELECT answer FROM evaluation_example WHERE external_id IN ('alias', 'rows') ORDER BY external_id"
+            "SELECT answer FROM evaluation_example WHERE external_id IN ('alias', 'rows') "
+            "ORDER BY external_id"
         )
         stored = [json.loads(v) if isinstance(v, str) else v for (v,) in cursor.fetchall()]
     assert stored == [["Paris", "Paris, France"], '[["France", 4]]']
