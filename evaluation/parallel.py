@@ -31,6 +31,7 @@ from django.conf import settings
 from django.db import connections
 
 from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.pricing import Price
 
 from .services.plan import PlannedExample
 from .worker import EvalJob, eval_worker
@@ -71,6 +72,7 @@ def drive_in_processes(
     concurrency: int,
     model: str | None,
     review: bool,
+    price: Price | None = None,
     on_done: Callable[[], None] | None = None,
     extensions: RunExtensions | None = None,
     run_id: str | None = None,
@@ -98,6 +100,7 @@ def drive_in_processes(
             concurrency=share,
             model=model,
             review=review,
+            price=price.to_dict() if price is not None else None,
             settings=inherited,
             database_names=names,
             extensions=extensions,

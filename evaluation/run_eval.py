@@ -15,6 +15,7 @@ and ``progress`` (a bar per run, e.g. ``tqdm``).
 from __future__ import annotations
 
 import asyncio
+import math
 import secrets
 import time
 from collections.abc import Callable, Sequence
@@ -27,6 +28,7 @@ from django.utils import timezone
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
 from agentlab.agent.plugins import PluginError, load_plugin
+from agentlab.agent.pricing import Price
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
@@ -59,7 +61,9 @@ class EvalRequest:
     run fails its quality gate (``None``: no gate); ``review``,
     ``retry_errors``, ``workers``: as the command's options. ``plugins``:
     the ``--plugin`` names (entry-point plugins the run switches on);
-    ``mcp_servers``: the ``--mcp`` servers.
+    ``mcp_servers``: the ``--mcp`` servers;
+    ``max_output_tokens``: the output-token limit of one LLM call; ``price``:
+    the per-run price override (``None``: the price table, else unknown).
     """
 
     dataset: str
@@ -74,6 +78,8 @@ class EvalRequest:
     workers: int = 1
     plugins: tuple[str, ...] = ()
     mcp_servers: tuple[MCPServerConfig, ...] = ()
+    max_output_tokens: int = 512
+    price: Price | None = None
 
 
 def eval_request(
@@ -90,15 +96,21 @@ def eval_request(
     workers: int = 1,
     plugins: Sequence[str] = (),
     mcp: Sequence[str] = (),
+    max_output_tokens: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
-    ``None`` takes ``AGENTLAB_MAX_STEPS``.
+    ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
+    ``AGENTLAB_MAX_OUTPUT_TOKENS``; ``price_in``/``price_out`` are US dollars
+    per million tokens, both or neither.
 
     Raises ``ValueError`` (``BadInput`` for the run id) naming the option:
     ``--limit`` below 1, ``--concurrency`` outside 1..256, ``--max-steps`` (or
-    ``AGENTLAB_MAX_STEPS``) below 1, ``--workers`` outside
-    1..min(concurrency, 16), ``--fail-under`` outside 0..1, a bad run id, a
-    ``--plugin`` that is not installed, an ``--mcp`` that is not
+    ``AGENTLAB_MAX_STEPS``) below 1, ``--max-output-tokens`` below 1,
+    ``--workers`` outside 1..min(concurrency, 16), ``--fail-under`` outside
+    0..1, only one of ``--price-in``/``--price-out`` or a negative one, a bad
+    run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
     ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice).
     """
     if limit is not None and limit < 1:
@@ -127,6 +139,20 @@ def eval_request(
     names = [server.name for server in servers]
     if len(set(names)) != len(names):
         raise ValueError(f"--mcp names a server twice: {', '.join(names)}")
+    max_output_tokens = (
+        max_output_tokens if max_output_tokens is not None else int(settings.AGENTLAB_MAX_OUTPUT_TOKENS)
+    )
+    if max_output_tokens < 1:
+        raise ValueError(f"--max-output-tokens must be at least 1, got {max_output_tokens}")
+    if (price_in is None) != (price_out is None):
+        raise ValueError("--price-in and --price-out go together: give both (US dollars per million tokens)")
+    price = None
+    if price_in is not None and price_out is not None:
+        if not (math.isfinite(price_in) and math.isfinite(price_out)) or price_in < 0 or price_out < 0:
+            raise ValueError(
+                f"--price-in and --price-out must be numbers ≥ 0, got {price_in} and {price_out}"
+            )
+        price = Price(input_per_mtok=price_in, output_per_mtok=price_out)
     return EvalRequest(
         dataset=dataset,
         run_id=run_id_check(run_id) if run_id is not None else None,
@@ -140,6 +166,8 @@ def eval_request(
         workers=workers,
         plugins=tuple(dict.fromkeys(p.strip() for p in plugins if p.strip())),
         mcp_servers=servers,
+        max_output_tokens=max_output_tokens,
+        price=price,
     )
 
 
@@ -208,7 +236,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     ``LocalModelUnavailable`` from the steps above; anything raised while
     driving after finishing the run.
     """
-    provider = get_provider(model=request.model)
+    provider = get_provider(model=request.model, price=request.price)
     if request.workers > 1 and provider.name == "local":
         raise ValueError(
             "--workers above 1 needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
@@ -261,6 +289,9 @@ def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> di
         "code_version": code_version(),
         "review": request.review,
         "workers": request.workers,
+        "max_output_tokens": request.max_output_tokens,
+        # None: the provider's own cost, else the genai-prices table, else unknown
+        "price": request.price.to_dict() if request.price is not None else None,
     }
 
 
@@ -312,6 +343,7 @@ def _drive_and_finish(
                 concurrency=request.concurrency,
                 model=request.model,
                 review=request.review,
+                price=request.price,
                 on_done=done,
                 extensions=extensions,
                 run_id=run.run_id,

@@ -28,6 +28,8 @@ class EvalJob:
     extensions: Any = None
     run_id: str | None = None
     dataset: str | None = None
+    #: the run's price override (``Price.to_dict()``), ``None``: none
+    price: dict[str, float] | None = None
 
 
 def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
@@ -46,6 +48,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
     from django.conf import settings as worker_settings
     from django.db import connections as worker_connections
 
+    from agentlab.agent.pricing import Price
     from common.db import DatabaseThreads
     from turns.llm import get_provider
 
@@ -63,7 +66,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
             PlannedExample(prediction_id, turn_id, examples[example_id], resumed)
             for prediction_id, turn_id, example_id, resumed in job.items
         ]
-        provider = get_provider(model=job.model)
+        provider = get_provider(model=job.model, price=Price.from_dict(job.price))
         worker_connections.close_all()
     except Exception as exc:
         messages.put(("error", f"{type(exc).__name__}: {exc}"))

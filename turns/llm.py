@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from django.conf import settings
 
+from agentlab.agent.pricing import Price
 from agentlab.agent.providers import make_provider
 from agentlab.agent.types import LLMProvider
 
 
-def get_provider(*, model: str | None = None) -> LLMProvider:
+def get_provider(*, model: str | None = None, price: Price | None = None) -> LLMProvider:
     """A provider for the configured LLM: an OpenAI-compatible endpoint when
     ``AGENTLAB_LLM_BASE_URL`` is set, else the embedded GGUF model.
 
     ``model`` overrides ``AGENTLAB_MODEL`` (endpoint) or ``AGENTLAB_GGUF_PATH``
-    (local model file). Create one per event loop and share it between the
-    turns of that loop: an async HTTP client is bound to the loop it first ran
-    on (the local model itself is loaded once per process).
+    (local model file). ``price`` overrides the price table
+    (``agentlab.agent.pricing``): without it an endpoint's cost comes from the
+    table (by base URL and model) and the local model's is unknown. Create one
+    per event loop and share it between the turns of that loop: an async HTTP
+    client is bound to the loop it first ran on (the local model itself is
+    loaded once per process).
     """
     base_url = settings.AGENTLAB_LLM_BASE_URL
     if base_url:
@@ -24,7 +28,8 @@ def get_provider(*, model: str | None = None) -> LLMProvider:
             api_key=settings.AGENTLAB_LLM_API_KEY,
             model=model or settings.AGENTLAB_MODEL,
             gguf_path=None,
+            price=price,
         )
     return make_provider(
-        base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH
+        base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH, price=price
     )

@@ -60,6 +60,26 @@ class Command(BaseCommand):
             "more cores against an OpenAI-compatible endpoint",
         )
         parser.add_argument(
+            "--max-output-tokens",
+            type=int,
+            default=None,
+            help="output-token limit of one LLM call (default AGENTLAB_MAX_OUTPUT_TOKENS); a final "
+            "answer cut by it fails its example with stop reason 'length'",
+        )
+        parser.add_argument(
+            "--price-in",
+            type=float,
+            default=None,
+            help="US dollars per million input tokens, for a model the price table does not know "
+            "(a self-hosted or the local one); needs --price-out",
+        )
+        parser.add_argument(
+            "--price-out",
+            type=float,
+            default=None,
+            help="US dollars per million output tokens; needs --price-in",
+        )
+        parser.add_argument(
             "--json", dest="json_path", default=None, help="also write run and metrics to FILE"
         )
         parser.add_argument(
@@ -97,6 +117,9 @@ class Command(BaseCommand):
                     workers=opts["workers"],
                     plugins=opts["plugins"],
                     mcp=opts["mcp"],
+                    max_output_tokens=opts["max_output_tokens"],
+                    price_in=opts["price_in"],
+                    price_out=opts["price_out"],
                 )
                 if json_path:
                     _check_writable(json_path)  # before the run: the file is written only after it
