@@ -68,6 +68,33 @@
     return s < 60 ? s.toFixed(1) + " s" : Math.floor(s / 60) + " min " + Math.round(s % 60) + " s";
   }
 
+  function emptyUsage() { return { input: 0, output: 0, calls: 0, unknown: 0, cost: null, unpriced: 0 }; }
+
+  function addUsage(bucket, u) {
+    bucket.calls += 1;
+    if (u.input_tokens === null || u.input_tokens === undefined || u.output_tokens === null || u.output_tokens === undefined) {
+      bucket.unknown += 1;
+    } else {
+      bucket.input += u.input_tokens;
+      bucket.output += u.output_tokens;
+    }
+    if (u.cost === null || u.cost === undefined) { bucket.unpriced += 1; } else { bucket.cost = (bucket.cost || 0) + u.cost; }
+  }
+
+  function usageText(u) {
+    var text = u.input + " in / " + u.output + " out, " + u.calls + " call" + (u.calls === 1 ? "" : "s");
+    if (u.unknown) { text += " (" + u.unknown + " with unknown tokens)"; }
+    return text;
+  }
+
+  function costText(agent, review) {
+    var known = [agent.cost, review.cost].filter(function (c) { return c !== null; });
+    if (!known.length) { return "cost —"; }
+    var total = known.reduce(function (a, b) { return a + b; }, 0);
+    var unpriced = agent.unpriced + review.unpriced;
+    return "cost $" + total.toFixed(4) + (unpriced ? " (+" + unpriced + " unpriced)" : "");
+  }
+
   // --- connection banner: shown while any turn's socket is reconnecting ---------
   var reconnecting = {};
   function updateBanner() {
@@ -87,7 +114,9 @@
     this.closedFor = null;
     this.backoff = 500;
     this.calls = {};
-    this.tokens = { input: 0, output: 0, calls: 0, cost: 0 };
+    // usage by role, summed from the event log exactly as the turn's usage is
+    // (agent: llm.usage events; review: the usage in review events)
+    this.tokens = { agent: emptyUsage(), review: emptyUsage() };
     this.startedAt = null;
     this.finishedAt = null;
     this.build(summary);
@@ -158,11 +187,13 @@
   };
 
   TurnView.prototype.renderMeta = function () {
-    var t = this.tokens, parts = [];
-    if (t.calls) {
-      parts.push("tokens: " + t.input + " in / " + t.output + " out");
-      parts.push(t.calls + " LLM call" + (t.calls === 1 ? "" : "s"));
-      if (t.cost) { parts.push("cost $" + t.cost.toFixed(4)); }
+    var a = this.tokens.agent, r = this.tokens.review, parts = [];
+    if (a.calls || r.calls) {
+      var total = { input: a.input + r.input, output: a.output + r.output, calls: a.calls + r.calls, unknown: a.unknown + r.unknown };
+      parts.push("tokens: " + usageText(total));
+      parts.push("agent: " + usageText(a));
+      if (r.calls) { parts.push("review: " + usageText(r)); }
+      parts.push(costText(a, r));
     }
     if (this.startedAt) {
       var end = this.finishedAt || (ACTIVE[this.status] ? new Date() : this.lastAt);
@@ -194,10 +225,8 @@
       case "phase": this.phase = d.phase || ""; break;
       case "thinking": this.stepsEl.appendChild(el("div", "step thinking", d.text)); break;
       case "llm.usage":
-        this.tokens.calls += 1;
-        this.tokens.input += d.input_tokens || 0;
-        this.tokens.output += d.output_tokens || 0;
-        this.tokens.cost += d.cost || 0;
+        addUsage(this.tokens.agent, d);
+        if (d.finish_reason === "length") { this.note("(this reply was cut off by the output-token limit)", "bad"); }
         break;
       case "tool.call": this.toolCall(d.call || {}); break;
       case "tool.result": this.toolResult(d.result || {}); break;
@@ -207,7 +236,8 @@
         if (this.approvalEls && this.approvalEls[d.approval_id]) { this.approvalEls[d.approval_id].remove(); }
         break;
       case "review":
-        this.note("Review: " + (d.verdict || d.decision || "") + (d.instruction ? " — " + d.instruction : ""));
+        if (d.usage) { addUsage(this.tokens.review, d.usage); }
+        this.note(reviewText(d), d.verdict === "failed" ? "bad" : "");
         break;
       case "attempt.retry":
         this.status = "queued";
@@ -222,6 +252,7 @@
         break;
       case "turn.failed":
         this.outcomeEl.innerHTML = "";
+        if (d.cause === "length") { this.truncated(d); break; }
         this.outcomeEl.appendChild(el("div", "failure", "Failed (" + (d.cause || d.stop_reason || "error") + ")" + (d.error ? ": " + d.error : "")));
         break;
       case "turn.cancelled":
@@ -241,6 +272,30 @@
       this.phase = "";
     }
     this.render();
+  };
+
+  // What a review said, in words: the verdict, its note or instruction, and
+  // when the reviewer gave nothing readable, that it did not (the answer stands).
+  function reviewText(d) {
+    var late = d.late ? " (arrived after the turn finished)" : "";
+    if (d.verdict === "failed") {
+      return "Review: the reviewer gave no readable verdict; the answer stands" + (d.error ? " (" + d.error + ")" : "") + late;
+    }
+    var words = { accept: "accepted", retry: "asked for a retry", cannot_judge: "could not judge" };
+    var text = "Review: " + (words[d.verdict] || d.verdict || "");
+    var said = d.verdict === "retry" && d.retry_instruction ? d.retry_instruction : d.note;
+    return text + (said ? " — " + said : "") + late;
+  }
+
+  // A final answer cut by the output-token limit: not an answer. The turn
+  // failed (cause "length"); what was written so far is shown, marked.
+  TurnView.prototype.truncated = function (d) {
+    var box = el("div", "failure truncated");
+    box.setAttribute("data-cause", "length");
+    box.appendChild(el("strong", null, "Truncated"));
+    box.appendChild(document.createTextNode(" — " + (d.error || "the answer was cut off by the output-token limit") + ". Retry to run it again."));
+    if (d.partial_answer) { box.appendChild(el("pre", "partial", d.partial_answer)); }
+    this.outcomeEl.appendChild(box);
   };
 
   // The turn-ending tools are shown as the answer / the clarifying question, not as steps.
