@@ -35,6 +35,11 @@ anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
                             ``result_rows``, ``ordered``, ``supporting_facts``,
                             ``hotpot_type``, ``level`` ...)
 =============== =========== ==================================================
+
+Before a line is checked, every string in it has NUL and lone UTF-16
+surrogates replaced by U+FFFD, and NaN/±inf become ``null``
+(``agentlab.agent.text.json_safe``): PostgreSQL cannot store them, and the
+same file must give the same examples on SQLite and PostgreSQL.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from agentlab.agent.plugins import PluginError, load_plugin
+from agentlab.agent.text import json_safe
 from evaluation.scoring import SCORERS
 
 __all__ = ["DatasetFormatError", "ExampleSpec", "gold_answer", "gold_display", "parse_jsonl", "parse_records"]
@@ -148,6 +154,9 @@ def _json_type(value: Any) -> str:
 def _example_from_record(record: Any, *, source: str, line: int | None, base_dir: Path | None) -> ExampleSpec:
     if not isinstance(record, dict):
         raise _fail(f"expected a JSON object, got {_json_type(record)}", source, line)
+    # NUL and lone surrogates (and NaN) no database here can store: U+FFFD
+    # (None) on every string of the line, so both backends store the same bytes
+    record = json_safe(record)
 
     raw_id = record.get("question_id")
     if raw_id is None:

@@ -263,6 +263,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             max_steps=request.max_steps,
             model=provider.model,
             retry_errors=request.retry_errors,
+            max_output_tokens=request.max_output_tokens,
         )
         note(_plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed))
         fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))

@@ -19,6 +19,7 @@ from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
 
 from . import selectors, services
+from .meta import meta_usage_total
 from .models import Approval, Conversation, Turn
 
 
@@ -103,13 +104,20 @@ class TurnOut(Schema):
     steps: int
     max_steps: int
     attempts: int
-    usage: dict[str, Any]
+    usage: dict[str, Any] = Field(
+        description="tokens, calls and cost of all the turn's attempts, agent and review calls apart "
+        "(by_role) and per model (by_model); cost null when unknown"
+    )
     timings: dict[str, Any]
     last_seq: int
     cancel_requested: bool
     created_at: datetime
     started_at: datetime | None
     finished_at: datetime | None
+
+    @staticmethod
+    def resolve_usage(obj: Turn) -> dict[str, Any]:
+        return meta_usage_total(obj.meta, obj.usage)
 
 
 class EventOut(Schema):

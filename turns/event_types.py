@@ -57,6 +57,10 @@ class CompletionUsageData(TypedDict):
     input_tokens: int | None
     output_tokens: int | None
     cost: float | None
+    #: ``length``: cut by the output-token limit
+    finish_reason: NotRequired[str | None]
+    #: ``agentlab.agent.types.Decoding``: ``native``, ``schema`` or ``free``
+    decoding: NotRequired[str | None]
 
 
 # --- the turn's life ------------------------------------------------------------
@@ -90,6 +94,12 @@ class ThinkingData(TypedDict, total=False):
 
 @with_config(_CLOSED)
 class LLMUsageData(TypedDict):
+    """One agent step's LLM call. ``finish_reason`` ``length``: cut by the
+    output-token limit; ``decoding`` how its text was decoded
+    (``agentlab.agent.types.Decoding``: ``native`` tool calls, ``schema``
+    constrained to the step's JSON schema, ``free``); absent in logs written
+    before it was recorded."""
+
     attempt: int
     step: int
     model: str
@@ -97,6 +107,7 @@ class LLMUsageData(TypedDict):
     output_tokens: int | None
     cost: float | None
     finish_reason: str | None
+    decoding: NotRequired[str | None]
 
 
 @with_config(_CLOSED)
@@ -212,6 +223,9 @@ class TurnAnsweredData(TypedDict):
     answer: str
     evidence: str
     reasoning: str
+    #: the JSON type the model gave the answer in (``string``, ``number``,
+    #: ``array``, ``object`` …; the answer is its text either way)
+    answer_type: NotRequired[str]
 
 
 @with_config(_CLOSED)
@@ -225,9 +239,13 @@ class TurnAskedData(TypedDict):
 class TurnFailedData(TypedDict):
     stop_reason: str
     steps: int
-    #: ``max_steps``, ``timeout``, ``context_overflow``, ``provider_error`` or ``error``
+    #: ``length`` (the final answer was cut by the output-token limit: retry
+    #: with more), ``max_steps``, ``timeout``, ``context_overflow``,
+    #: ``provider_error`` or ``error``
     cause: str
     error: str
+    #: ``length``: the final answer as far as it was written (not an answer)
+    partial_answer: NotRequired[str]
 
 
 @with_config(_CLOSED)

@@ -25,7 +25,7 @@ from typing import Any
 from django.db import connections, transaction
 from django.utils import timezone
 
-from agentlab.agent.text import clean_text, json_safe
+from agentlab.agent.text import json_safe, safe_fields
 from common.db import column_assignments, column_of, concrete_field, pk_column
 from common.errors import StateConflict
 
@@ -92,7 +92,7 @@ def event_append_many(
     """
     events_check(events)
     now = timezone.now()
-    fields = {k: clean_text(v) if isinstance(v, str) else v for k, v in (turn_fields or {}).items()}
+    fields = safe_fields(turn_fields)
     # savepoint=False: inside a caller's transaction (claim, finish) a failure
     # here must roll the whole of it back anyway, and a savepoint costs two
     # more round trips on the hottest path.

@@ -12,7 +12,12 @@
 - ``failure_cause`` / ``failure_error``: why the turn failed (``turn.failed``'s
   ``cause`` and ``error``);
 - ``extensions``: the plugins and MCP servers the turn ran with, and the
-  plugin whose system prompt it used (``TurnExtensions``, the driver).
+  plugin whose system prompt it used (``TurnExtensions``, the driver);
+- ``answer_type``: the JSON type the current attempt's final answer was given
+  in (``turn.answered``'s ``answer_type``), for the scorer's type check.
+
+``Turn.usage`` is the current attempt's usage; ``meta_usage_total`` adds the
+archived attempts' — the one sum every view of a turn shows.
 
 Reads take any mapping (a row's ``meta``, or the fields a driver just wrote)
 and never raise on a missing key; writes return a new dict and never change
@@ -27,6 +32,7 @@ from typing import Any, Literal, cast
 from typing_extensions import TypedDict
 
 from agentlab.agent.text import json_safe
+from agentlab.agent.usage import UsageTotals
 
 from .event_types import ReviewData
 
@@ -98,6 +104,7 @@ class TurnMeta(TypedDict, total=False):
     failure_cause: str | None
     failure_error: str
     extensions: TurnExtensions
+    answer_type: str
 
 
 def meta_of(raw: Mapping[str, Any] | None) -> TurnMeta:
@@ -134,6 +141,26 @@ def meta_failure(meta: Mapping[str, Any] | None) -> tuple[str | None, str | None
     return meta.get("failure_cause"), meta.get("failure_error")
 
 
+def meta_answer_type(meta: Mapping[str, Any] | None) -> str | None:
+    """The JSON type of the current attempt's final answer, if recorded."""
+    return (meta or {}).get("answer_type") or None
+
+
+def meta_usage_total(meta: Mapping[str, Any] | None, usage: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The usage of every attempt of a turn: the current attempt's (the
+    turn's ``usage``) plus the archived ones' — a review retry's first attempt
+    cost tokens too. ``UsageTotals.to_dict()`` shape, agent and review calls
+    apart in ``by_role``. What the chat page sums from the event log, the
+    API, the admin and a prediction all show this."""
+    archived = [a.get("usage") or {} for a in meta_attempts(meta)]
+    if not archived:
+        return UsageTotals.from_dict(dict(usage or {})).to_dict()
+    total = UsageTotals.from_dict(dict(usage or {}))
+    for item in archived:
+        total.merge(UsageTotals.from_dict(dict(item)))
+    return total.to_dict()
+
+
 def meta_review_retries(meta: Mapping[str, Any] | None) -> int:
     """How many attempts a review has retried so far."""
     return sum(1 for a in meta_attempts(meta) if a.get("reason") == "review")
@@ -148,14 +175,20 @@ def meta_first_attempt_if_review_retried(meta: Mapping[str, Any] | None) -> Arch
     return attempts[0]
 
 
-def meta_last_review_verdict(meta: Mapping[str, Any] | None) -> str:
-    """The verdict of a turn's last review: the current attempt's, else the
-    last archived attempt's; ``""`` if none."""
+def meta_last_review(meta: Mapping[str, Any] | None) -> ReviewData | None:
+    """A turn's last review: the current attempt's, else the last archived
+    attempt's; ``None`` if none has a verdict."""
     reviews = [a.get("review") for a in meta_attempts(meta)] + [meta_review(meta)]
     for review in reversed(reviews):
         if review and review.get("verdict"):
-            return str(review["verdict"])
-    return ""
+            return review
+    return None
+
+
+def meta_last_review_verdict(meta: Mapping[str, Any] | None) -> str:
+    """The verdict of a turn's last review (``meta_last_review``); ``""`` if none."""
+    review = meta_last_review(meta)
+    return str(review["verdict"]) if review else ""
 
 
 def meta_extensions(meta: Mapping[str, Any] | None) -> TurnExtensions | None:
@@ -193,6 +226,16 @@ def meta_with_extensions(
     new["extensions"] = TurnExtensions(
         plugins=list(plugins), mcp_servers=list(mcp_servers), system_prompt=system_prompt
     )
+    return new
+
+
+def meta_with_answer_type(meta: Mapping[str, Any] | None, answer_type: str | None) -> TurnMeta:
+    """``meta`` with the JSON type of the final answer (none: removed)."""
+    new = meta_of(meta)
+    if answer_type:
+        new["answer_type"] = answer_type
+    else:
+        new.pop("answer_type", None)
     return new
 
 
@@ -247,6 +290,7 @@ def attempt_archive(
     new = meta_of(meta)
     failure_cause = new.pop("failure_cause", None)
     failure_error = new.pop("failure_error", None)
+    new.pop("answer_type", None)  # the next attempt answers afresh
     archived = ArchivedAttempt(
         attempt=attempt,
         reason=reason,

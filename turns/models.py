@@ -95,6 +95,9 @@ class Turn(models.Model):
     stop_reason = models.CharField(max_length=32, blank=True, default="", db_index=True)
     model = models.CharField(max_length=200, blank=True, default="")
     max_steps = models.PositiveIntegerField(default=6)
+    #: the output-token limit of each LLM call of this turn; ``None``: the
+    #: ``AGENTLAB_MAX_OUTPUT_TOKENS`` of the process that drives it
+    max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
     steps = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     usage = models.JSONField(default=dict, blank=True)

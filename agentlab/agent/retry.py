@@ -22,6 +22,7 @@ from tenacity import (
     wait_random,
 )
 
+from agentlab.agent.text import json_safe
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,10 @@ async def complete_with_retries(
         before_sleep=_log_retry,
         reraise=True,
     )
+    # the one path of every LLM request: what a tool returned or a document
+    # held may carry NUL or a lone surrogate, which no request body can encode
+    messages = json_safe(messages)
+    tools = json_safe(tools) if tools is not None else None
     async for attempt in retrying:
         with attempt:
             return await provider.complete(

@@ -1,8 +1,19 @@
 """Text and JSON values every store here can hold (no Django: the agent core's layer).
 
 PostgreSQL text and jsonb cannot hold NUL, and neither database can encode a
-lone UTF-16 surrogate as UTF-8; event payloads, turn fields and API answers
-pass through these before they are stored or sent.
+lone UTF-16 surrogate as UTF-8 (nor can an HTTP request body or llama.cpp's
+tokenizer). One rule makes a value safe, ``json_safe`` (whose string case is
+``clean_text``): NUL and lone surrogates become U+FFFD. It is applied where
+text enters a store or a request, so the same input gives the same stored
+bytes on SQLite and PostgreSQL:
+
+- every event payload and every turn field (``turns.events``), a turn's
+  question and context when it is created;
+- every prediction field (``evaluation.services.predictions``);
+- every line of a dataset file, before it is validated (``evaluation.datasets``);
+- every LLM request, the tool outputs and documents in it included
+  (``agentlab.agent.retry.complete_with_retries``, the one call path);
+- API and form input (``turns.api``, ``evaluation.api``, ``turns.views``).
 """
 
 from __future__ import annotations
@@ -43,3 +54,11 @@ def json_safe(value: Any) -> Any:
     if callable(to_dict):
         return json_safe(to_dict())
     return clean_text(str(value))
+
+
+def safe_fields(fields: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Column values made safe by ``json_safe``: strings and JSON values
+    (dicts, lists) are cleaned; numbers, booleans, dates and ``None`` pass
+    as they are."""
+    cleanable = str | Mapping | list | tuple
+    return {k: json_safe(v) if isinstance(v, cleanable) else v for k, v in (fields or {}).items()}

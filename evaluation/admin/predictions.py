@@ -11,6 +11,8 @@ from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
 from turns.admin import status_badge
+from turns.admin.display import review_text, stop_reason_text, usage_html
+from turns.meta import meta_last_review
 from turns.models import Turn
 
 from ..datasets import gold_display
@@ -92,7 +94,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "task_type",
         "correct",
         "score",
-        "stop_reason",
+        "stop_reason_display",
         "steps",
         "tokens",
         "latency",
@@ -130,9 +132,11 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "reasoning",
         "steps",
         "tokens",
+        "usage_table",
         "cost_display",
-        "stop_reason",
+        "stop_reason_display",
         "error",
+        "review_display",
         "latency",
         "review_verdict",
         "review_retried",
@@ -161,9 +165,15 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         ),
         (
             "How it ended",
-            {"fields": (("stop_reason", "steps", "tokens", "cost_display", "latency"), "error")},
+            {
+                "fields": (
+                    ("stop_reason_display", "steps", "tokens", "cost_display", "latency"),
+                    "error",
+                    "usage_table",
+                )
+            },
         ),
-        ("Review", {"fields": (("review_verdict", "review_retried", "first_correct"),)}),
+        ("Review", {"fields": ("review_display", ("review_verdict", "review_retried", "first_correct"))}),
     )
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Prediction]:
@@ -197,6 +207,21 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         if prediction.input_tokens is None or prediction.output_tokens is None:
             return "unknown"
         return f"{prediction.input_tokens + prediction.output_tokens:,}"
+
+    @admin.display(description="stop reason", ordering="stop_reason")
+    def stop_reason_display(self, prediction: Prediction) -> str:
+        return stop_reason_text(prediction.stop_reason)
+
+    @admin.display(description="usage (agent and review calls, all attempts)")
+    def usage_table(self, prediction: Prediction) -> SafeString:
+        return usage_html(prediction.usage)
+
+    @admin.display(description="review")
+    def review_display(self, prediction: Prediction) -> str:
+        if prediction.turn_id is None:
+            return "not reviewed"
+        turn = Turn.objects.only("meta").get(pk=prediction.turn_id)
+        return review_text(meta_last_review(turn.meta))
 
     @admin.display(description="cost")
     def cost_display(self, prediction: Prediction) -> str:

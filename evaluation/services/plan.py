@@ -17,6 +17,7 @@ from turns.services import (
     turn_interrupt,
     turn_resume,
     turn_retry,
+    turns_set_output_limit,
 )
 
 from ..models import Example, Prediction, Run
@@ -46,7 +47,13 @@ def _turn_context(example: Example) -> dict[str, Any]:
 
 
 def run_plan(
-    *, run: Run, limit: int | None, max_steps: int, model: str, retry_errors: bool = False
+    *,
+    run: Run,
+    limit: int | None,
+    max_steps: int,
+    model: str,
+    retry_errors: bool = False,
+    max_output_tokens: int | None = None,
 ) -> tuple[list[PlannedExample], int]:
     """Decide what a (possibly resumed) run still has to do.
 
@@ -60,6 +67,9 @@ def run_plan(
     With ``retry_errors``, a completed prediction that recorded an error (a
     provider outage, say) is planned again: its turn gets a new attempt
     (``turn_retry``, the failed one archived) and the row is completed anew.
+    Every planned turn gets ``max_output_tokens`` (``None``: the setting
+    when driven), a resumed or retried one included: a run resumed with more
+    tokens retries its truncated answers with more.
     Returns the planned examples and the number skipped.
     """
     examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
@@ -99,10 +109,18 @@ def run_plan(
         planned.append(None)
     for start in range(0, len(fresh), PLAN_BATCH):
         for index, item in _queue_fresh(
-            run=run, fresh=fresh[start : start + PLAN_BATCH], max_steps=max_steps, model=model
+            run=run,
+            fresh=fresh[start : start + PLAN_BATCH],
+            max_steps=max_steps,
+            model=model,
+            max_output_tokens=max_output_tokens,
         ):
             planned[index] = item
-    return [item for item in planned if item is not None], skipped
+    result = [item for item in planned if item is not None]
+    resumed = [item.turn_id for item in result if item.resumed]
+    if resumed:
+        turns_set_output_limit(turn_ids=resumed, max_output_tokens=max_output_tokens)
+    return result, skipped
 
 
 #: Examples queued per transaction when a run is planned.
@@ -110,7 +128,12 @@ PLAN_BATCH = 500
 
 
 def _queue_fresh(
-    *, run: Run, fresh: Sequence[tuple[int, Example, Prediction | None]], max_steps: int, model: str
+    *,
+    run: Run,
+    fresh: Sequence[tuple[int, Example, Prediction | None]],
+    max_steps: int,
+    model: str,
+    max_output_tokens: int | None = None,
 ) -> list[tuple[int, PlannedExample]]:
     """Queue a turn for each ``(slot, example, prediction or None)`` and give
     each its pessimistic prediction row (stop reason ``error``, wrong), all in
@@ -128,6 +151,7 @@ def _queue_fresh(
                     context=_turn_context(example),
                     max_steps=max_steps,
                     model=model,
+                    max_output_tokens=max_output_tokens,
                 )
                 for _, example, _ in fresh
             ],

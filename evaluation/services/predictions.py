@@ -10,13 +10,14 @@ from typing import Any
 
 from django.utils import timezone
 
-from agentlab.agent.usage import UsageTotals
+from agentlab.agent.text import safe_fields
 from common.db import update_by_pk
 from turns.meta import (
-    meta_attempts,
+    meta_answer_type,
     meta_failure,
     meta_first_attempt_if_review_retried,
     meta_last_review_verdict,
+    meta_usage_total,
 )
 from turns.models import Turn, TurnOutcome
 
@@ -77,6 +78,15 @@ class TurnFinal:
 def prediction_values(
     *, example: Example, turn: TurnFinal | None, error: str | None = None, latency_ms: int | None = None
 ) -> dict[str, Any]:
+    """The fields of a completed prediction, made safe to store
+    (``agentlab.agent.text.safe_fields``: the same bytes on both databases);
+    see ``_prediction_values``."""
+    return safe_fields(_prediction_values(example=example, turn=turn, error=error, latency_ms=latency_ms))
+
+
+def _prediction_values(
+    *, example: Example, turn: TurnFinal | None, error: str | None = None, latency_ms: int | None = None
+) -> dict[str, Any]:
     """The fields of a completed prediction (a dict of ``Prediction`` field
     values, ``completed_at`` included), scored against ``example``.
 
@@ -96,7 +106,7 @@ def prediction_values(
         choices=example.choices,
         metadata=example.metadata,
     )
-    usage = _usage_total(turn.usage, turn.meta) if turn is not None else {}
+    usage = meta_usage_total(turn.meta, turn.usage) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0
@@ -138,7 +148,7 @@ def prediction_values(
         "review_verdict": meta_last_review_verdict(turn.meta if turn is not None else {}),
         "usage": usage,
         "answer_mismatch": answer_mismatch(
-            answer_type=turn.meta.get("answer_type") if answered and turn is not None else None, scorer=scorer
+            answer_type=meta_answer_type(turn.meta) if answered and turn is not None else None, scorer=scorer
         ),
         "completed_at": timezone.now(),
     }
@@ -166,17 +176,3 @@ def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal
     these values. Raises ``Prediction.DoesNotExist`` if the row is gone."""
     if update_by_pk(Prediction, prediction_id, prediction_values(example=example, turn=turn)) != 1:
         raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
-
-
-def _usage_total(usage: Mapping[str, Any], meta: Mapping[str, Any]) -> dict[str, Any]:
-    """The usage of every attempt of a turn: the current attempt's
-    (``usage``) plus the archived ones' in ``meta["attempts"]`` (a review
-    retry's first attempt cost tokens too). Same shape as
-    ``UsageTotals.to_dict()``."""
-    archived = [a.get("usage") or {} for a in meta_attempts(meta)]
-    if not archived:
-        return dict(usage or {})
-    total = UsageTotals.from_dict(dict(usage or {}))
-    for item in archived:
-        total.merge(UsageTotals.from_dict(item))
-    return total.to_dict()

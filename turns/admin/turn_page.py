@@ -30,10 +30,11 @@ from common.admin import (
     json_block,
 )
 
-from ..meta import meta_attempts, meta_failure
+from ..meta import meta_attempts, meta_failure, meta_last_review, meta_usage_total
 from ..models import TERMINAL_EVENT_TYPES, Approval, Turn
 from ..selectors import events_after
 from ..services import RETRYABLE_STATUSES
+from .display import review_text, stop_reason_text, usage_html
 
 #: Events shown per page of a turn's event log.
 EVENTS_PER_PAGE = 100
@@ -50,7 +51,17 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     @admin.display(description="failure")
     def failure(self, turn: Turn) -> str:
         cause, error = meta_failure(turn.meta)
+        if cause == "length":
+            return f"truncated — {error or 'the final answer was cut off by the output-token limit'}"
         return ": ".join(str(p) for p in (cause, error) if p) or DASH
+
+    @admin.display(description="stop reason", ordering="stop_reason")
+    def stop_reason_display(self, turn: Turn) -> str:
+        return stop_reason_text(turn.stop_reason)
+
+    @admin.display(description="review")
+    def review_display(self, turn: Turn) -> str:
+        return review_text(meta_last_review(turn.meta))
 
     @admin.display(description="archived attempts")
     def attempts_table(self, turn: Turn) -> SafeString:
@@ -86,27 +97,9 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
             empty="none: this is the turn's first attempt",
         )
 
-    @admin.display(description="usage")
+    @admin.display(description="usage (all attempts)")
     def usage_table(self, turn: Turn) -> SafeString:
-        usage = turn.usage or {}
-        if not usage:
-            return format_html("<span>{}</span>", DASH)
-
-        def row(name: str, u: dict[str, Any]) -> tuple[Any, ...]:
-            return (
-                name,
-                u.get("calls", 0),
-                u.get("unknown_calls", 0),
-                f"{int(u.get('input_tokens') or 0):,}",
-                f"{int(u.get('output_tokens') or 0):,}",
-                fmt_cost(u.get("cost")),
-            )
-
-        by_model = sorted((usage.get("by_model") or {}).items())
-        rows = [row("all models", usage)] + [row(m, u) for m, u in by_model]
-        return html_table(
-            ("model", "calls", "calls with unknown usage", "input tokens", "output tokens", "cost"), rows
-        )
+        return usage_html(meta_usage_total(turn.meta, turn.usage))
 
     @admin.display(description="timings")
     def timings_table(self, turn: Turn) -> SafeString:

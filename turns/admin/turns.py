@@ -24,6 +24,7 @@ from django.utils.text import Truncator
 from common.admin import DASH, DistinctValuesFilter, admin_link, fmt_cost, fmt_ms, fmt_tokens
 from common.errors import StateConflict
 
+from ..meta import meta_usage_total
 from ..models import Conversation, Turn, TurnStatus
 from ..services import (
     turn_cancel,
@@ -122,7 +123,7 @@ class TurnAdmin(TurnPageAdmin):
         "status_display",
         "outcome",
         "phase",
-        "stop_reason",
+        "stop_reason_display",
         "steps",
         "tokens",
         "cost",
@@ -154,7 +155,7 @@ class TurnAdmin(TurnPageAdmin):
         "status_display",
         "phase",
         "outcome",
-        "stop_reason",
+        "stop_reason_display",
         "kind",
         "model",
         "steps_of_max",
@@ -175,6 +176,7 @@ class TurnAdmin(TurnPageAdmin):
         "reasoning",
         "clarifying_question",
         "failure",
+        "review_display",
         "attempts_table",
         "usage_table",
         "timings_table",
@@ -187,7 +189,7 @@ class TurnAdmin(TurnPageAdmin):
             None,
             {
                 "fields": (
-                    ("status_display", "phase", "outcome", "stop_reason"),
+                    ("status_display", "phase", "outcome", "stop_reason_display"),
                     ("kind", "model", "steps_of_max", "attempts"),
                     ("conversation_link", "owner_name"),
                     ("created_at", "started_at", "finished_at", "duration"),
@@ -196,7 +198,19 @@ class TurnAdmin(TurnPageAdmin):
             },
         ),
         ("Question", {"fields": ("question",)}),
-        ("Answer", {"fields": ("answer", "evidence", "reasoning", "clarifying_question", "failure")}),
+        (
+            "Answer",
+            {
+                "fields": (
+                    "answer",
+                    "evidence",
+                    "reasoning",
+                    "clarifying_question",
+                    "failure",
+                    "review_display",
+                )
+            },
+        ),
         ("Attempts", {"fields": ("attempts_table",)}),
         ("Usage and timings", {"fields": ("usage_table", "timings_table")}),
         ("Approvals", {"fields": ("approvals_table",)}),
@@ -232,11 +246,19 @@ class TurnAdmin(TurnPageAdmin):
 
     @admin.display(description="tokens")
     def tokens(self, turn: Turn) -> str:
-        return fmt_tokens(turn.usage)
+        return fmt_tokens(self._usage(turn))
 
     @admin.display(description="cost")
     def cost(self, turn: Turn) -> str:
-        return fmt_cost((turn.usage or {}).get("cost"))
+        return fmt_cost(self._usage(turn).get("cost"))
+
+    @staticmethod
+    def _usage(turn: Turn) -> dict[str, Any]:
+        """All attempts' usage, as the turn's page shows it. The list defers
+        ``meta``: only a turn with earlier attempts reads it (one query each)."""
+        if turn.attempts <= 1:
+            return dict(turn.usage or {})
+        return meta_usage_total(turn.meta, turn.usage)
 
     @admin.display(description="duration")
     def duration(self, turn: Turn) -> str:

@@ -39,9 +39,21 @@ class ClaimedTurn:
     job_id: str
     last_seq: int
     fresh: bool
+    #: ``None``: ``AGENTLAB_MAX_OUTPUT_TOKENS``
+    max_output_tokens: int | None = None
 
 
-_CLAIM_COLUMNS = ("question", "context", "meta", "timings", "attempts", "max_steps", "job_id", "last_seq")
+_CLAIM_COLUMNS = (
+    "question",
+    "context",
+    "meta",
+    "timings",
+    "attempts",
+    "max_steps",
+    "job_id",
+    "last_seq",
+    "max_output_tokens",
+)
 
 
 def event_append_claim(
@@ -100,7 +112,7 @@ def event_append_claim(
         row = cursor.fetchone()
     if row is None:
         return None
-    question, context, turn_meta, timings, attempts, max_steps, token, last_seq, fresh = row
+    question, context, turn_meta, timings, attempts, max_steps, token, last_seq, max_output, fresh = row
     turn = ClaimedTurn(
         id=turn_id,
         question=question,
@@ -112,6 +124,7 @@ def event_append_claim(
         job_id=token,
         last_seq=int(last_seq),
         fresh=bool(fresh),
+        max_output_tokens=int(max_output) if max_output is not None else None,
     )
     new = list(events(turn))
     events_check(new)

@@ -140,6 +140,7 @@ async def drive_turn(
     tools = tools or shared_default_tools()
     if extensions is None:
         extensions = recorded_extensions(meta_extensions(meta))
+    max_output_tokens = int(turn.max_output_tokens or settings.AGENTLAB_MAX_OUTPUT_TOKENS)
     inherited, own = (
         ([], [])
         if turn.fresh
@@ -160,7 +161,10 @@ async def drive_turn(
             tools=tools,
         )
         return Attempt(
-            number=number, question=attempt_question(question=turn.question, meta=meta), recorder=recorder
+            number=number,
+            question=attempt_question(question=turn.question, meta=meta),
+            recorder=recorder,
+            max_output_tokens=max_output_tokens,
         )
 
     current = new_attempt(turn.attempts, len(inherited), own)
@@ -201,6 +205,7 @@ async def drive_turn(
                 provider,
                 setup.tools if setup else tools,
                 max_steps=turn.max_steps,
+                max_tokens=max_output_tokens,
                 system_prompt=setup.system_prompt if setup else None,
             )
             act_started = time.monotonic()

@@ -20,11 +20,11 @@ from ..event_types import (
     TurnFailedData,
 )
 from ..events import NewEvent
-from ..meta import meta_with_failure
+from ..meta import meta_with_answer_type, meta_with_failure
 from ..models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
 from .policies import TurnPolicy
 
-_FAILED_STOPS = {"max_steps", "timeout", "context_overflow", "provider_error", "error"}
+_FAILED_STOPS = {"length", "max_steps", "timeout", "context_overflow", "provider_error", "error"}
 
 
 def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -32,8 +32,10 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
 
     final → succeeded/answered; asked → succeeded/asked; approval_rejected →
     cancelled/rejected; cancelled and approval_required → cancelled/cancelled;
-    max_steps, timeout, context_overflow, provider_error, error →
-    failed/failed with the stop reason as the cause.
+    length, max_steps, timeout, context_overflow, provider_error, error →
+    failed/failed with the stop reason as the cause (``length``: the final
+    answer was cut by the output-token limit; what was written is kept as the
+    event's ``partial_answer``, not as the turn's answer).
     """
     stop = result.stop_reason
     steps = result.steps_used
@@ -59,6 +61,8 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
             evidence=result.evidence,
             reasoning=result.reasoning,
         )
+        if result.answer_type:
+            answered["answer_type"] = result.answer_type
         return EventType.TURN_ANSWERED, dict(answered), fields
     if stop == "asked":
         fields.update(
@@ -79,6 +83,8 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
     cause = stop if stop in _FAILED_STOPS else "error"
     fields.update(status=TurnStatus.FAILED, outcome=TurnOutcome.FAILED)
     failed = TurnFailedData(stop_reason=stop, steps=steps, cause=cause, error=result.error or "")
+    if stop == "length":
+        failed["partial_answer"] = result.partial_answer
     return EventType.TURN_FAILED, dict(failed), fields
 
 
@@ -99,6 +105,8 @@ def finish_write(
     turn's values as claimed: only the driver that holds the turn writes them."""
     if event_type == EventType.TURN_FAILED:
         meta = dict(meta_with_failure(meta, cause=data.get("cause"), error=data.get("error")))
+    elif event_type == EventType.TURN_ANSWERED:
+        meta = dict(meta_with_answer_type(meta, data.get("answer_type")))
     else:
         meta = dict(meta)
     turn_fields = {**fields, "meta": meta, "timings": timings}

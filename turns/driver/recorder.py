@@ -65,7 +65,7 @@ class Recorder:
         fields: dict[str, Any]
         if isinstance(report, CompletionReport):
             c = report.completion
-            self.usage.add(c)
+            self.usage.add(c, role="agent")
             self.steps = max(self.steps, report.step)
             attempt, step = self.attempt, report.step
             events = []
@@ -84,6 +84,7 @@ class Recorder:
                         output_tokens=c.usage.output_tokens,
                         cost=c.cost,
                         finish_reason=c.finish_reason,
+                        decoding=c.decoding,
                     ),
                 )
             )
@@ -133,3 +134,5 @@ class Attempt:
     question: str
     recorder: Recorder
     act_ms: int = 0
+    #: the output-token limit of each call (the turn's, else the setting)
+    max_output_tokens: int | None = None

@@ -102,7 +102,9 @@ async def review_phase(
         holder=holder,
     )
     recorder.pending, recorder.pending_fields = [], {}
-    task = asyncio.create_task(_run_review(provider, question=question, result=result))
+    task = asyncio.create_task(
+        _run_review(provider, question=question, result=result, max_tokens=attempt.max_output_tokens)
+    )
     stop = asyncio.ensure_future(cancel.wait())
     try:
         done, _ = await asyncio.wait(
@@ -117,7 +119,7 @@ async def review_phase(
         return None, task, meta
     review, completion = task.result()
     if completion is not None:
-        recorder.usage.add(completion)
+        recorder.usage.add(completion, role="review")
     data = review_data(attempt=attempt.number, review=review, completion=completion, late=False)
     await db.run(
         event_log.event_append_many,
@@ -219,6 +221,8 @@ def _completion_usage(completion: Completion | None) -> CompletionUsageData | No
         input_tokens=completion.usage.input_tokens,
         output_tokens=completion.usage.output_tokens,
         cost=completion.cost,
+        finish_reason=completion.finish_reason,
+        decoding=completion.decoding,
     )
 
 
@@ -238,9 +242,11 @@ def review_data(*, attempt: int, review: Review, completion: Completion | None, 
 
 
 async def _run_review(
-    provider: LLMProvider, *, question: str, result: LoopResult
+    provider: LLMProvider, *, question: str, result: LoopResult, max_tokens: int | None = None
 ) -> tuple[Review, Completion | None]:
-    """One review call; any failure becomes a ``failed`` review (the turn does not fail)."""
+    """One review call (at most ``max_tokens`` output tokens, ``None``: the
+    reviewer's default); any failure becomes a ``failed`` review (the turn
+    does not fail)."""
     try:
         return await review_answer(
             provider,
@@ -249,6 +255,7 @@ async def _run_review(
             evidence=result.evidence,
             reasoning=result.reasoning,
             steps=result.steps,
+            **({"max_tokens": max_tokens} if max_tokens is not None else {}),
         )
     except asyncio.CancelledError:
         raise
@@ -277,7 +284,7 @@ def review_append_late(
         if turn.attempts == attempt:
             if completion is not None:
                 totals = UsageTotals.from_dict(turn.usage)
-                totals.add(completion)
+                totals.add(completion, role="review")
                 fields["usage"] = totals.to_dict()
             fields["meta"] = meta_with_review(turn.meta, data)  # type: ignore[arg-type]
         event_log.event_append_many(

@@ -38,6 +38,7 @@ from .turns import (
     turn_interrupt,
     turn_resume,
     turn_retry,
+    turns_set_output_limit,
     username_of,
 )
 
@@ -65,6 +66,7 @@ __all__ = [
     "turn_start",
     "turns_interrupt_gone",
     "turns_requeue_lost",
+    "turns_set_output_limit",
     "turns_sweep",
     "turns_sweep_stale",
     "username_of",

@@ -15,6 +15,7 @@ from django.contrib.auth.models import User
 from django.db import transaction
 from django.utils import timezone
 
+from agentlab.agent.text import clean_text, json_safe
 from common.errors import StateConflict
 
 from ..event_types import (
@@ -39,16 +40,20 @@ def turn_create(
     context: dict[str, Any] | None = None,
     max_steps: int = 6,
     model: str = "",
+    max_output_tokens: int | None = None,
 ) -> Turn:
     """Create a queued turn and its ``turn.queued`` event, in one transaction.
+    ``max_output_tokens`` ``None``: ``AGENTLAB_MAX_OUTPUT_TOKENS`` when driven.
 
-    Raises ``ValueError`` for an empty question or ``max_steps < 1``; nothing
-    is written then.
+    Raises ``ValueError`` for an empty question, ``max_steps < 1`` or
+    ``max_output_tokens < 1``; nothing is written then.
     """
     if not question or not question.strip():
         raise ValueError("a turn needs a non-empty question")
     if max_steps < 1:
         raise ValueError(f"max_steps must be at least 1, got {max_steps}")
+    if max_output_tokens is not None and max_output_tokens < 1:
+        raise ValueError(f"max_output_tokens must be at least 1, got {max_output_tokens}")
     with transaction.atomic():
         position = 1
         if conversation is not None:
@@ -58,9 +63,10 @@ def turn_create(
             conversation=conversation,
             kind=kind,
             position=position,
-            question=question,
-            context=context or {},
+            question=clean_text(question),
+            context=json_safe(context or {}),
             max_steps=max_steps,
+            max_output_tokens=max_output_tokens,
             model=model,
             status=TurnStatus.QUEUED,
         )
@@ -74,12 +80,13 @@ def turn_create(
 @dataclass(frozen=True)
 class NewTurn:
     """One turn for ``turn_create_many``: its question, tool context (JSON),
-    step budget and model name."""
+    step budget, model name and output-token limit (``None``: the setting)."""
 
     question: str
     context: dict[str, Any]
     max_steps: int
     model: str = ""
+    max_output_tokens: int | None = None
 
 
 def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION) -> list[Turn]:
@@ -100,9 +107,10 @@ def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnK
                     owner=owner,
                     kind=kind,
                     position=1,
-                    question=spec.question,
-                    context=spec.context or {},
+                    question=clean_text(spec.question),
+                    context=json_safe(spec.context or {}),
                     max_steps=spec.max_steps,
+                    max_output_tokens=spec.max_output_tokens,
                     model=spec.model,
                     status=TurnStatus.QUEUED,
                 )
@@ -115,6 +123,15 @@ def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnK
     for turn in created:
         turn.last_seq = 1
     return created
+
+
+def turns_set_output_limit(*, turn_ids: Sequence[int], max_output_tokens: int | None) -> int:
+    """Give queued turns a new output-token limit (a resumed run's
+    ``--max-output-tokens``: a turn truncated under the old one is retried
+    with the new). Only queued turns change; returns how many did."""
+    return Turn.objects.filter(pk__in=list(turn_ids), status=TurnStatus.QUEUED).update(
+        max_output_tokens=max_output_tokens
+    )
 
 
 def username_of(user: User | None) -> str | None:
