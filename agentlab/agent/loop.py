@@ -97,6 +97,12 @@ class LoopResult:
     usage: UsageTotals
     error: str | None = None
     pending_call: ToolCall | None = None
+    #: the JSON type the final answer was given in (``string``, ``number``,
+    #: ``array``, ``object``, ``boolean``, ``null``), ``None`` when not final
+    answer_type: str | None = None
+    #: ``length``: the final answer as far as the model wrote it before the
+    #: output-token limit cut it (it is not an answer: ``answer`` is ``""``)
+    partial_answer: str = ""
 
 
 class _ReportFailed(Exception):
