@@ -28,10 +28,11 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from agentlab.agent.messages import build_messages, step_calls
-from agentlab.agent.protocol import parse_tool_calls
+from agentlab.agent.protocol import parse_tool_calls, step_schema
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.stops import LoopStop, check_stop, guarded
 from agentlab.agent.tools import ToolContext, ToolRegistry
+from agentlab.agent.truncation import cut_note, json_type, mark_truncated_calls, schema_cut_call
 from agentlab.agent.types import (
     Completion,
     LLMProvider,
@@ -120,6 +121,8 @@ class _Outcome:
     evidence: str = ""
     reasoning: str = ""
     question: str | None = None
+    answer_type: str | None = None
+    partial_answer: str = ""
 
 
 @dataclass
@@ -134,6 +137,9 @@ class _Run:
     deadline: float | None
     steps: list[Step] = field(default_factory=list)
     usage: UsageTotals = field(default_factory=UsageTotals)
+    #: the JSON schema each step is decoded under (``protocol.step_schema``),
+    #: ``None``: native tool calls, or a provider without constrained decoding
+    step_schema: dict[str, Any] | None = None
 
 
 class AgentLoop:
@@ -142,8 +148,11 @@ class AgentLoop:
     ``max_steps`` bounds the LLM calls (recorded ones included).
     ``system_prompt`` replaces the default job description; for providers
     without native tools the tool list and the JSON-in-text protocol are
-    always appended. ``max_tokens`` / ``temperature`` are passed to every
-    call; ``retry_attempts`` is the total number of tries per LLM call for
+    always appended, and a provider with ``constrained_decoding`` decodes
+    each step under ``protocol.step_schema`` of the offered tools (one call
+    of one of them, with its arguments' schema). ``max_tokens`` /
+    ``temperature`` are passed to every call (a reply cut by ``max_tokens``:
+    ``agentlab.agent.truncation``); ``retry_attempts`` is the total number of tries per LLM call for
     transient errors (``retry_base_delay`` seconds before the first retry,
     doubling).
     """
@@ -174,6 +183,12 @@ class AgentLoop:
     @property
     def native_tools(self) -> bool:
         return bool(getattr(self.provider, "native_tools", False))
+
+    def _step_schema(self, tools: ToolRegistry) -> dict[str, Any] | None:
+        constrained = bool(getattr(self.provider, "constrained_decoding", False))
+        if self.native_tools or not constrained or not len(tools):
+            return None
+        return step_schema(tools)
 
     def build_messages(
         self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
@@ -225,6 +240,7 @@ class AgentLoop:
             approval=approval,
             deadline=deadline,
         )
+        run.step_schema = self._step_schema(run.tools)
         for step in recorded:
             copied = Step(index=step.index, completion=step.completion, results=list(step.results))
             run.steps.append(copied)
@@ -247,6 +263,9 @@ class AgentLoop:
             return self._result(run, _Outcome("error"), error=f"{type(exc).__name__}: {exc}")
         if outcome.stop_reason == "max_steps":
             return self._result(run, outcome, error=f"no final answer after {self.max_steps} steps")
+        if outcome.stop_reason == "length":
+            error = cut_note(self.max_tokens).replace("your reply", "the final answer")
+            return self._result(run, outcome, error=error)
         return self._result(run, outcome)
 
     def _result(
@@ -268,6 +287,8 @@ class AgentLoop:
             usage=run.usage,
             error=error,
             pending_call=pending_call,
+            answer_type=outcome.answer_type,
+            partial_answer=outcome.partial_answer,
         )
 
     async def _run(self, run: _Run) -> _Outcome:
@@ -300,28 +321,40 @@ class AgentLoop:
                     max_tokens=self.max_tokens,
                     temperature=self.temperature,
                     base_delay=self.retry_base_delay,
+                    response_schema=run.step_schema,
                 ),
             )
             if not self.native_tools:
                 completion = replace(
                     completion, tool_calls=tuple(parse_tool_calls(completion.text, step=index))
                 )
+            completion = schema_cut_call(completion, step=index, max_tokens=self.max_tokens)
+            completion = mark_truncated_calls(completion, max_tokens=self.max_tokens)
             step = Step(index=index, completion=completion)
             run.steps.append(step)
             run.usage.add(completion)
             await self._report(run, CompletionReport(step=index, completion=completion))
             calls = list(completion.tool_calls)
             if not calls:
-                return _Outcome("final", answer=(completion.text or "").strip())
+                return self._text_outcome(completion)
             outcome = await self._run_calls(run, step, calls)
             if outcome is not None:
                 return outcome
         return _Outcome("max_steps")
 
+    @staticmethod
+    def _text_outcome(completion: Completion) -> _Outcome:
+        """A reply without a tool call: the final answer — unless the token
+        limit cut it, which is stop reason ``length``, not an answer."""
+        text = (completion.text or "").strip()
+        if completion.truncated:
+            return _Outcome("length", partial_answer=text)
+        return _Outcome("final", answer=text, answer_type="string")
+
     def _recorded_outcome(self, step: Step) -> _Outcome | None:
         calls = self._calls_of(step)
         if not calls:
-            return _Outcome("final", answer=(step.completion.text or "").strip())
+            return self._text_outcome(step.completion)
         by_id = {r.call_id: r for r in step.results}
         for call in calls:
             result = by_id.get(call.id)
@@ -344,6 +377,7 @@ class AgentLoop:
                 answer=as_text(args.get("answer")).strip(),
                 evidence=as_text(args.get("evidence")),
                 reasoning=as_text(args.get("reasoning")),
+                answer_type=json_type(args.get("answer")),
             )
         if ends == "ask":
             return _Outcome("asked", question=as_text(call.arguments.get("question")))

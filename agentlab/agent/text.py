@@ -60,5 +60,7 @@ def safe_fields(fields: Mapping[str, Any] | None) -> dict[str, Any]:
     """Column values made safe by ``json_safe``: strings and JSON values
     (dicts, lists) are cleaned; numbers, booleans, dates and ``None`` pass
     as they are."""
-    cleanable = str | Mapping | list | tuple
-    return {k: json_safe(v) if isinstance(v, cleanable) else v for k, v in (fields or {}).items()}
+    return {
+        k: json_safe(v) if isinstance(v, str | Mapping | list | tuple) else v
+        for k, v in (fields or {}).items()
+    }

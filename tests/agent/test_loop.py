@@ -540,7 +540,11 @@ async def test_missing_usage_is_unknown_not_zero(registry: ToolRegistry) -> None
         "cost": None,
         "unpriced_calls": 2,
     }
-    assert result.usage.to_dict() == {**bucket, "by_model": {"scripted": bucket}, "by_role": {"agent": bucket}}
+    assert result.usage.to_dict() == {
+        **bucket,
+        "by_model": {"scripted": bucket},
+        "by_role": {"agent": bucket},
+    }
 
 
 # --------------------------------------------------------------------------- JSON-in-text protocol

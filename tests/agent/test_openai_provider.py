@@ -95,7 +95,11 @@ async def test_missing_usage_gives_unknown_tokens(
         "cost": None,
         "unpriced_calls": 1,
     }
-    assert result.usage.to_dict() == {**bucket, "by_model": {"stub-model": bucket}, "by_role": {"agent": bucket}}
+    assert result.usage.to_dict() == {
+        **bucket,
+        "by_model": {"stub-model": bucket},
+        "by_role": {"agent": bucket},
+    }
 
 
 async def test_truncated_arguments_become_an_observation_and_the_next_request_is_valid(

@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from agentlab.agent.types import Completion, Usage
 from agentlab.agent.usage import UsageTotals
 
@@ -98,7 +100,7 @@ def test_merge_adds_both_sides_and_round_trips_through_dict() -> None:
 
 
 def test_usage_stored_before_roles_and_pricing_were_counted_reads_as_unpriced() -> None:
-    old = {
+    old: dict[str, Any] = {
         "input_tokens": 5,
         "output_tokens": 1,
         "calls": 1,

@@ -138,6 +138,7 @@ def test_every_shared_gold_scores_correct_against_itself_with_its_default_scorer
     ):
         for e in parse_jsonl(_shared(name)):
             scorer = scorer_for(example_scorer=e.scorer, task_type=e.task_type)
+            assert isinstance(e.answer, str)  # the shared files have no alias lists
             result = score(
                 prediction=e.answer, gold=e.answer, scorer=scorer, choices=e.choices, metadata=e.metadata
             )
@@ -380,6 +381,7 @@ def test_demo_dataset_shape() -> None:
     assert len({e.external_id for e in examples}) == 8
     assert demo_examples() == examples and demo_examples()[0] is not examples[0]
     for e in examples:
+        assert isinstance(e.answer, str)
         if e.task_type == "math":
             assert re.fullmatch(r"\d+", e.answer)
         if e.task_type == "multiple_choice":
@@ -407,6 +409,7 @@ def test_demo_layout_matches_the_shared_arc_file() -> None:
 def test_every_demo_example_scores_correct_against_its_own_gold() -> None:
     for e in demo_examples():
         scorer = scorer_for(example_scorer=e.scorer, task_type=e.task_type)
+        assert isinstance(e.answer, str)
         result = score(
             prediction=e.answer, gold=e.answer, scorer=scorer, choices=e.choices, metadata=e.metadata
         )

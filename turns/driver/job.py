@@ -43,6 +43,7 @@ class UnavailableProvider:
     name = "unavailable"
     model = ""
     native_tools = True
+    constrained_decoding = False
 
     def __init__(self, reason: str) -> None:
         self.reason = reason
@@ -54,6 +55,7 @@ class UnavailableProvider:
         *,
         max_tokens: int | None = None,
         temperature: float | None = None,
+        response_schema: dict[str, Any] | None = None,
     ) -> Completion:
         raise ProviderError(f"no LLM provider: {self.reason}", transient=False, kind="unavailable")
 
