@@ -328,8 +328,8 @@ class AgentLoop:
                 completion = replace(
                     completion, tool_calls=tuple(parse_tool_calls(completion.text, step=index))
                 )
-            completion = schema_cut_call(completion, step=index, max_tokens=self.max_tokens)
             completion = mark_truncated_calls(completion, max_tokens=self.max_tokens)
+            completion = schema_cut_call(completion, step=index, max_tokens=self.max_tokens)
             step = Step(index=index, completion=completion)
             run.steps.append(step)
             run.usage.add(completion)

@@ -12,7 +12,7 @@ from collections import defaultdict
 from collections.abc import Mapping
 from typing import Any
 
-from agentlab.agent.types import Completion, Step, ToolCall, ToolResult, Usage
+from agentlab.agent.types import DECODINGS, Completion, Step, ToolCall, ToolResult, Usage
 
 from ..meta import meta_attempts
 from ..models import EventType, TurnEvent
@@ -59,6 +59,7 @@ def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
             model=usage.get("model") or "",
             finish_reason=usage.get("finish_reason"),
             cost=usage.get("cost"),
+            decoding=usage.get("decoding") if usage.get("decoding") in DECODINGS else None,
         )
         steps.append(Step(index=index, completion=completion, results=slot["results"]))
     return steps
