@@ -58,7 +58,8 @@ test-postgres: setup
 	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q $(PYTEST_MARK)
 
 test-sqlite: setup
-	env -u DATABASE_URL $(PY) -m pytest -q $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py
+	env -u DATABASE_URL $(PY) -m pytest -q $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py \
+	    tests/turns/test_driver_records.py tests/evaluation/test_text_safety.py tests/evaluation/test_gold_answers.py
 
 # Resolve pyproject.toml's ranges afresh into requirements.lock (uv only resolves: nothing is built).
 lock: setup

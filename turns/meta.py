@@ -154,7 +154,7 @@ def meta_usage_total(meta: Mapping[str, Any] | None, usage: Mapping[str, Any] | 
     API, the admin and a prediction all show this."""
     archived = [a.get("usage") or {} for a in meta_attempts(meta)]
     if not archived:
-        return UsageTotals.from_dict(dict(usage or {})).to_dict()
+        return dict(usage or {})  # as stored: {} before the first call
     total = UsageTotals.from_dict(dict(usage or {}))
     for item in archived:
         total.merge(UsageTotals.from_dict(dict(item)))

@@ -226,3 +226,41 @@ async def test_a_reply_cut_by_the_token_limit_has_finish_reason_length(gguf: Pat
     )
     assert (completion.finish_reason, completion.usage.output_tokens) == ("length", 8)
     assert completion.truncated and completion.cost is None
+
+
+@pytest.mark.local_model
+async def test_the_local_agent_calls_the_calculator_under_the_step_schema(gguf: Path) -> None:
+    from agentlab.agent.loop import CompletionReport, Report
+    from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.tools import evaluate_expression
+
+    reports: list[Report] = []
+
+    async def record(report: Report) -> None:
+        reports.append(report)
+
+    provider = LocalGGUFProvider()
+    result = await AgentLoop(provider, default_registry(), max_steps=2).run(
+        "What is 17 * 23? Use the calculator.", on_report=record
+    )
+    first = result.steps[0]
+    assert first.completion.decoding == "schema"
+    [call] = first.completion.tool_calls
+    assert (call.name, call.error) == ("calculator", None)
+    assert float(evaluate_expression(call.arguments["expression"])) == 391
+    assert first.results[0].output == "391" and not first.results[0].is_error
+    assert all(r.completion.decoding == "schema" for r in reports if isinstance(r, CompletionReport))
+
+
+@pytest.mark.local_model
+async def test_a_local_final_answer_cut_by_the_token_limit_is_stop_reason_length(gguf: Path) -> None:
+    from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.tools import ToolRegistry
+
+    # no tools offered: a free-text reply, which is the final answer — cut here
+    result = await AgentLoop(LocalGGUFProvider(), ToolRegistry(), max_tokens=6).run(
+        "Tell me a long story about ducks."
+    )
+    assert result.stop_reason == "length"
+    assert result.answer == "" and result.partial_answer
+    assert result.steps[0].completion.finish_reason == "length"

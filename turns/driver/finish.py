@@ -9,6 +9,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from agentlab.agent.loop import LoopResult
+from agentlab.agent.text import safe_fields
 
 # called through the module, so that a test can break every write of the driver at once
 from .. import events as event_log
@@ -109,7 +110,8 @@ def finish_write(
         meta = dict(meta_with_answer_type(meta, data.get("answer_type")))
     else:
         meta = dict(meta)
-    turn_fields = {**fields, "meta": meta, "timings": timings}
+    # cleaned here, not only in the append: the policy scores these very values
+    turn_fields = safe_fields({**fields, "meta": meta, "timings": timings})
     with transaction.atomic():
         event_log.event_append_many(
             turn_id=turn_id,
