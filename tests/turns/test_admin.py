@@ -17,9 +17,11 @@ from django.contrib.messages import get_messages
 from django.urls import reverse
 
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
+from agentlab.agent.providers.scripted import text as text_reply
+from agentlab.agent.types import Completion, Usage
 from common.db import DatabaseThreads
 from turns.admin import EVENTS_PER_PAGE, TURNS_INLINE_LIMIT
-from turns.driver import EVALUATION, drive_turn, turn_claim
+from turns.driver import EVALUATION, EvaluationPolicy, drive_turn, turn_claim
 from turns.events import NewEvent, event_append, event_append_many
 from turns.models import Approval, Conversation, EventType, Turn
 from turns.selectors import events_after
@@ -659,3 +661,36 @@ def test_approval_list_filters_and_searches(staff_client, owner):
     assert listed({"turn__id__exact": other.pk}) == {decided.pk}
     body = staff_client.get(reverse("admin:turns_turn_change", args=[waiting.pk])).content.decode()
     assert f"{APPROVAL_LIST}?turn__id__exact={waiting.pk}" in body and "delete_file" in body
+
+
+def test_a_truncated_turn_says_truncated_in_the_list_and_on_its_page(staff_client, owner):
+    turn = turn_create(owner=owner, question="Tell me about ducks.", max_output_tokens=5)
+    cut = Completion(text="Ducks are", usage=Usage(9, 5), model="scripted", finish_reason="length")
+    provider = ScriptedProvider([cut], native_tools=False)
+    db = cast(DatabaseThreads, TestThreadDb())
+    async_to_sync(drive_turn)(turn.pk, policy=EVALUATION, provider=provider, db=db)
+    listing = staff_client.get(reverse("admin:turns_turn_changelist")).content.decode()
+    assert "length — truncated (output-token limit)" in listing
+    page = staff_client.get(reverse("admin:turns_turn_change", args=[turn.pk])).content.decode()
+    assert "length — truncated (output-token limit)" in page
+    assert (
+        "truncated — the final answer was cut off by the output-token limit (5 tokens) before it was complete"
+        in page
+    )
+
+
+def test_the_turn_page_explains_the_review_or_that_it_gave_no_readable_verdict(staff_client, owner):
+    db = cast(DatabaseThreads, TestThreadDb())
+    pages = {}
+    for reply in ("hm, hard to say", '{"verdict": "accept", "note": "the calculator agrees"}'):
+        turn = turn_create(owner=owner, question="What is 6*7?")
+        provider = ScriptedProvider([final("42", evidence="calculator"), text_reply(reply)])
+        async_to_sync(drive_turn)(turn.pk, policy=EvaluationPolicy(review=True), provider=provider, db=db)
+        pages[reply] = staff_client.get(reverse("admin:turns_turn_change", args=[turn.pk])).content.decode()
+    assert (
+        "the reviewer gave no readable verdict; the answer stands "
+        "(no verdict in the reviewer&#x27;s reply: &#x27;hm, hard to say&#x27;)"
+    ) in pages["hm, hard to say"]
+    assert (
+        "accepted — the calculator agrees" in pages['{"verdict": "accept", "note": "the calculator agrees"}']
+    )
