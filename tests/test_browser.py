@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from django.db import connection
+from django.test import Client
 from django.utils import timezone
 
 from agentlab.testing.net import free_port, wait_for_port
@@ -34,15 +35,22 @@ pytestmark = [
 ]
 
 
+REVIEW = '{"verdict": "accept", "note": "the calculator agrees", "retry_instruction": null}'
+
+
 def stub_handler(body):
     """First call: a calculator tool call; once a tool result is in the
-    messages: the final answer. Questions with "slow" wait 30 s (to be
-    cancelled); the others take 1.5 s per step, so a turn is visibly live."""
+    messages: the final answer; a review (a call without tools): accept.
+    Questions with "slow" wait 30 s (to be cancelled); with "truncate" the
+    answer is cut by the token limit; the others take 1.5 s per step, so a
+    turn is visibly live."""
     messages = body.get("messages") or []
     question = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
     delay = 30.0 if "slow" in question else 1.5
     if not body.get("tools"):
-        return text_reply("ok", delay=delay)
+        return text_reply(REVIEW, usage=(12, 6), delay=delay)
+    if "truncate" in question:
+        return text_reply("The answer is a long story that", finish_reason="length", delay=delay)
     if any(m.get("role") == "tool" for m in messages):
         return final_answer_reply(
             "42", "calculator: 6*7 = 42", "The calculator multiplied 6 by 7.", delay=delay
@@ -180,7 +188,11 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     expect(card.locator("details.tool")).to_have_count(1)  # replay + live, no step twice
     expect(card.locator(".answer .evidence")).to_have_text("calculator: 6*7 = 42")
     expect(card.locator(".answer .reasoning")).to_contain_text("multiplied")
-    expect(card.locator(".meta")).to_contain_text("tokens: 20 in / 10 out")
+    # two agent calls (10 in / 5 out each) and the review (12 / 6), labelled and summed
+    expect(card.locator(".meta")).to_contain_text("tokens: 32 in / 16 out, 3 calls", timeout=15000)
+    expect(card.locator(".meta")).to_contain_text("agent: 20 in / 10 out, 2 calls")
+    expect(card.locator(".meta")).to_contain_text("review: 12 in / 6 out, 1 call")
+    expect(card.locator(".steps")).to_contain_text("Review: accepted — the calculator agrees")
     expect(card.locator(".badge.status")).to_have_text("succeeded")
     expect(card.locator("details.tool")).not_to_have_attribute("open", "")  # collapsed by default
     card.locator("details.tool summary").click()
@@ -205,4 +217,68 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     assert (second.status, second.stop_reason) == ("cancelled", "cancelled")
     assert [e.type for e in second.events.order_by("seq")][-1] == "turn.cancelled"
 
+    assert page.js_errors == []
+
+
+def test_a_truncated_answer_shows_as_truncated_and_usage_is_the_same_in_chat_api_and_admin(
+    live_server_url, browser_page, django_user_model
+):
+    from playwright.sync_api import expect
+
+    user = django_user_model.objects.create_user(
+        "bob", password="pw-bob-123", is_staff=True, is_superuser=True
+    )
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+    page.goto(live_server_url + "/")
+    page.fill("input[name=username]", "bob")
+    page.fill("input[name=password]", "pw-bob-123")
+    page.click("button[type=submit]")
+    page.wait_for_url(live_server_url + "/")
+
+    # a reviewed turn: the chat page, the API and the admin show the same usage
+    page.fill("textarea[name=question]", "What is 6*7?")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    turn = Turn.objects.get()
+    card = page.locator(f"#turn-{turn.pk}")
+    expect(card.locator(".steps")).to_contain_text("Review: accepted", timeout=20000)
+    expect(card.locator(".badge.status")).to_have_text("succeeded", timeout=20000)
+    meta = card.locator(".meta").inner_text()
+    api = Client()
+    api.force_login(user)
+    usage = api.get(f"/api/turns/{turn.pk}").json()["usage"]
+    agent, review = usage["by_role"]["agent"], usage["by_role"]["review"]
+    shown = (
+        f"tokens: {usage['input_tokens']} in / {usage['output_tokens']} out, {usage['calls']} calls",
+        f"agent: {agent['input_tokens']} in / {agent['output_tokens']} out, {agent['calls']} calls",
+        f"review: {review['input_tokens']} in / {review['output_tokens']} out, {review['calls']} call",
+    )
+    assert shown == (
+        "tokens: 32 in / 16 out, 3 calls",
+        "agent: 20 in / 10 out, 2 calls",
+        "review: 12 in / 6 out, 1 call",
+    )
+    assert all(text in meta for text in shown), meta
+    admin_page = api.get(f"/admin/turns/turn/{turn.pk}/change/").content.decode()
+    for row in (("all calls", 3, 32, 16), ("agent calls", 2, 20, 10), ("review calls", 1, 12, 6)):
+        cells = "".join(f"<td>{v}</td>" for v in (row[0], row[1], 0, row[2], row[3]))
+        assert cells in admin_page, row
+
+    # an answer cut by the output-token limit: shown as truncated, not as an answer
+    page.fill("#question", "truncate: tell me a long story")
+    page.click("#ask button[type=submit]")
+    expect(page.locator(".turn")).to_have_count(2)
+    cut = Turn.objects.exclude(pk=turn.pk).get()
+    card2 = page.locator(f"#turn-{cut.pk}")
+    expect(card2.locator(".badge.status")).to_have_text("failed", timeout=20000)
+    truncated = card2.locator(".failure.truncated")
+    expect(truncated).to_contain_text("Truncated")
+    expect(truncated).to_contain_text("cut off by the output-token limit")
+    expect(truncated.locator("pre.partial")).to_have_text("The answer is a long story that")
+    expect(card2.locator(".answer")).to_have_count(0)
+    expect(card2.locator("button[data-action=retry]")).to_be_visible()
+    page.screenshot(path=str(SCREENS / "turn-truncated.png"), full_page=True)
+    cut.refresh_from_db()
+    assert (cut.status, cut.stop_reason) == ("failed", "length")
     assert page.js_errors == []
