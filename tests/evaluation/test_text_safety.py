@@ -63,6 +63,7 @@ def test_a_final_answer_with_nul_and_a_lone_surrogate_is_stored_clean(dirty_file
     )
     # "4\ufffd" is an alias of the cleaned gold answer
     assert prediction.correct is True and prediction.gold_answer == ["4\ufffd", "four\ufffd"]
+    assert prediction.turn_id is not None
     turn = Turn.objects.get(pk=prediction.turn_id)
     assert turn.answer == "4\ufffd"
     stored = list(_strings(list(TurnEvent.objects.filter(turn=turn).values_list("data", flat=True))))

@@ -61,6 +61,7 @@ def test_a_cut_answer_is_counted_as_length_and_a_retry_with_more_tokens_answers_
     prediction.refresh_from_db()
     assert (prediction.stop_reason, prediction.correct, prediction.prediction) == ("final", True, "42")
     assert limits == [10, 100]
+    assert prediction.turn_id is not None
     turn = Turn.objects.get(pk=prediction.turn_id)
     assert (turn.max_output_tokens, turn.attempts) == (100, 2)
     assert Run.objects.get(run_id="cut").metrics["stop_reasons"] == {"final": 1}
