@@ -250,7 +250,10 @@ def test_prediction_list_shows_its_columns(staff_client, evaluated):
     row = row[: row.index("</tr>")]
     assert ">e1<" in row and '<td class="field-task_type">fact</td>' in row
     assert 'alt="False"' in row  # correct
-    assert '<td class="field-score">0.0</td>' in row and '<td class="field-stop_reason">final</td>' in row
+    assert (
+        '<td class="field-score">0.0</td>' in row
+        and '<td class="field-stop_reason_display">final</td>' in row
+    )
     assert '<td class="field-steps">2</td>' in row and '<td class="field-tokens">32</td>' in row
     assert f'href="/admin/turns/turn/{evaluated["turns"]["e1"]}/change/"' in row and "succeeded" in row
 

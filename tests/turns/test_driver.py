@@ -103,6 +103,7 @@ async def test_answered_turn_writes_every_step_and_terminal_state(owner, db_thre
         "answer": "42",
         "evidence": "calculator said 42",
         "reasoning": "6*7=42",
+        "answer_type": "string",
     }
 
 

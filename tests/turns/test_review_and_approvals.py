@@ -101,7 +101,14 @@ async def test_accepted_review_is_recorded_and_its_usage_added(owner, db_threads
         "verdict": "accept",
         "note": "checks out",
         "retry_instruction": None,
-        "usage": {"model": "scripted", "input_tokens": 40, "output_tokens": 9, "cost": None},
+        "usage": {
+            "model": "scripted",
+            "input_tokens": 40,
+            "output_tokens": 9,
+            "cost": None,
+            "finish_reason": "stop",
+            "decoding": "free",
+        },
         "late": False,
     }
     # the reviewer saw the question, the answer and the trace, with no tools
@@ -250,7 +257,14 @@ async def test_a_late_chat_review_finishes_the_turn_and_arrives_later_with_its_u
     assert [e.type for e in events][-4:] == ["phase", "phase", "turn.answered", "review"]
     late = events[-1]
     assert late.seq == turn.last_seq and late.data["late"] is True and late.data["verdict"] == "accept"
-    assert late.data["usage"] == {"model": "scripted", "input_tokens": 40, "output_tokens": 9, "cost": None}
+    assert late.data["usage"] == {
+        "model": "scripted",
+        "input_tokens": 40,
+        "output_tokens": 9,
+        "cost": None,
+        "finish_reason": "stop",
+        "decoding": "free",
+    }
     assert (turn.status, turn.usage["input_tokens"], turn.usage["output_tokens"], turn.usage["calls"]) == (
         "succeeded",
         70,
