@@ -140,6 +140,8 @@ class _Run:
     #: the JSON schema each step is decoded under (``protocol.step_schema``),
     #: ``None``: native tool calls, or a provider without constrained decoding
     step_schema: dict[str, Any] | None = None
+    #: the schema of a ``final_answer`` call alone, for the steps that must answer
+    final_schema: dict[str, Any] | None = None
 
 
 class AgentLoop:
@@ -241,6 +243,9 @@ class AgentLoop:
             deadline=deadline,
         )
         run.step_schema = self._step_schema(run.tools)
+        final_tool = run.tools.get("final_answer")
+        if run.step_schema is not None and final_tool is not None:
+            run.final_schema = step_schema(ToolRegistry([final_tool]))
         for step in recorded:
             copied = Step(index=step.index, completion=step.completion, results=list(step.results))
             run.steps.append(copied)
@@ -321,7 +326,7 @@ class AgentLoop:
                     max_tokens=self.max_tokens,
                     temperature=self.temperature,
                     base_delay=self.retry_base_delay,
-                    response_schema=run.step_schema,
+                    response_schema=self._schema_for(run, index),
                 ),
             )
             if not self.native_tools:
@@ -341,6 +346,24 @@ class AgentLoop:
             if outcome is not None:
                 return outcome
         return _Outcome("max_steps")
+
+    def _schema_for(self, run: _Run, index: int) -> dict[str, Any] | None:
+        """The schema step ``index`` decodes under: the step schema, or the
+        final answer's alone on the last step and after a call that repeats
+        an earlier one with the same arguments — a greedy small model would
+        otherwise repeat it to ``max_steps`` with its result in view."""
+        if run.final_schema is None:
+            return run.step_schema
+        if index >= self.max_steps:
+            return run.final_schema
+        seen: set[tuple[str, str]] = set()
+        for step in run.steps:
+            for call in self._calls_of(step):
+                key = (call.name, repr(sorted(call.arguments.items())))
+                if call.error is None and key in seen:
+                    return run.final_schema
+                seen.add(key)
+        return run.step_schema
 
     @staticmethod
     def _text_outcome(completion: Completion) -> _Outcome:

@@ -149,3 +149,20 @@ async def test_openai_tool_call_cut_by_the_limit_is_an_observation_saying_so(
     assert first.results[0].is_error
     assert first.results[0].output.startswith("Invalid arguments for calculator: your reply was cut off by")
     assert "the output-token limit (9 tokens) before it was complete" in first.results[0].output
+
+
+async def test_the_last_step_and_the_step_after_a_repeated_call_may_only_answer() -> None:
+    calc = '{"tool": "calculator", "arguments": {"expression": "17 * 23"}}'
+    answer = '{"tool": "final_answer", "arguments": {"answer": "391"}}'
+    provider = ScriptedProvider(
+        [text(calc), text(calc), text(answer)], native_tools=False, constrained_decoding=True
+    )
+    result = await AgentLoop(provider, default_registry(), max_steps=5).run(QUESTION)
+    assert (result.stop_reason, result.answer, result.steps_used) == ("final", "391", 3)
+    schemas = [kw["response_schema"] for kw in provider.kwargs_seen]
+    assert "anyOf" in schemas[0] and "anyOf" in schemas[1]  # any offered tool
+    assert schemas[2]["properties"]["tool"] == {"const": "final_answer"}  # the repeat: answer now
+
+    last = ScriptedProvider([text(calc), text(answer)], native_tools=False, constrained_decoding=True)
+    await AgentLoop(last, default_registry(), max_steps=2).run(QUESTION)
+    assert last.kwargs_seen[1]["response_schema"]["properties"]["tool"] == {"const": "final_answer"}
