@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turns', '0001_initial'),
+        ('turns', '0002_event_type_check'),
     ]
 
     operations = [
