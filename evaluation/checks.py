@@ -76,3 +76,28 @@ def check_row(*, turn_id: int, task_type: str, data: Mapping[str, Any]) -> Check
     return CheckRow(
         turn_id=turn_id, task_type=task_type, name=name, scope=str(data.get("scope") or "step"), passed=passed
     )
+
+
+def _side(bucket: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if not bucket:
+        return None
+    return {k: bucket.get(k) for k in ("scope", "ran", "passed", "failed", "pass_rate", "turns")}
+
+
+def checks_side_by_side(
+    base: Mapping[str, Mapping[str, Any]], candidate: Mapping[str, Mapping[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """A check's pass rate in two runs side by side, for every check name
+    either run recorded (sorted): ``{"base": {"scope", "ran", "passed",
+    "failed", "pass_rate", "turns"} | None, "candidate": … | None,
+    "difference": candidate − base pass rate (``None`` unless both ran it)}``.
+    Each side is that run's own counts (``metrics["checks"]``), not paired by
+    example: a check may run on steps that only one run took."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted(set(base) | set(candidate)):
+        b, c = _side(base.get(name)), _side(candidate.get(name))
+        difference = None
+        if b and c and b["pass_rate"] is not None and c["pass_rate"] is not None:
+            difference = c["pass_rate"] - b["pass_rate"]
+        out[name] = {"base": b, "candidate": c, "difference": difference}
+    return out

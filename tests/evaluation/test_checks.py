@@ -6,7 +6,7 @@ import io
 
 from rich.console import Console
 
-from evaluation.checks import CheckRow, check_metrics, check_row
+from evaluation.checks import CheckRow, check_metrics, check_row, checks_side_by_side
 from evaluation.metrics_table import checks_table, format_table
 
 
@@ -94,3 +94,24 @@ def test_the_table_shows_each_check_and_its_task_types():
     assert checks_table({}) is None
     assert "Checks" in format_table({"checks": check_metrics(rows())})
     assert "Checks" not in format_table({"checks": {}})
+
+
+def test_side_by_side_gives_each_runs_pass_rate_and_the_difference():
+    base = check_metrics(rows())
+    candidate = check_metrics(
+        [
+            CheckRow(7, "math", "evidence_quotes_a_document", "turn", True),
+            CheckRow(8, "math", "new_check", "step", False),
+        ]
+    )
+
+    side = checks_side_by_side(base, candidate)
+
+    assert list(side) == ["evidence_quotes_a_document", "new_check", "search_found_documents"]
+    assert side["evidence_quotes_a_document"] == {
+        "base": {"scope": "turn", "ran": 2, "passed": 1, "failed": 1, "pass_rate": 0.5, "turns": 2},
+        "candidate": {"scope": "turn", "ran": 1, "passed": 1, "failed": 0, "pass_rate": 1.0, "turns": 1},
+        "difference": 0.5,
+    }
+    assert side["new_check"]["base"] is None and side["new_check"]["difference"] is None
+    assert side["search_found_documents"]["candidate"] is None
