@@ -80,6 +80,19 @@ class Command(BaseCommand):
             help="US dollars per million output tokens; needs --price-in",
         )
         parser.add_argument(
+            "--epochs",
+            type=int,
+            default=None,
+            help="run every example K times, as independent turns (default 1, or the resumed run's); "
+            "the metrics add pass@k, majority vote and how often epochs disagree",
+        )
+        parser.add_argument(
+            "--judge-model",
+            default=None,
+            help="the grading model of examples scored by the LLM judge (default: the run's model); "
+            "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
+        )
+        parser.add_argument(
             "--json", dest="json_path", default=None, help="also write run and metrics to FILE"
         )
         parser.add_argument(
@@ -120,6 +133,8 @@ class Command(BaseCommand):
                     max_output_tokens=opts["max_output_tokens"],
                     price_in=opts["price_in"],
                     price_out=opts["price_out"],
+                    epochs=opts["epochs"],
+                    judge_model=opts["judge_model"],
                 )
                 if json_path:
                     _check_writable(json_path)  # before the run: the file is written only after it
