@@ -28,7 +28,7 @@ from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
 def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
     """Runs, newest first, optionally of one status and/or one dataset name."""
-    qs = Run.objects.select_related("dataset", "started_by").order_by("-created_at", "-pk")
+    qs = Run.objects.select_related("dataset", "started_by", "rescored_from").order_by("-created_at", "-pk")
     if status:
         qs = qs.filter(status=status)
     if dataset:
@@ -38,7 +38,7 @@ def run_list(*, status: str | None = None, dataset: str | None = None) -> QueryS
 
 def run_get(*, run_id: str) -> Run:
     """The run with this public ``run_id``; ``NotFound`` otherwise."""
-    run = Run.objects.select_related("dataset", "started_by").filter(run_id=run_id).first()
+    run = Run.objects.select_related("dataset", "started_by", "rescored_from").filter(run_id=run_id).first()
     if run is None:
         raise NotFound(f"run {run_id!r} not found")
     return run
@@ -57,7 +57,11 @@ def prediction_list(
     (``correct=True/False`` matches scored rows only), whether they were scored
     at all (``scored=False``: could not be scored — not the same as wrong),
     stop reason, and a check their turn failed (``predictions_failing``)."""
-    qs = Prediction.objects.filter(run=run).select_related("example").order_by("example__position", "pk")
+    qs = (
+        Prediction.objects.filter(run=run)
+        .select_related("example")
+        .order_by("example__position", "epoch", "pk")
+    )
     if task_type:
         qs = qs.filter(task_type=task_type)
     if correct is not None:
@@ -107,6 +111,12 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             review_retried=bool(p.review_retried),
             review_verdict=p.review_verdict,
             usage=p.usage or None,
+            example=p.example_id,
+            epoch=p.epoch,
+            score=p.score,
+            judge_grade=(p.judgement or {}).get("grade", ""),
+            judge_cached=bool((p.judgement or {}).get("cached")),
+            judge_usage=(p.judgement or {}).get("usage") or None,
         )
         for p in run.predictions.all()
     ]

@@ -91,6 +91,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "id",
         "run",
         "example_id_display",
+        "epoch",
         "task_type",
         "correct",
         "score",
@@ -128,6 +129,9 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "scorer",
         "score",
         "correct",
+        "score_explanation",
+        "judgement",
+        "epoch",
         "evidence",
         "reasoning",
         "steps",
@@ -147,7 +151,13 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     fieldsets = (
         (
             None,
-            {"fields": (("run", "example_link", "task_type"), "turn_link", ("created_at", "completed_at"))},
+            {
+                "fields": (
+                    ("run", "example_link", "epoch", "task_type"),
+                    "turn_link",
+                    ("created_at", "completed_at"),
+                )
+            },
         ),
         (
             "Answer",
@@ -158,6 +168,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                     "gold_display",
                     "answer_mismatch",
                     ("scorer", "score", "correct"),
+                    "score_explanation",
+                    "judgement",
                     "evidence",
                     "reasoning",
                 )
