@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> None:
             disagree.append((a, b))
     n = sum(table.values())
     print(f"## agreement over {n} predictions scored by both ({unscored} unscored by one or both)\n")
-    print(f"| {args.run_a} \\\\ {args.run_b} | right | wrong |\n|---|---|---|")
+    print(f"| {args.run_a} (rows) vs {args.run_b} (columns) | right | wrong |\n|---|---|---|")
     print(f"| right | {table[(True, True)]} | {table[(True, False)]} |")
     print(f"| wrong | {table[(False, True)]} | {table[(False, False)]} |\n")
     agree = table[(True, True)] + table[(False, False)]
