@@ -18,8 +18,10 @@ from apikeys.auth import api_key_auth, session_auth
 from common.api import ERRORS, AuthedRequest, Pagination
 
 from . import selectors
+from .comparison import Comparison
 from .intervals import CONFIDENCE, wilson_interval
 from .models import Prediction, Run, RunStatus
+from .services.comparison import run_compare_ids
 
 router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth])
 
@@ -169,3 +171,16 @@ def prediction_list(
         stop_reason=stop_reason,
         failed_check=failed_check,
     )
+
+
+@router.get(
+    "/runs/{base}/compare/{candidate}",
+    response={200: Comparison, **ERRORS},
+    summary="Compare a candidate run with a baseline on the same dataset, paired by example",
+    description="Paired accuracy overall and per task type: the difference with its 95% interval "
+    "(Newcombe 1998, method 10), the exact McNemar p-value (per task type also Holm-adjusted); the "
+    "examples fixed, broken and errored, with both predictions and turns; deltas of cost, tokens, "
+    "steps, latency, stop reasons, review and checks. 400 when the runs are on different datasets.",
+)
+def run_compare(request: AuthedRequest, base: RunId, candidate: RunId) -> Comparison:
+    return run_compare_ids(base_run_id=base, candidate_run_id=candidate)

@@ -1,5 +1,8 @@
 """The run list and a run's page: its metrics, its config snapshot, and links
-to its predictions and turns, pre-filtered by error, stop reason and status."""
+to its predictions and turns, pre-filtered by error, stop reason and status,
+to its report with charts and to a comparison with the previous run on its
+dataset (``evaluation.admin.report``, which also gives the list its
+"Compare" action)."""
 
 from __future__ import annotations
 
@@ -31,10 +34,11 @@ from turns.models import Turn
 from ..intervals import accuracy_text
 from ..models import Prediction, Run
 from ..selectors import run_metrics
+from .report import RunReportViews
 
 
 @admin.register(Run)
-class RunAdmin(StaffReadOnlyAdmin):
+class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     list_display = (
         "run_id",
         "dataset",
@@ -63,6 +67,7 @@ class RunAdmin(StaffReadOnlyAdmin):
         "finished_at",
         "duration",
         "browse",
+        "report_links",
         "turns_by_status",
         "config_table",
         "config_json",
@@ -85,6 +90,7 @@ class RunAdmin(StaffReadOnlyAdmin):
                     ("created_at", "finished_at", "duration"),
                     "rescored_from",
                     "browse",
+                    "report_links",
                     "turns_by_status",
                 )
             },
