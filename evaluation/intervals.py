@@ -5,7 +5,8 @@ of 8 is "12.5 %, somewhere between 2 % and 47 %". Every accuracy the metrics
 table, the API and the admin show carries its 95 % Wilson score interval and
 its n (:func:`wilson_interval`, :func:`accuracy_text`); a mean over examples
 (the mean accuracy of a run with epochs) carries a Student-t interval
-(:func:`mean_interval`).
+(:func:`mean_interval`). :func:`wilson_interval` is the comparison's
+(``evaluation.statistics``), re-exported here.
 
 Sources: Wilson (1927), "Probable inference, the law of succession, and
 statistical inference" — the interval Brown, Cai & DasGupta (2001),
@@ -19,25 +20,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats  # type: ignore[import-untyped]
+from scipy import stats
+
+from .statistics import wilson_interval
 
 __all__ = ["CONFIDENCE", "accuracy_text", "mean_interval", "wilson_interval"]
 
 #: The confidence level of every interval shown.
 CONFIDENCE = 0.95
-
-
-def wilson_interval(correct: int, n: int, *, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
-    """The Wilson score interval ``(low, high)`` (fractions in [0, 1]) of
-    ``correct`` successes out of ``n``; ``None`` when ``n == 0`` (nothing
-    scored: no rate to bound). Raises ``ValueError`` unless
-    ``0 <= correct <= n``."""
-    if n == 0:
-        return None
-    if not 0 <= correct <= n:
-        raise ValueError(f"correct must be between 0 and n ({n}), got {correct}")
-    ci = stats.binomtest(int(correct), int(n)).proportion_ci(confidence_level=confidence, method="wilson")
-    return float(ci.low), float(ci.high)
 
 
 def mean_interval(values: Sequence[float], *, confidence: float = CONFIDENCE) -> tuple[float, float] | None:

@@ -23,6 +23,7 @@ from turns.models import EventType, Turn, TurnEvent, TurnStatus
 from .checks import CheckRow, check_metrics, check_row
 from .comparison import ComparedRow
 from .datasets import gold_display
+from .epoch_comparison import EpochComparedRow
 from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Prediction, Run, RunStatus
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
@@ -89,6 +90,49 @@ def run_compared_rows(*, run: Run) -> list[ComparedRow]:
             gold=gold_display(row[7]),
             error=row[8],
             stop_reason=row[9],
+        )
+        for row in rows
+    ]
+
+
+def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
+    """The run's predictions, every epoch, as ``EpochComparedRow`` s for the
+    comparison of runs with epochs (``evaluation.epoch_comparison``), in
+    example and epoch order. One query."""
+    rows = (
+        Prediction.objects.filter(run=run)
+        .order_by("example__position", "epoch", "pk")
+        .values_list(
+            "example_id",
+            "example__external_id",
+            "task_type",
+            "pk",
+            "turn_id",
+            "correct",
+            "prediction",
+            "gold_answer",
+            "error",
+            "stop_reason",
+            "epoch",
+            "score",
+        )
+    )
+    return [
+        EpochComparedRow(
+            row=ComparedRow(
+                example_key=row[0],
+                example_id=row[1],
+                task_type=row[2],
+                prediction_id=row[3],
+                turn_id=row[4],
+                correct=row[5],
+                prediction=row[6],
+                gold=gold_display(row[7]),
+                error=row[8],
+                stop_reason=row[9],
+            ),
+            epoch=row[10],
+            score=row[11],
         )
         for row in rows
     ]

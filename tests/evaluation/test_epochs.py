@@ -7,7 +7,7 @@ import math
 from math import comb
 
 import pytest
-from scipy import stats  # type: ignore[import-untyped]
+from scipy import stats
 
 from evaluation.bootstrap import paired_bootstrap
 from evaluation.epochs import EpochRow, epoch_metrics, pass_at_k, per_example_means
