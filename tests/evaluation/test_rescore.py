@@ -15,6 +15,7 @@ from agentlab.agent.types import Completion, ProviderError, Usage
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
 from evaluation.models import JudgeCacheEntry, Run
 from evaluation.rescore import rescore
+from tests.api_support import ApiClient
 from turns.models import Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -153,6 +154,23 @@ def test_rescore_from_exact_to_judge_without_running_the_agent(endpoint, dataset
     # the original run is untouched and stays comparable
     source.refresh_from_db()
     assert source.metrics["correct"] == 1 and source.predictions.filter(scorer="exact").count() == 6
+
+
+def test_the_api_and_the_admin_show_where_a_rescored_run_came_from(endpoint, dataset_file, client, staff):
+    exact_run(endpoint, dataset_file)
+    rescore(source_run_id="exact", scorer="judge", run_id="judged", provider=scripted_grader(6))
+    api = ApiClient(staff)
+    detail = api.get("/api/runs/judged").json()
+    assert detail["rescored_from"] == "exact"
+    assert (detail["accuracy"]["correct"], detail["accuracy"]["n"]) == (2, 4)
+    items = api.get("/api/runs/judged/predictions?limit=10").json()["items"]
+    partial = next(p for p in items if p["example_id"] == "q3")
+    assert (partial["score"], partial["correct"], partial["judgement"]["grade"]) == (0.5, False, "partial")
+    assert partial["judgement"]["usage"]["by_role"]["judge"]["calls"] == 1
+    client.force_login(staff)
+    run = Run.objects.get(run_id="judged")
+    page = client.get(f"/admin/evaluation/run/{run.pk}/change/").content.decode()
+    assert "exact" in page and "50.0% (2/4; 95% CI" in page
 
 
 def test_a_second_rescore_takes_the_judges_grades_from_the_cache(endpoint, dataset_file):

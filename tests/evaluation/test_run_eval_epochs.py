@@ -65,7 +65,7 @@ def chen(n: int, c: int, k: int) -> float:
     return 1 - comb(n - c, k) / comb(n, k)
 
 
-def test_epochs_run_every_example_k_times_and_pass_at_k_follows_the_formula(endpoint, capsys):
+def test_epochs_run_every_example_k_times_and_pass_at_k_follows_the_formula(endpoint, capsys, client, staff):
     gsm = rows(GSM8K, 5)
     with StubLLMServer(by_epoch(gsm)) as server:
         endpoint(server)
@@ -106,6 +106,10 @@ def test_epochs_run_every_example_k_times_and_pass_at_k_follows_the_formula(endp
     assert low < e["mean_accuracy"] < high
     out = capsys.readouterr().out
     assert "Epochs (3 per example)" in out and "pass@3" in out
+    client.force_login(staff)
+    page = client.get(f"/admin/evaluation/run/{run.pk}/change/").content.decode()
+    assert "<th>pass@3</th>" in page and "<th>majority vote</th>" in page
+    assert f"<td>{e['pass_at_k']['3'] * 100:.1f}%</td>" in page
 
 
 def test_resuming_with_another_number_of_epochs_is_refused(endpoint):
