@@ -97,6 +97,17 @@ def judge_provider(*, judge_model: str | None, run_model: str | None = None) -> 
     return default if default.model == name else get_provider(model=name)
 
 
+def judge_check(*, judge_model: str | None, run_model: str | None = None) -> None:
+    """Check up front that ``--judge-model`` names a usable grader (builds
+    its provider, then closes it): raises ``LocalModelUnavailable`` for a
+    GGUF file that is not there, ``ValueError`` for an endpoint without a
+    model. ``None`` checks nothing (the run's own model is used)."""
+    if judge_model is None:
+        return
+    grader = judge_provider(judge_model=judge_model, run_model=run_model)
+    asyncio.run(grader.aclose())
+
+
 def judge_pass(
     *,
     run: Run,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from agentlab.agent.types import LLMProvider
 
-from .judging import JudgeTally, judge_pass
+from .judging import JudgeTally, judge_check, judge_pass
 from .models import Run, RunStatus
 from .scoring.judge import JUDGE
 from .selectors import run_get
@@ -59,6 +59,9 @@ def rescore(
     if concurrency < 1:
         raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     source = run_get(run_id=source_run_id)
+    run_model = str(source.config.get("model") or "") or None
+    if scorer == JUDGE and provider is None:  # before anything is written
+        judge_check(judge_model=judge_model or run_model)
     run, resumed = rescore_start(source=source, scorer=scorer, run_id=run_id, judge_model=judge_model)
     copied = 0 if resumed else rescore_copy(source=source, target=run, scorer=scorer)
     status = RunStatus.SUCCESS
@@ -68,7 +71,7 @@ def rescore(
             tally = judge_pass(
                 run=run,
                 judge_model=judge_model,
-                run_model=str(source.config.get("model") or "") or None,
+                run_model=run_model,
                 concurrency=concurrency,
                 provider=provider,
             )

@@ -37,7 +37,7 @@ from common.version import code_version
 from turns.llm import get_provider
 
 from .extensions import extensions_resume, extensions_snapshot, run_extensions
-from .judging import judge_pass
+from .judging import judge_check, judge_pass
 from .models import Dataset, Run, RunStatus
 from .parallel import drive_in_processes
 from .runner import drive_examples
@@ -261,6 +261,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         )
     if isinstance(provider, LocalGGUFProvider):
         provider.load()
+    judge_check(judge_model=request.judge_model, run_model=request.model)
     dataset = dataset_resolve(name_or_path=request.dataset)
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"

@@ -113,7 +113,8 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
             rows.append(new)
             continue
         meta = p.turn.meta if p.turn is not None else {}
-        answered = p.turn is not None and p.turn.outcome == TurnOutcome.ANSWERED
+        # a prediction whose turn was deleted keeps its stored answer
+        answered = p.turn.outcome == TurnOutcome.ANSWERED if p.turn is not None else bool(p.prediction)
         answer = p.prediction if answered else None
         result = score_without_judge(example=p.example, answer=answer, scorer=scorer)
         new.scorer = scorer

@@ -244,6 +244,18 @@ def test_rescore_refuses_bad_input_with_exit_2(endpoint, dataset_file):
         call_command("rescore", "exact", "--scorer", "contains")
 
 
+def test_a_judge_model_that_is_not_there_is_exit_2_before_anything_is_written(
+    endpoint, dataset_file, settings
+):
+    exact_run(endpoint, dataset_file)
+    settings.AGENTLAB_LLM_BASE_URL = None  # the embedded model: --judge-model is a GGUF path
+    with pytest.raises(CommandError) as excinfo:
+        call_command("rescore", "exact", "--scorer", "judge", "--judge-model", "/nonexistent/grader.gguf")
+    assert excinfo.value.returncode == 2
+    assert "/nonexistent/grader.gguf" in str(excinfo.value)
+    assert list(Run.objects.values_list("run_id", flat=True)) == ["exact"]
+
+
 def test_rescore_command_prints_the_new_runs_metrics(endpoint, dataset_file, capsys):
     exact_run(endpoint, dataset_file)
     call_command("rescore", "exact", "--scorer", "contains", "--run-id", "contains")
