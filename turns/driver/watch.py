@@ -19,6 +19,8 @@ take rows in one order cannot wait on each other in a circle.
 A turn whose flag is set, or that is no longer held (swept to interrupted
 while its driver was merely slow), gets its ``cancel`` event set on its own
 loop: its appends would be refused anyway, and the loop should stop spending.
+A turn the watcher cannot see (deleted with its conversation) is left to its
+driver, whose next write finds it gone.
 The thread exits (closing its connection) ``LINGER_S`` after the last turn
 left (it holds no connection while no turn runs), and starts again with
 the next.
@@ -55,11 +57,18 @@ LINGER_S = 1.0
 _ACTIVE = (TurnStatus.RUNNING, TurnStatus.WAITING)
 
 
-def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bool]]:
+def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bool | None]]:
     """For each watched turn (``turn id → claim token``): ``(cancel flag,
-    still held)``. With ``beat``, write the heartbeat of every turn still
-    held in the same statement. One statement for any number of turns, the
-    rows locked in id order (see the module docstring)."""
+    still held)``. One statement for any number of turns.
+
+    With ``beat``: an ``UPDATE … RETURNING`` writes the heartbeat of every
+    turn still held by its token (rows locked in id order first, see the
+    module docstring) and returns their flags; a turn it did not return is
+    ``None`` (not known this tick: the next plain poll tells). Without: a
+    ``SELECT`` of every watched turn; one no longer running under its token
+    is ``False``, one not visible at all (deleted, or not committed where
+    this connection could see it) ``None`` — its driver's next write tells.
+    """
     if not holders:
         return {}
     connection = connections[Turn.objects.db]
@@ -67,27 +76,28 @@ def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[boo
     table, pk = qn(Turn._meta.db_table), qn(pk_column(Turn))
     ids = sorted(holders)
     id_marks, holder_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(ids))
-    held = f"{pk} IN ({id_marks}) AND {qn('job_id')} IN ({holder_marks}) AND {qn('status')} IN (%s, %s)"
-    params: list[Any] = [*ids, *(holders[i] for i in ids), *_ACTIVE]
+    columns = f"{pk}, {qn('job_id')}, {qn('status')}, {qn('cancel_requested')}"
     if beat:
-        now = concrete_field(Turn, "heartbeat_at").get_db_prep_save(timezone.now(), connection)
+        held = f"{pk} IN ({id_marks}) AND {qn('job_id')} IN ({holder_marks}) AND {qn('status')} IN (%s, %s)"
         if connection.features.has_select_for_update:
             lock = "FOR NO KEY UPDATE" if connection.vendor == "postgresql" else "FOR UPDATE"
             target = f"{pk} IN (SELECT {pk} FROM {table} WHERE {held} ORDER BY {pk} {lock})"
         else:  # SQLite: the statement holds the database's write lock
             target = held
-        sql = (
-            f"UPDATE {table} SET {qn('heartbeat_at')} = %s WHERE {target} "
-            f"RETURNING {pk}, {qn('job_id')}, {qn('cancel_requested')}"
-        )
-        params = [now, *params]
+        sql = f"UPDATE {table} SET {qn('heartbeat_at')} = %s WHERE {target} RETURNING {columns}"
+        now = concrete_field(Turn, "heartbeat_at").get_db_prep_save(timezone.now(), connection)
+        params: list[Any] = [now, *ids, *(holders[i] for i in ids), *_ACTIVE]
     else:
-        sql = f"SELECT {pk}, {qn('job_id')}, {qn('cancel_requested')} FROM {table} WHERE {held}"
+        sql = f"SELECT {columns} FROM {table} WHERE {pk} IN ({id_marks})"
+        params = list(ids)
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         rows = cursor.fetchall()
-    found = {int(turn_id): bool(flag) for turn_id, job_id, flag in rows if job_id == holders.get(turn_id)}
-    return {turn_id: (found.get(turn_id, False), turn_id in found) for turn_id in holders}
+    seen = {
+        int(turn_id): (bool(flag), job_id == holders.get(int(turn_id)) and status in _ACTIVE)
+        for turn_id, job_id, status, flag in rows
+    }
+    return {turn_id: seen.get(turn_id, (False, None)) for turn_id in holders}
 
 
 @dataclass(frozen=True)
@@ -185,8 +195,8 @@ class TurnWatcher:
                 last_beat = time.monotonic()
             for turn_id, w in watched.items():
                 flagged, held = states[turn_id]
-                if flagged or not held:
-                    self._cancel(turn_id, w, lost=not held)
+                if flagged or held is False:
+                    self._cancel(turn_id, w, lost=held is False)
 
     def _cancel(self, turn_id: int, watched: _Watched, *, lost: bool) -> None:
         with self._lock:
