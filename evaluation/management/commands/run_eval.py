@@ -3,7 +3,8 @@
 Parses the options, calls ``evaluation.run_eval.run_eval``, prints
 the metrics table, and maps outcomes to exit codes: 0 done, 1 accuracy below
 ``--fail-under`` (or nothing could be scored), 2 bad input (options, dataset,
-model file, database), 130 Ctrl-C.
+model file, database), 75 the database failed mid-run, 130 Ctrl-C — the last
+two print the shell-quoted command that resumes the run.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -24,6 +26,7 @@ from common.errors import AgentLabError
 from evaluation.datasets import DatasetFormatError
 from evaluation.metrics_table import format_table
 from evaluation.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
+from evaluation.run_exits import EXIT_TEMPFAIL, RunOutage, resume_command
 
 
 class Command(BaseCommand):
@@ -126,16 +129,29 @@ class Command(BaseCommand):
                 database_check()
                 result = run_eval(request=request, note=self.stderr.write, progress=_progress_bar)
         except RunInterrupted as exc:
-            self.stderr.write(f"\ninterrupted; run again with --run-id {exc.run_id} to resume")
+            self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
+            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
             raise SystemExit(130) from None
+        except RunOutage as exc:
+            self.stderr.write(f"\n{exc}")
+            self.stderr.write(
+                f"the run is kept; once the database is back, resume run {shlex.quote(exc.run_id)}:"
+            )
+            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
+            raise SystemExit(EXIT_TEMPFAIL) from None
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_table(result.run.metrics))
-        self.stdout.write(f"run id: {result.run.run_id}")
+        self.stdout.write(f"run id: {shlex.quote(result.run.run_id)}")
         if json_path:
             _write_json(json_path, result)
         if result.gate_failure:
             raise CommandError(result.gate_failure, returncode=1)
+
+    def _resume(self, run_id: str, opts: dict[str, Any]) -> str:
+        parser = self.create_parser("manage.py", "run_eval")
+        defaults = {action.dest: action.default for action in parser._actions}
+        return resume_command(dataset=opts["dataset"], run_id=run_id, options=opts, defaults=defaults)
 
 
 def _progress_bar(run_id: str, total: int) -> Progress:
@@ -169,6 +185,6 @@ def _write_json(json_path: str, result: EvalResult) -> None:
     except OSError as exc:
         raise CommandError(
             f"could not write --json {json_path}: {exc}; the run and its metrics are stored "
-            f"(run id {run.run_id})",
+            f"(run id {shlex.quote(run.run_id)})",
             returncode=2,
         ) from exc
