@@ -118,6 +118,23 @@ class ToolCallEventData(TypedDict):
 
 
 @with_config(_CLOSED)
+class ToolStartedData(TypedDict):
+    """Written before a tool that may have side effects runs (not before
+    ``final_answer`` / ``ask_user``): a resume after a crash between this
+    event and the call's ``tool.result`` knows the call may have run, runs it
+    again with the same ``idempotency_key`` and says so with ``repeat``."""
+
+    attempt: int
+    step: int
+    call_id: str
+    name: str
+    #: ``turn-<turn id>/attempt-<n>/<tool call id>`` (``ToolContext.for_call``)
+    idempotency_key: str | None
+    #: the log showed this call started before without a result
+    repeat: bool
+
+
+@with_config(_CLOSED)
 class ToolResultEventData(TypedDict, total=False):
     attempt: int
     step: int
@@ -279,6 +296,7 @@ PAYLOADS: dict[str, type[Any]] = {
     EventType.THINKING: ThinkingData,
     EventType.LLM_USAGE: LLMUsageData,
     EventType.TOOL_CALL: ToolCallEventData,
+    EventType.TOOL_STARTED: ToolStartedData,
     EventType.TOOL_RESULT: ToolResultEventData,
     EventType.CHECK: CheckData,
     EventType.APPROVAL_REQUESTED: ApprovalRequestedData,

@@ -140,6 +140,8 @@ class EventType(models.TextChoices):
     THINKING = "thinking"
     LLM_USAGE = "llm.usage"
     TOOL_CALL = "tool.call"
+    #: written before a tool runs (idempotency after a crash)
+    TOOL_STARTED = "tool.started"
     TOOL_RESULT = "tool.result"
     #: a plugin's verdict on a step or a turn (``agentlab.agent.plugins``)
     CHECK = "check"

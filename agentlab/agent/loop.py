@@ -69,7 +69,21 @@ class ToolResultReport:
     result: ToolResult
 
 
-Report = CompletionReport | ToolResultReport
+@dataclass(frozen=True)
+class ToolStartReport:
+    """Tool call ``call`` of step ``step`` is about to run (reported before
+    it runs, so a resume after a crash knows it may have run). ``key`` is its
+    idempotency key (``ToolContext.for_call``); ``repeat``: the log shows it
+    started before without a result — it runs again with the same key.
+    Reported for tools that do not end the turn (those have no side effect)."""
+
+    step: int
+    call: ToolCall
+    key: str | None
+    repeat: bool
+
+
+Report = CompletionReport | ToolStartReport | ToolResultReport
 OnReport = Callable[[Report], Awaitable[None]]
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
@@ -419,7 +433,13 @@ class AgentLoop:
                     raise LoopStop("approval_rejected", f"{call.name} was rejected", pending_call=call)
                 if decision != "approved":
                     raise LoopStop("approval_required", f"{call.name} needs an approval", pending_call=call)
-            result = await self._guard(run, self.tools.execute(call, run.context))
+            context = run.context.for_call(call)
+            if tool is not None and tool.ends_turn is None and call.error is None:
+                start = ToolStartReport(
+                    step=step.index, call=call, key=context.idempotency_key, repeat=context.may_have_run
+                )
+                await self._report(run, start)
+            result = await self._guard(run, self.tools.execute(call, context))
             step.results.append(result)
             await self._report(run, ToolResultReport(step=step.index, call=call, result=result))
             outcome = self._ending(call, result)

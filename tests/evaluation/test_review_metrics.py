@@ -292,6 +292,7 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
         "phase",
         "llm.usage",
         "tool.call",
+        "tool.started",
         "tool.result",
         "llm.usage",
         "tool.call",

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.agent.loop import CompletionReport, Report, ToolResultReport
+from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, ToolStartReport
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
@@ -13,7 +13,13 @@ from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
 from .. import events as event_log
-from ..event_types import LLMUsageData, ThinkingData, ToolCallEventData, ToolResultEventData
+from ..event_types import (
+    LLMUsageData,
+    ThinkingData,
+    ToolCallEventData,
+    ToolResultEventData,
+    ToolStartedData,
+)
 from ..events import NewEvent
 from ..models import EventType
 
@@ -97,6 +103,16 @@ class Recorder:
             )
             fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
             hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
+        elif isinstance(report, ToolStartReport):
+            started = ToolStartedData(
+                attempt=self.attempt,
+                step=report.step,
+                call_id=report.call.id,
+                name=report.call.name,
+                idempotency_key=report.key,
+                repeat=report.repeat,
+            )
+            events, fields, hold = [NewEvent(EventType.TOOL_STARTED, started)], {}, False
         else:
             assert isinstance(report, ToolResultReport)
             events = [
