@@ -40,5 +40,12 @@ def count_tool() -> Tool:
     """``count(label)`` sleeps ``AGENTLAB_TEST_COUNT_DELAY_S`` and then
     appends ``label`` as one line to ``AGENTLAB_TEST_COUNT_FILE``: a side effect
     that survives the process, written last so that a kill during the sleep
-    leaves no line for a call whose result was never recorded."""
-    return Tool(name="count", description="Count a label once (test tool).", parameters=CountArgs, fn=_count)
+    leaves no line for a call whose result was never recorded. With
+    ``AGENTLAB_TEST_COUNT_APPROVAL=1`` it needs a human's approval."""
+    return Tool(
+        name="count",
+        description="Count a label once (test tool).",
+        parameters=CountArgs,
+        fn=_count,
+        needs_approval=os.environ.get("AGENTLAB_TEST_COUNT_APPROVAL") == "1",
+    )
