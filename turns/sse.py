@@ -20,9 +20,10 @@ turn API), 404 no such turn or not yours (staff see all), 400 a bad
 The view joins the turn's doorbell group on a channel of its own
 (``channel_layer.new_channel()``), replays, then feeds each doorbell to the
 stream; the heartbeat ticks come from the shared ``StreamTicker``. Frames go
-through a bounded queue to the response: a client that reads too slowly
-holds up only its own stream, whose missed doorbells the next tick reads
-from the database.
+through a bounded queue to the response: a client that reads slowly holds up
+only its own stream (a replay waits for it; its missed doorbells are read
+from the database later). The ticker never waits for it: this stream's tick
+runs as a task of its own, and a tick still running skips the next.
 """
 
 from __future__ import annotations
@@ -60,7 +61,9 @@ def _error(status: int, message: str) -> JsonResponse:
 
 
 class SSETransport:
-    """``turns.live.StreamTransport`` onto a queue of ``text/event-stream`` chunks."""
+    """``turns.live.StreamTransport`` onto a bounded queue of
+    ``text/event-stream`` chunks; a heartbeat is dropped rather than waited
+    for when the queue is full (frames are on their way anyway)."""
 
     def __init__(self) -> None:
         self.queue: asyncio.Queue[Any] = asyncio.Queue(maxsize=QUEUE_SIZE)
@@ -70,7 +73,8 @@ class SSETransport:
         await self.queue.put(f"id: {frame['seq']}\ndata: {data}\n\n")
 
     async def send_heartbeat(self) -> None:
-        await self.queue.put(": heartbeat\n\n")
+        with contextlib.suppress(asyncio.QueueFull):
+            self.queue.put_nowait(": heartbeat\n\n")
 
     async def send_end(self, status: str) -> None:
         data = json.dumps({"type": "stream.end", "status": status})
@@ -78,12 +82,32 @@ class SSETransport:
         await self.queue.put(_END)
 
 
-async def _pump(stream: TurnStream, layer: Any, channel: str, *, status: str, last_seq: int) -> None:
+class _Ticks:
+    """What the ``StreamTicker`` serves for one SSE stream: each tick runs as
+    a task, so a client that reads slowly cannot hold the ticker up."""
+
+    def __init__(self, stream: TurnStream) -> None:
+        self.turn_id = stream.turn_id
+        self.stream = stream
+        self.task: asyncio.Task[None] | None = None
+
+    async def _tick(self, last_seq: int | None) -> None:
+        if self.task is None or self.task.done():
+            self.task = asyncio.get_running_loop().create_task(self.stream.tick(last_seq))
+
+    def cancel(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+
+
+async def _pump(
+    stream: TurnStream, ticks: _Ticks, layer: Any, channel: str, *, status: str, last_seq: int
+) -> None:
     """Replay, then feed the doorbells of ``channel`` to ``stream`` until it ends."""
     await stream.start(status=status, last_seq=last_seq)
     if stream.ended:
         return
-    stream_ticker().add(stream)
+    stream_ticker().add(ticks)
     while not stream.ended:
         message = await layer.receive(channel)
         if message.get("type") == "turn.doorbell":
@@ -96,11 +120,12 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
     channel = await layer.new_channel()
     transport = SSETransport()
     stream = TurnStream(turn_id=turn_id, after=after, transport=transport, read=read_frames)
+    ticks = _Ticks(stream)
     # Join before reading (turns.live): a doorbell rung after the replay's
     # read is queued on our channel, and whatever it repeats is dropped by seq.
     await layer.group_add(group, channel)
     pump = asyncio.get_running_loop().create_task(
-        _pump(stream, layer, channel, status=status, last_seq=last_seq), name=f"turn-{turn_id}-sse"
+        _pump(stream, ticks, layer, channel, status=status, last_seq=last_seq), name=f"turn-{turn_id}-sse"
     )
     try:
         yield ": stream of turn %d after seq %d\n\n" % (turn_id, after)  # noqa: UP031 - the first bytes go out now
@@ -119,7 +144,8 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
             yield item
     finally:
         stream.stop()
-        stream_ticker().discard(stream)
+        stream_ticker().discard(ticks)
+        ticks.cancel()
         pump.cancel()
         with contextlib.suppress(BaseException):
             await pump

@@ -35,7 +35,7 @@ async def _doorbell_on_this_loop():
 
 
 @pytest.fixture
-def login(client):
+async def login(client):
     """``await login(user)`` → the session cookie header of ``user``."""
 
     async def log_in(user) -> tuple[bytes, bytes]:
@@ -43,7 +43,8 @@ def login(client):
         return (b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode())
 
     yield log_in
-    connections.close_all()
+    # force_login ran on asgiref's sync thread: close its connection there
+    await sync_to_async(connections.close_all, thread_sensitive=True)()
 
 
 class SSE:
@@ -216,6 +217,37 @@ async def test_an_event_appended_while_streaming_arrives_once(owner, db_threads,
     assert item is not None and item["id"] == "2" and item["data"]["data"] == {"text": "live"}
     await sse.communicator.send_input({"type": "http.disconnect"})
     await sse.communicator.wait(timeout=5)
+
+
+async def test_a_slow_client_gets_a_long_log_whole_and_holds_up_no_one(owner, db_threads, login, monkeypatch):
+    from turns import sse
+
+    monkeypatch.setattr(sse, "QUEUE_SIZE", 3)
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    for i in range(20):  # far more than the queue holds
+        await db_threads.run(event_append, turn_id=turn.pk, type="thinking", data={"text": str(i)})
+    other = await db_threads.run(turn_create, owner=owner, question="r")
+    cookie = await login(owner)
+    slow = await open_sse(turn.pk, cookie)
+    await asyncio.sleep(0.6)  # it reads nothing while heartbeats are due (every 0.2 s)
+
+    quick = await open_sse(other.pk, cookie)  # another stream is not held up by it
+    heartbeats = 0
+    while heartbeats < 2:
+        item = await quick.next(timeout=2)
+        assert item is not None
+        heartbeats += item.get("comment") == "heartbeat"
+
+    frames = []
+    while len(frames) < 21:
+        item = await slow.next()
+        assert item is not None and item.get("event") != "stream.end"
+        if "data" in item:
+            frames.append(item["data"])
+    assert [f["seq"] for f in frames] == list(range(1, 22))
+    for stream in (slow, quick):
+        await stream.communicator.send_input({"type": "http.disconnect"})
+        await stream.communicator.wait(timeout=5)
 
 
 def answer_text(frames: list[dict], step: int) -> str:
