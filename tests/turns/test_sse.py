@@ -238,7 +238,7 @@ async def test_a_slow_client_gets_a_long_log_whole_and_holds_up_no_one(owner, db
         assert item is not None
         heartbeats += item.get("comment") == "heartbeat"
 
-    frames = []
+    frames: list[dict] = []
     while len(frames) < 21:
         item = await slow.next()
         assert item is not None and item.get("event") != "stream.end"
