@@ -21,14 +21,17 @@ from turns.job_ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
 
 from .checks import CheckRow, check_metrics, check_row
+from .comparison import ComparedRow
+from .datasets import gold_display
+from .epoch_comparison import EpochComparedRow
 from .metrics import PredictionRow, compute_metrics
-from .models import Dataset, Prediction, Run
+from .models import Dataset, Prediction, Run, RunStatus
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
 
 def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
     """Runs, newest first, optionally of one status and/or one dataset name."""
-    qs = Run.objects.select_related("dataset", "started_by").order_by("-created_at", "-pk")
+    qs = Run.objects.select_related("dataset", "started_by", "rescored_from").order_by("-created_at", "-pk")
     if status:
         qs = qs.filter(status=status)
     if dataset:
@@ -38,10 +41,176 @@ def run_list(*, status: str | None = None, dataset: str | None = None) -> QueryS
 
 def run_get(*, run_id: str) -> Run:
     """The run with this public ``run_id``; ``NotFound`` otherwise."""
-    run = Run.objects.select_related("dataset", "started_by").filter(run_id=run_id).first()
+    run = Run.objects.select_related("dataset", "started_by", "rescored_from").filter(run_id=run_id).first()
     if run is None:
         raise NotFound(f"run {run_id!r} not found")
     return run
+
+
+def run_stored_metrics(*, run: Run) -> dict[str, Any]:
+    """The run's stored metrics, or — for a run that has not finished (none
+    stored yet) — ``run_metrics`` computed now."""
+    return run.metrics or run_metrics(run=run)
+
+
+def run_latencies(*, run: Run) -> list[int]:
+    """The known latencies (ms) of the run's predictions. One query."""
+    found = Prediction.objects.filter(run=run, latency_ms__isnull=False).values_list("latency_ms", flat=True)
+    return [ms for ms in found if ms is not None]
+
+
+def run_compared_rows(*, run: Run) -> list[ComparedRow]:
+    """The run's predictions as ``ComparedRow`` s for a comparison, in
+    example order. One query."""
+    rows = (
+        Prediction.objects.filter(run=run)
+        .order_by("example__position", "pk")
+        .values_list(
+            "example_id",
+            "example__external_id",
+            "task_type",
+            "pk",
+            "turn_id",
+            "correct",
+            "prediction",
+            "gold_answer",
+            "error",
+            "stop_reason",
+        )
+    )
+    return [
+        ComparedRow(
+            example_key=row[0],
+            example_id=row[1],
+            task_type=row[2],
+            prediction_id=row[3],
+            turn_id=row[4],
+            correct=row[5],
+            prediction=row[6],
+            gold=gold_display(row[7]),
+            error=row[8],
+            stop_reason=row[9],
+        )
+        for row in rows
+    ]
+
+
+def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
+    """The run's predictions, every epoch, as ``EpochComparedRow`` s for the
+    comparison of runs with epochs (``evaluation.epoch_comparison``), in
+    example and epoch order. One query."""
+    rows = (
+        Prediction.objects.filter(run=run)
+        .order_by("example__position", "epoch", "pk")
+        .values_list(
+            "example_id",
+            "example__external_id",
+            "task_type",
+            "pk",
+            "turn_id",
+            "correct",
+            "prediction",
+            "gold_answer",
+            "error",
+            "stop_reason",
+            "epoch",
+            "score",
+        )
+    )
+    return [
+        EpochComparedRow(
+            row=ComparedRow(
+                example_key=row[0],
+                example_id=row[1],
+                task_type=row[2],
+                prediction_id=row[3],
+                turn_id=row[4],
+                correct=row[5],
+                prediction=row[6],
+                gold=gold_display(row[7]),
+                error=row[8],
+                stop_reason=row[9],
+            ),
+            epoch=row[10],
+            score=row[11],
+        )
+        for row in rows
+    ]
+
+
+#: Config keys that may differ between a run and its ``--baseline previous``:
+#: what is being compared (the model and the code) and how the run was
+#: executed, which does not change what is measured.
+BASELINE_FREE_KEYS = frozenset(
+    {"model", "provider", "code_version", "resumes", "concurrency", "workers", "price"}
+)
+
+
+def baseline_config(config: dict[str, Any]) -> dict[str, Any]:
+    """The part of a run's config that ``--baseline previous`` requires to be
+    equal: all but ``BASELINE_FREE_KEYS``, and the plugins without their
+    versions (a plugin's version is code)."""
+    kept = {k: v for k, v in config.items() if k not in BASELINE_FREE_KEYS}
+    if isinstance(kept.get("plugins"), list):
+        kept["plugins"] = [
+            {k: v for k, v in p.items() if k != "version"} if isinstance(p, dict) else p
+            for p in kept["plugins"]
+        ]
+    return kept
+
+
+def run_previous(*, run: Run) -> Run | None:
+    """The latest finished (``success``) run on ``run``'s dataset, created
+    before it, whose config equals ``run``'s apart from the model and code
+    version (``baseline_config``) — ``run_eval --baseline previous`` — or
+    ``None``. Reads the dataset's earlier runs newest first."""
+    wanted = baseline_config(run.config or {})
+    earlier = (
+        Run.objects.filter(
+            dataset_id=run.dataset_id, status=RunStatus.SUCCESS, created_at__lte=run.created_at
+        )
+        .exclude(pk=run.pk)
+        .select_related("dataset", "started_by")
+        .order_by("-created_at", "-pk")
+    )
+    for candidate in earlier.iterator(chunk_size=50):
+        if baseline_config(candidate.config or {}) == wanted:
+            return candidate
+    return None
+
+
+def run_previous_on_dataset(*, run: Run) -> Run | None:
+    """The run on ``run``'s dataset created just before it, whatever its
+    config or status (the admin's "compare with previous run" link), or ``None``."""
+    return (
+        Run.objects.filter(dataset_id=run.dataset_id, created_at__lte=run.created_at)
+        .exclude(pk=run.pk)
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
+def dataset_accuracy_trend(*, dataset_id: int, limit: int = 50) -> list[dict[str, Any]]:
+    """The accuracy of the latest ``limit`` finished runs of a dataset, oldest
+    first: ``[{"pk", "run_id", "created_at" (ISO-8601), "accuracy",
+    "model"}]`` (runs without a stored accuracy left out)."""
+    rows = (
+        Run.objects.filter(dataset_id=dataset_id)
+        .exclude(status=RunStatus.STARTED)
+        .order_by("-created_at", "-pk")
+        .values_list("pk", "run_id", "created_at", "metrics", "config")[:limit]
+    )
+    return [
+        {
+            "pk": pk,
+            "run_id": run_id,
+            "created_at": created_at.isoformat(),
+            "accuracy": (metrics or {}).get("accuracy"),
+            "model": (config or {}).get("model"),
+        }
+        for pk, run_id, created_at, metrics, config in reversed(rows)
+        if (metrics or {}).get("accuracy") is not None
+    ]
 
 
 def prediction_list(
@@ -57,7 +226,11 @@ def prediction_list(
     (``correct=True/False`` matches scored rows only), whether they were scored
     at all (``scored=False``: could not be scored — not the same as wrong),
     stop reason, and a check their turn failed (``predictions_failing``)."""
-    qs = Prediction.objects.filter(run=run).select_related("example").order_by("example__position", "pk")
+    qs = (
+        Prediction.objects.filter(run=run)
+        .select_related("example")
+        .order_by("example__position", "epoch", "pk")
+    )
     if task_type:
         qs = qs.filter(task_type=task_type)
     if correct is not None:
@@ -107,6 +280,12 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             review_retried=bool(p.review_retried),
             review_verdict=p.review_verdict,
             usage=p.usage or None,
+            example=p.example_id,
+            epoch=p.epoch,
+            score=p.score,
+            judge_grade=(p.judgement or {}).get("grade", ""),
+            judge_cached=bool((p.judgement or {}).get("cached")),
+            judge_usage=(p.judgement or {}).get("usage") or None,
         )
         for p in run.predictions.all()
     ]

@@ -45,6 +45,7 @@ def world(owner, teammate, outsider, staff) -> World:
     )
     dataset = Dataset.objects.create(name="tiny")
     run, _ = run_start(run_id="r1", dataset=dataset, config={}, started_by=staff)
+    later, _ = run_start(run_id="r2", dataset=dataset, config={}, started_by=staff)
     _, raw = apikey_create(name="ci")
     return World(
         users={"owner": owner, "teammate": teammate, "outsider": outsider, "staff": staff},
@@ -56,6 +57,7 @@ def world(owner, teammate, outsider, staff) -> World:
             "paused": paused.pk,
             "approval": approval.pk,
             "run": run.run_id,
+            "later": later.run_id,
         },
     )
 
@@ -98,6 +100,7 @@ ROUTES = [
     ("GET", "/api/runs", None, readers(200)),
     ("GET", "/api/runs/{run}", None, readers(200)),
     ("GET", "/api/runs/{run}/predictions?correct=false", None, readers(200)),
+    ("GET", "/api/runs/{run}/compare/{later}", None, readers(200)),
 ]
 
 CASES = [

@@ -14,7 +14,10 @@
 - ``extensions``: the plugins and MCP servers the turn ran with, and the
   plugin whose system prompt it used (``TurnExtensions``, the driver);
 - ``answer_type``: the JSON type the current attempt's final answer was given
-  in (``turn.answered``'s ``answer_type``), for the scorer's type check.
+  in (``turn.answered``'s ``answer_type``), for the scorer's type check;
+- ``setup``: what the model was given when the current attempt started — the
+  system prompt as sent and the tools offered (``AttemptSetup``, written by
+  the driver when the attempt starts: ``turns.driver.extensions.setup_write``).
 
 ``Turn.usage`` is the current attempt's usage; ``meta_usage_total`` adds the
 archived attempts' — the one sum every view of a turn shows.
@@ -96,6 +99,25 @@ class TurnExtensions(TypedDict):
     system_prompt: str | None
 
 
+class OfferedTool(TypedDict):
+    """A tool offered to the model: its name and the description it was given."""
+
+    name: str
+    description: str
+
+
+class AttemptSetup(TypedDict):
+    """What the model was given when attempt ``attempt`` started: the system
+    prompt exactly as sent (with the tool list and the JSON-in-text protocol
+    for providers without native tool calls: ``native_tools`` false) and the
+    tools offered, in order."""
+
+    attempt: int
+    system_prompt: str
+    tools: list[OfferedTool]
+    native_tools: bool
+
+
 class TurnMeta(TypedDict, total=False):
     attempts: list[ArchivedAttempt]
     retry_context: RetryContext
@@ -105,6 +127,7 @@ class TurnMeta(TypedDict, total=False):
     failure_error: str
     extensions: TurnExtensions
     answer_type: str
+    setup: AttemptSetup
 
 
 def meta_of(raw: Mapping[str, Any] | None) -> TurnMeta:
@@ -197,7 +220,20 @@ def meta_extensions(meta: Mapping[str, Any] | None) -> TurnExtensions | None:
     return (meta or {}).get("extensions") or None
 
 
+def meta_setup(meta: Mapping[str, Any] | None) -> AttemptSetup | None:
+    """The system prompt and tools the current attempt started with
+    (``None``: not recorded — a turn started before they were)."""
+    return (meta or {}).get("setup") or None
+
+
 # --- writes ------------------------------------------------------------------------
+
+
+def meta_with_setup(meta: Mapping[str, Any] | None, setup: AttemptSetup) -> TurnMeta:
+    """``meta`` with what the current attempt started with (``AttemptSetup``)."""
+    new = meta_of(meta)
+    new["setup"] = cast(AttemptSetup, json_safe(dict(setup)))
+    return new
 
 
 def meta_with_cancel(meta: Mapping[str, Any] | None, *, by: str | None, at: str) -> TurnMeta:

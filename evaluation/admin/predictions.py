@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
@@ -91,7 +93,10 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "id",
         "run",
         "example_id_display",
+        "epoch",
         "task_type",
+        "prediction_short",
+        "gold_short",
         "correct",
         "score",
         "stop_reason_display",
@@ -128,6 +133,9 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "scorer",
         "score",
         "correct",
+        "score_explanation",
+        "judgement",
+        "epoch",
         "evidence",
         "reasoning",
         "steps",
@@ -147,7 +155,13 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     fieldsets = (
         (
             None,
-            {"fields": (("run", "example_link", "task_type"), "turn_link", ("created_at", "completed_at"))},
+            {
+                "fields": (
+                    ("run", "example_link", "epoch", "task_type"),
+                    "turn_link",
+                    ("created_at", "completed_at"),
+                )
+            },
         ),
         (
             "Answer",
@@ -158,6 +172,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                     "gold_display",
                     "answer_mismatch",
                     ("scorer", "score", "correct"),
+                    "score_explanation",
+                    "judgement",
                     "evidence",
                     "reasoning",
                 )
@@ -185,6 +201,41 @@ class PredictionAdmin(StaffReadOnlyAdmin):
             .select_related("run", "example")
             .annotate(turn_status=Subquery(Turn.objects.filter(pk=OuterRef("turn_id")).values("status")[:1]))
         )
+
+    def change_view(
+        self,
+        request: HttpRequest,
+        object_id: str,
+        form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The page is titled by the example's id (what people search and
+        talk about), with the run beside it."""
+        found = (
+            Prediction.objects.filter(pk=int(object_id))
+            .values_list("example__external_id", "run__run_id")
+            .first()
+            if object_id.isdigit()
+            else None
+        )
+        if found is not None:
+            example_id, run_id = found
+            extra_context = {
+                **(extra_context or {}),
+                "title": f"Example {example_id} · run {run_id}",
+                "subtitle": None,
+            }
+        return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="prediction", ordering="prediction")
+    def prediction_short(self, prediction: Prediction) -> str:
+        if prediction.error and not prediction.prediction:
+            return "(error)"
+        return Truncator(prediction.prediction).chars(50)
+
+    @admin.display(description="gold answer")
+    def gold_short(self, prediction: Prediction) -> str:
+        return Truncator(gold_display(prediction.gold_answer)).chars(50)
 
     @admin.display(description="example", ordering="example__external_id")
     def example_id_display(self, prediction: Prediction) -> str:

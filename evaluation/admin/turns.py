@@ -2,9 +2,10 @@
 
 ``turns`` knows nothing of evaluation (it sits below it). This module replaces
 the registration of ``turns.admin.TurnAdmin`` with ``RunTurnAdmin``, a
-subclass that adds a "run" column and field (a link to the run) and a "run"
+subclass that adds a "run" column and field (a link to the run), a
+"prediction" field (a link back to the prediction the turn produced) and a "run"
 filter — the links of a run's page to its turns (``?run=<pk>``) use that
-filter. The turn's run comes as two scalar subqueries on the prediction's
+filter. The turn's run and prediction come as scalar subqueries on the prediction's
 ``turn_id`` index, so the list still costs the same number of queries
 whatever its length.
 """
@@ -61,10 +62,10 @@ class RunFilter(admin.SimpleListFilter):
 
 
 def _fieldsets_with_run(fieldsets: Any) -> Any:
-    """The turn page's fieldsets with ``run_link`` beside the owner."""
+    """The turn page's fieldsets with ``run_link`` and ``prediction_link`` beside the owner."""
     (name, options), *rest = fieldsets
     rows = tuple(
-        (*row, "run_link") if isinstance(row, tuple) and "owner_name" in row else row
+        (*row, "run_link", "prediction_link") if isinstance(row, tuple) and "owner_name" in row else row
         for row in options["fields"]
     )
     return ((name, {**options, "fields": rows}), *rest)
@@ -75,7 +76,9 @@ class RunTurnAdmin(TurnAdmin):
 
     list_display = _after(TurnAdmin.list_display, "owner", "run_link")
     list_filter = _after(TurnAdmin.list_filter, StopReasonFilter, RunFilter)
-    readonly_fields = _after(TurnAdmin.readonly_fields, "owner_name", "run_link")
+    readonly_fields = _after(
+        _after(TurnAdmin.readonly_fields, "owner_name", "run_link"), "run_link", "prediction_link"
+    )
     fieldsets = _fieldsets_with_run(TurnAdmin.fieldsets)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
@@ -88,6 +91,8 @@ class RunTurnAdmin(TurnAdmin):
             .annotate(
                 run_pk=Subquery(prediction.values("run_id")[:1]),
                 run_label=Subquery(prediction.values("run__run_id")[:1]),
+                prediction_pk=Subquery(prediction.values("pk")[:1]),
+                example_label=Subquery(prediction.values("example__external_id")[:1]),
             )
         )
 
@@ -97,6 +102,14 @@ class RunTurnAdmin(TurnAdmin):
         if run_pk is None:
             return DASH
         return admin_link(Run, run_pk, turn.run_label)  # type: ignore[attr-defined]
+
+    @admin.display(description="prediction")
+    def prediction_link(self, turn: Turn) -> SafeString | str:
+        """The prediction this evaluation turn produced, named by its example."""
+        prediction_pk = getattr(turn, "prediction_pk", None)
+        if prediction_pk is None:
+            return DASH
+        return admin_link(Prediction, prediction_pk, f"example {turn.example_label}")  # type: ignore[attr-defined]
 
 
 # ``turns.admin`` registered the plain TurnAdmin when it was imported (above).

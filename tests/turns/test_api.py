@@ -326,6 +326,7 @@ def test_openapi_document_and_docs_page_are_served():
         "/api/runs",
         "/api/runs/{run_id}",
         "/api/runs/{run_id}/predictions",
+        "/api/runs/{base}/compare/{candidate}",
     } <= paths
     assert client.get("/api/docs").status_code == 200
 

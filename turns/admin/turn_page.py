@@ -30,7 +30,7 @@ from common.admin import (
     json_block,
 )
 
-from ..meta import meta_attempts, meta_failure, meta_last_review, meta_usage_total
+from ..meta import meta_attempts, meta_failure, meta_last_review, meta_setup, meta_usage_total
 from ..models import TERMINAL_EVENT_TYPES, Approval, Turn
 from ..selectors import events_after
 from ..services import RETRYABLE_STATUSES
@@ -62,6 +62,32 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     @admin.display(description="review")
     def review_display(self, turn: Turn) -> str:
         return review_text(meta_last_review(turn.meta))
+
+    @admin.display(description="system prompt")
+    def setup_prompt(self, turn: Turn) -> SafeString | str:
+        """The system prompt the current attempt started with, as sent."""
+        setup = meta_setup(turn.meta)
+        if setup is None:
+            return "not recorded (the turn has not started, or started before prompts were recorded)"
+        return format_html(
+            '<pre class="al-system-prompt" style="{}">{}</pre>',
+            "max-height:24em;overflow:auto;white-space:pre-wrap;margin:0;font-size:12px",
+            setup["system_prompt"],
+        )
+
+    @admin.display(description="tools offered")
+    def setup_tools(self, turn: Turn) -> SafeString | str:
+        """The tools the current attempt offered the model, in order."""
+        setup = meta_setup(turn.meta)
+        if setup is None:
+            return DASH
+        calls = "native tool calls" if setup["native_tools"] else "tool calls as JSON in the text"
+        table = html_table(
+            ("tool", "description"),
+            [(t["name"], t["description"]) for t in setup["tools"]],
+            empty="no tools",
+        )
+        return format_html("<p>Attempt {}, {}.</p>{}", setup["attempt"], calls, table)
 
     @admin.display(description="archived attempts")
     def attempts_table(self, turn: Turn) -> SafeString:

@@ -177,6 +177,8 @@ class TurnAdmin(TurnPageAdmin):
         "clarifying_question",
         "failure",
         "review_display",
+        "setup_prompt",
+        "setup_tools",
         "attempts_table",
         "usage_table",
         "timings_table",
@@ -198,6 +200,7 @@ class TurnAdmin(TurnPageAdmin):
             },
         ),
         ("Question", {"fields": ("question",)}),
+        ("What the model was given", {"fields": ("setup_prompt", "setup_tools")}),
         (
             "Answer",
             {

@@ -37,7 +37,7 @@ from common.db import DatabaseThreads
 
 from ..events import TurnNotHeld
 from ..extensions import recorded_extensions
-from ..meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of
+from ..meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
 from ..models import ApprovalStatus, Turn, TurnOutcome, TurnStatus
 from ..selectors import approval_status_of, turn_checked, turn_meta
 from .claim import turn_claim
@@ -46,8 +46,10 @@ from .extensions import (
     Subject,
     attempt_checks,
     attempt_setup,
+    attempt_setup_record,
     meta_after_setup,
     plugin_context,
+    setup_write,
     unavailable_result,
 )
 from .finish import finish_fields, finish_unexpected, finish_write
@@ -208,14 +210,20 @@ async def drive_turn(
                 max_tokens=max_output_tokens,
                 system_prompt=setup.system_prompt if setup else None,
             )
+            tool_context = ToolContext(
+                documents=list((turn.context or {}).get("documents") or []),
+                metadata=dict(turn.context or {}),
+            )
+            started_with = attempt_setup_record(
+                loop, question=current.question, context=tool_context, attempt=current.number
+            )
+            meta = meta_with_setup(meta, started_with)
+            await db.run(setup_write, turn_id=turn_id, setup=started_with)
             act_started = time.monotonic()
             on_text = current.recorder.stream_deltas() if policy.streams else None
             result = await loop.run(
                 current.question,
-                context=ToolContext(
-                    documents=list((turn.context or {}).get("documents") or []),
-                    metadata=dict(turn.context or {}),
-                ),
+                context=tool_context,
                 on_report=current.recorder,
                 cancel=cancel,
                 recorded=recorded,

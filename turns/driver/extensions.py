@@ -20,17 +20,19 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+from django.db import transaction
+
 from agentlab.agent.extensions import Extensions, TurnSetup, turn_setup
-from agentlab.agent.loop import LoopResult
+from agentlab.agent.loop import AgentLoop, LoopResult
 from agentlab.agent.mcp.hub import MCPUnavailable
 from agentlab.agent.plugins import CheckRecord, PluginContext, TurnSummary
-from agentlab.agent.tools import ToolRegistry
+from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.usage import UsageTotals
 
 from ..event_types import CheckData
 from ..events import NewEvent
-from ..meta import TurnMeta, meta_with_extensions
-from ..models import EventType
+from ..meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions, meta_with_setup
+from ..models import EventType, Turn
 from .claim import ClaimedTurn
 
 
@@ -87,6 +89,31 @@ def meta_after_setup(meta: TurnMeta, extensions: Extensions, setup: TurnSetup) -
         mcp_servers=[server.name for server in extensions.mcp_servers],
         system_prompt=setup.prompt_plugin,
     )
+
+
+def attempt_setup_record(
+    loop: AgentLoop, *, question: str, context: ToolContext, attempt: int
+) -> AttemptSetup:
+    """What ``loop`` gives the model at the start of attempt ``attempt``: the
+    system prompt of its first call (``AgentLoop.build_messages``, exactly as
+    sent) and the tools offered in ``context``."""
+    first = loop.build_messages(question, [], context=context)[0]
+    offered = loop.tools.offered(context)
+    return AttemptSetup(
+        attempt=attempt,
+        system_prompt=str(first.get("content") or "") if first.get("role") == "system" else "",
+        tools=[OfferedTool(name=tool.name, description=tool.description) for tool in offered],
+        native_tools=loop.native_tools,
+    )
+
+
+def setup_write(*, turn_id: int, setup: AttemptSetup) -> None:
+    """Record ``setup`` in the turn's meta when the attempt starts, under the
+    turn's row lock: the meta is read and merged in the same transaction, so
+    a concurrent write of another key (a cancel request) is not lost."""
+    with transaction.atomic():
+        meta = Turn.objects.select_for_update().values_list("meta", flat=True).get(pk=turn_id)
+        Turn.objects.filter(pk=turn_id).update(meta=meta_with_setup(meta, setup))
 
 
 def check_events(

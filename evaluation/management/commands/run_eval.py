@@ -1,9 +1,11 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
 
 Parses the options, calls ``evaluation.run_eval.run_eval``, prints
-the metrics table, and maps outcomes to exit codes: 0 done, 1 accuracy below
-``--fail-under`` (or nothing could be scored), 2 bad input (options, dataset,
-model file, database), 130 Ctrl-C.
+the metrics table — and, with ``--baseline``, the comparison with the baseline
+(``evaluation.regression_gate``) — and maps outcomes to exit codes: 0 done, 1
+accuracy below ``--fail-under`` (or nothing could be scored) or, with
+``--fail-on-regression``, a significant regression, 2 bad input (options,
+dataset, model file, baseline, database), 130 Ctrl-C.
 """
 
 from __future__ import annotations
@@ -21,8 +23,10 @@ from tqdm import tqdm
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
+from evaluation.comparison_table import format_comparison
 from evaluation.datasets import DatasetFormatError
 from evaluation.metrics_table import format_table
+from evaluation.regression_gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
 from evaluation.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
 
 
@@ -80,7 +84,39 @@ class Command(BaseCommand):
             help="US dollars per million output tokens; needs --price-in",
         )
         parser.add_argument(
-            "--json", dest="json_path", default=None, help="also write run and metrics to FILE"
+            "--epochs",
+            type=int,
+            default=None,
+            help="run every example K times, as independent turns (default 1, or the resumed run's); "
+            "the metrics add pass@k, majority vote and how often epochs disagree",
+        )
+        parser.add_argument(
+            "--judge-model",
+            default=None,
+            help="the grading model of examples scored by the LLM judge (default: the run's model); "
+            "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
+        )
+        parser.add_argument(
+            "--json",
+            dest="json_path",
+            default=None,
+            help="also write run and metrics (and the comparison with --baseline) to FILE",
+        )
+        parser.add_argument(
+            "--baseline",
+            default=None,
+            metavar="RUN_ID|previous",
+            help="compare the finished run with this run (same dataset), or with the latest finished "
+            "run on the dataset with the same config apart from model and code version ('previous')",
+        )
+        parser.add_argument(
+            "--fail-on-regression",
+            action="store_true",
+            help="exit 1 when the run is worse than --baseline with exact McNemar p < --alpha overall, "
+            "or with a Holm-adjusted p < --alpha in a task type",
+        )
+        parser.add_argument(
+            "--alpha", type=float, default=0.05, help="significance level of --fail-on-regression (0.05)"
         )
         parser.add_argument(
             "--plugin",
@@ -120,11 +156,20 @@ class Command(BaseCommand):
                     max_output_tokens=opts["max_output_tokens"],
                     price_in=opts["price_in"],
                     price_out=opts["price_out"],
+                    epochs=opts["epochs"],
+                    judge_model=opts["judge_model"],
+                )
+                baseline = baseline_request(
+                    baseline=opts["baseline"],
+                    fail_on_regression=opts["fail_on_regression"],
+                    alpha=opts["alpha"],
                 )
                 if json_path:
                     _check_writable(json_path)  # before the run: the file is written only after it
                 database_check()
+                baseline_precheck(baseline, dataset=request.dataset)
                 result = run_eval(request=request, note=self.stderr.write, progress=_progress_bar)
+                outcome = baseline_compare(run=result.run, request=baseline)
         except RunInterrupted as exc:
             self.stderr.write(f"\ninterrupted; run again with --run-id {exc.run_id} to resume")
             raise SystemExit(130) from None
@@ -132,10 +177,15 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_table(result.run.metrics))
         self.stdout.write(f"run id: {result.run.run_id}")
+        if outcome.note:
+            self.stderr.write(outcome.note)
+        if outcome.comparison is not None:
+            self.stdout.write(format_comparison(outcome.comparison))
         if json_path:
-            _write_json(json_path, result)
-        if result.gate_failure:
-            raise CommandError(result.gate_failure, returncode=1)
+            _write_json(json_path, result, outcome)
+        failures = [f for f in (result.gate_failure, outcome.gate_failure) if f]
+        if failures:
+            raise CommandError("; ".join(failures), returncode=1)
 
 
 def _progress_bar(run_id: str, total: int) -> Progress:
@@ -155,7 +205,7 @@ def _check_writable(json_path: str) -> None:
         raise ValueError(f"--json {json_path}: not writable")
 
 
-def _write_json(json_path: str, result: EvalResult) -> None:
+def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) -> None:
     run = result.run
     document = {
         "run_id": run.run_id,
@@ -163,6 +213,10 @@ def _write_json(json_path: str, result: EvalResult) -> None:
         "status": run.status,
         "config": run.config,
         "metrics": run.metrics,
+        # with --baseline: the evaluation.comparison.Comparison (None when skipped)
+        "baseline": outcome.baseline_run_id,
+        "comparison": outcome.comparison,
+        "regressions": outcome.regressions,
     }
     try:
         Path(json_path).write_text(json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8")
