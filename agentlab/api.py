@@ -35,7 +35,9 @@ api = NinjaAPI(
     title="AgentLab API",
     version="1",
     description="Conversations, turns and their event logs (session + CSRF); evaluation runs and "
-    "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`.',
+    "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`. '
+    "A turn's events also stream as server-sent events: `GET /api/turns/{id}/stream?after=N` "
+    "(`id:` = seq, `Last-Event-ID`, `event: stream.end`).",
     auth=session_auth,
     urls_namespace="api",
 )

@@ -102,6 +102,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # django-ninja's own templates and static files: /api/docs serves Swagger UI
+    # from the project (no CDN), so it works without internet
+    "ninja",
     "turns",
     "evaluation",
     "apikeys",

@@ -61,5 +61,12 @@ def count_tool() -> Tool:
     without its result). Every call is logged as ``label key
     first|may-have-run`` in ``<file>.calls`` and its idempotency key in
     ``<file>.keys``; with ``AGENTLAB_TEST_COUNT_IDEMPOTENT=1`` a key already
-    there counts nothing again (what a tool with side effects must do)."""
-    return Tool(name="count", description="Count a label once (test tool).", parameters=CountArgs, fn=_count)
+    there counts nothing again (what a tool with side effects must do). With
+    ``AGENTLAB_TEST_COUNT_APPROVAL=1`` it needs a human's approval."""
+    return Tool(
+        name="count",
+        description="Count a label once (test tool).",
+        parameters=CountArgs,
+        fn=_count,
+        needs_approval=os.environ.get("AGENTLAB_TEST_COUNT_APPROVAL") == "1",
+    )

@@ -228,6 +228,7 @@ async def drive_turn(
             meta = meta_with_setup(meta, started_with)
             await db.run(setup_write, turn_id=turn_id, setup=started_with)
             act_started = time.monotonic()
+            on_text = current.recorder.stream_deltas() if policy.streams else None
             result = await loop.run(
                 current.question,
                 context=tool_context,
@@ -236,7 +237,10 @@ async def drive_turn(
                 recorded=recorded,
                 approval=gate,
                 deadline=deadline,
+                on_text=on_text,
             )
+            if on_text is not None:
+                await on_text.close()
             timings["act_ms"] = timings.get("act_ms", 0) + int((time.monotonic() - act_started) * 1000)
             if setup is not None and not checked and result.stop_reason != "cancelled":
                 inherited_steps = len(inherited) if current.number == turn.attempts else 0
@@ -367,6 +371,8 @@ async def drive_turn(
         )
     finally:
         cancel.set()
+        if current.recorder.deltas is not None:
+            await current.recorder.deltas.close()
         watch.discard(turn_id, holder)
         if late_review is not None and not late_review.done():
             late_review.cancel()
