@@ -19,6 +19,7 @@ from common.api import ERRORS, AuthedRequest, Pagination
 
 from . import selectors
 from .comparison import Comparison
+from .intervals import CONFIDENCE, wilson_interval
 from .models import Prediction, Run, RunStatus
 from .services.comparison import run_compare_ids
 
@@ -28,10 +29,23 @@ Text = Annotated[str, AfterValidator(clean_text)]
 RunId = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=200)]
 
 
+class AccuracyOut(Schema):
+    value: float = Field(description="correct / n, in 0..1")
+    correct: int
+    n: int = Field(description="scored predictions (unscored ones are not in the denominator)")
+    ci_low: float = Field(description="the 95% Wilson score interval's lower end, in 0..1")
+    ci_high: float
+    confidence: float
+
+
 class RunOut(Schema):
     run_id: str
     dataset: str
     status: str
+    accuracy: AccuracyOut | None = Field(
+        description="the run's accuracy with its n and 95% Wilson interval; null when nothing was scored"
+    )
+    rescored_from: str | None = Field(description="the run whose predictions this run re-scored")
     config: dict[str, Any]
     metrics: dict[str, Any]
     started_by: str | None
@@ -41,6 +55,26 @@ class RunOut(Schema):
     @staticmethod
     def resolve_dataset(obj: Run) -> str:
         return obj.dataset.name
+
+    @staticmethod
+    def resolve_accuracy(obj: Run) -> dict[str, Any] | None:
+        metrics = obj.metrics or {}
+        correct, n = int(metrics.get("correct") or 0), int(metrics.get("scored") or 0)
+        interval = wilson_interval(correct, n) if 0 <= correct <= n else None
+        if interval is None:
+            return None
+        return {
+            "value": correct / n,
+            "correct": correct,
+            "n": n,
+            "ci_low": interval[0],
+            "ci_high": interval[1],
+            "confidence": CONFIDENCE,
+        }
+
+    @staticmethod
+    def resolve_rescored_from(obj: Run) -> str | None:
+        return obj.rescored_from.run_id if obj.rescored_from is not None else None
 
     @staticmethod
     def resolve_started_by(obj: Run) -> str | None:
@@ -65,9 +99,14 @@ class PredictionOut(Schema):
         description="the turn's usage over all attempts: tokens, calls and cost, "
         "by_model and by_role (agent, review)"
     )
+    epoch: int = Field(description="which run of the example (1..K with run_eval --epochs K)")
     scorer: str
-    score: float | None
+    score: float | None = Field(description="1, 0, or 0.5 for a judge's partial grade; null: unscored")
     correct: bool | None = Field(description="null: could not be scored (not the same as wrong)")
+    score_explanation: str = Field(description="what the scorer compared, or why it could not score")
+    judgement: dict[str, Any] = Field(
+        description="the LLM judge's grading: model, grade, cached, usage (role judge), error; {} otherwise"
+    )
     evidence: str
     reasoning: str
     steps: int

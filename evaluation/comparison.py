@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
@@ -193,6 +193,10 @@ class Comparison(TypedDict):
     stop_reasons: dict[str, Delta]
     review: dict[str, Delta]
     checks: dict[str, dict[str, Any]]
+    #: how the accuracies, interval and p-values were computed when not by
+    #: exact McNemar and Newcombe: runs with epochs use a paired bootstrap
+    #: over per-example mean scores (``evaluation.epoch_comparison``)
+    method: NotRequired[str]
 
 
 def paired_accuracy(table: PairedTable, *, confidence: float = CONFIDENCE) -> PairedAccuracy:

@@ -126,11 +126,12 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
             f"{_pct(side['accuracy'])} ({side['correct']}/{side['scored']})",
         )
 
-    confidence = f"{comparison['confidence']:.0%} CI, pp (Newcombe)"
+    bootstrap = "method" in comparison  # runs with epochs: evaluation.epoch_comparison
+    confidence = f"{comparison['confidence']:.0%} CI, pp ({'bootstrap' if bootstrap else 'Newcombe'})"
     accuracy = Table(title="Paired accuracy (examples both runs scored)")
     for name in ("", "examples", "base", "candidate", "difference", confidence, "fixed", "broken"):
         accuracy.add_column(name, justify="left" if not name else "right")
-    accuracy.add_column("McNemar p", justify="right")
+    accuracy.add_column("bootstrap p" if bootstrap else "McNemar p", justify="right")
     accuracy.add_column("Holm p", justify="right")
     accuracy.add_row(*_accuracy_row("overall", comparison["overall"], holm=False))
     for task_type, stats in comparison["per_task_type"].items():
@@ -140,6 +141,12 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
         f"paired {counts['paired']}, scored by both {counts['scored_both']}, unscored in either "
         f"{counts['unscored']}, only in base {counts['only_base']}, only in candidate "
         f"{counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
+        + (
+            f"; runs with epochs: {comparison['method']} (10,000 seeded resamples), "
+            "fixed/broken by majority vote"
+            if bootstrap
+            else ""
+        )
     )
 
     figures = _delta_table("Cost, tokens, steps, latency (each run's own rows)")

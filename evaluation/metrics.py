@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from agentlab.agent.usage import UsageTotals
+
+from .epochs import EpochRow, epoch_metrics
+from .intervals import wilson_interval
 
 __all__ = ["PredictionRow", "compute_metrics", "percentile", "review_metrics"]
 
@@ -57,6 +60,17 @@ class PredictionRow:
     #: the turn's usage over all its attempts, agent and review calls
     #: (``UsageTotals.to_dict()``), ``None`` when not recorded
     usage: Mapping[str, Any] | None = None
+    #: which example and which epoch of it (``run_eval --epochs``)
+    example: Hashable = None
+    epoch: int = 1
+    #: the score value (1.0, 0.0, a judge's partial 0.5; ``None``: unscored)
+    score: float | None = None
+    #: the LLM judge's grade (``correct``/``partial``/``incorrect``/
+    #: ``unscored``), ``""`` when not judged; ``judge_cached``: from the cache;
+    #: ``judge_usage``: its call's usage (role ``judge``), apart from ``usage``
+    judge_grade: str = ""
+    judge_cached: bool = False
+    judge_usage: Mapping[str, Any] | None = None
 
     @property
     def first(self) -> bool | None:
@@ -87,6 +101,22 @@ def _accuracy(correct: int, scored: int) -> float | None:
     return correct / scored if scored else None
 
 
+def _interval(correct: int, scored: int) -> list[float] | None:
+    interval = wilson_interval(correct, scored)
+    return list(interval) if interval is not None else None
+
+
+def _judge_metrics(rows: Sequence[PredictionRow]) -> dict[str, Any] | None:
+    judged = [r for r in rows if r.judge_grade]
+    if not judged:
+        return None
+    return {
+        "graded": len(judged),
+        "grades": dict(sorted(Counter(r.judge_grade for r in judged).items())),
+        "cached": sum(1 for r in judged if r.judge_cached),
+    }
+
+
 def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     """Aggregate prediction rows into the run's metrics dict (JSON-serialisable).
 
@@ -96,17 +126,21 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
       ``unscored``: the rest; ``correct``: rows with ``correct is True``.
     - ``accuracy``: ``correct / scored`` (float in [0, 1]); ``None`` when nothing
       was scored. Unscored rows are outside the denominator, wrong and errored
-      rows inside.
+      rows inside. ``accuracy_ci``: its 95 % Wilson interval ``[low, high]``
+      (``evaluation.intervals``), ``None`` when nothing was scored.
+    - ``score_mean``: the mean score of the scored rows (a judge's partial
+      grade counts 0.5 here, and not as correct in ``accuracy``).
     - ``errors``: rows with a non-empty ``error``.
     - ``per_task_type``: ``{task_type: {"total", "scored", "correct",
-      "accuracy"}}``, keys sorted.
+      "accuracy", "accuracy_ci"}}``, keys sorted.
     - ``steps_mean``: mean steps over all rows (float), ``None`` when empty.
     - ``tokens``: ``{"input": int, "output": int, "unknown_rows": int}`` — sums
       of the known values; ``unknown_rows`` counts rows where input or output
       tokens are ``None``.
     - ``cost``: sum of the known costs, ``None`` when no row has a cost.
     - ``usage``: the rows' ``usage`` summed (``UsageTotals.to_dict()``):
-      calls, tokens and cost ``by_model`` and ``by_role`` (agent, review);
+      calls, tokens and cost ``by_model`` and ``by_role`` (agent, review, and
+      judge — the LLM judge's calls, from ``judge_usage``);
       a model's ``cost`` is ``None`` when none of its calls had a price, and
       ``unpriced_calls`` says how many calls a known sum leaves out.
     - ``stop_reasons``: ``{stop_reason: count}``, keys sorted.
@@ -116,6 +150,11 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
 
     - ``review``: reviewer metrics (:func:`review_metrics`), overall and
       ``per_task_type``.
+    - ``judge`` (only when some row was judged): ``{"graded", "grades":
+      {grade: count}, "cached"}``.
+    - ``epochs`` (only when some row has an epoch above 1):
+      :func:`evaluation.epochs.epoch_metrics` — mean accuracy over examples
+      with its interval, pass@k, majority vote, disagreement.
 
     Empty input gives zeros and ``None`` s, never ``ZeroDivisionError``.
     """
@@ -132,6 +171,7 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
         bucket["correct"] += r.correct is True
     for bucket in per_task.values():
         bucket["accuracy"] = _accuracy(bucket["correct"], bucket["scored"])
+        bucket["accuracy_ci"] = _interval(bucket["correct"], bucket["scored"])
 
     costs = [r.cost for r in rows if r.cost is not None]
     latencies = sorted(r.latency_ms for r in rows if r.latency_ms is not None)
@@ -139,13 +179,20 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     for r in rows:
         if r.usage:
             usage.merge(UsageTotals.from_dict(dict(r.usage)))
+        if r.judge_usage:
+            usage.merge(UsageTotals.from_dict(dict(r.judge_usage)))
+    # a row without a score value (rows built by hand) scores as its correctness
+    scores = [r.score if r.score is not None else float(r.correct) for r in rows if r.correct is not None]
+    epochs = max((r.epoch for r in rows), default=1)
 
-    return {
+    metrics: dict[str, Any] = {
         "total": total,
         "scored": scored,
         "unscored": total - scored,
         "correct": correct,
         "accuracy": _accuracy(correct, scored),
+        "accuracy_ci": _interval(correct, scored),
+        "score_mean": math.fsum(scores) / len(scores) if scores else None,
         "errors": sum(1 for r in rows if r.error),
         "per_task_type": {tt: per_task[tt] for tt in sorted(per_task)},
         "steps_mean": (sum(r.steps for r in rows) / total) if total else None,
@@ -164,6 +211,14 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
         },
         "review": review_metrics(rows),
     }
+    judge = _judge_metrics(rows)
+    if judge is not None:
+        metrics["judge"] = judge
+    if epochs > 1:
+        metrics["epochs"] = epoch_metrics(
+            (EpochRow(r.example, r.task_type, r.correct, r.score) for r in rows), epochs=epochs
+        )
+    return metrics
 
 
 def _review_bucket(rows: Sequence[PredictionRow]) -> dict[str, Any]:

@@ -13,6 +13,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from .intervals import accuracy_text
+
 __all__ = ["format_table"]
 
 _DASH = "—"
@@ -40,17 +42,23 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
 
     Rendered with ``rich`` into a string, without colour or other escape codes,
     ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
-    with ``correct/scored`` beside it."""
+    with ``correct/scored`` and its 95 % Wilson interval beside it (computed
+    from the counts, so runs stored before intervals existed show it too);
+    a run with epochs adds the "Epochs" table (``epochs_table``)."""
     tokens = metrics.get("tokens") or {}
     latency = metrics.get("latency_ms") or {}
 
     summary = Table(title="Evaluation metrics", show_header=False)
     summary.add_column("metric")
     summary.add_column("value", justify="right")
-    summary.add_row(
-        "accuracy",
-        f"{_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/{metrics.get('scored', 0)} scored)",
-    )
+    summary.add_row("accuracy", accuracy_text(int(metrics.get("correct", 0)), int(metrics.get("scored", 0))))
+    score_mean = metrics.get("score_mean")
+    if score_mean is not None and score_mean != metrics.get("accuracy"):
+        summary.add_row("mean score (partial = 0.5)", f"{score_mean:.3f}")
+    judge = metrics.get("judge") or {}
+    if judge:
+        grades = ", ".join(f"{g} {n}" for g, n in (judge.get("grades") or {}).items())
+        summary.add_row("judge grades", f"{grades} ({judge.get('cached', 0)} from the cache)")
     summary.add_row("total", str(metrics.get("total", 0)))
     summary.add_row("scored", str(metrics.get("scored", 0)))
     summary.add_row("unscored", str(metrics.get("unscored", 0)))
@@ -80,7 +88,7 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         ("total", "right"),
         ("scored", "right"),
         ("correct", "right"),
-        ("accuracy", "right"),
+        ("accuracy (95% CI)", "right"),
     ):
         per_task.add_column(name, justify=justify)  # type: ignore[arg-type]
     for task_type, bucket in (metrics.get("per_task_type") or {}).items():
@@ -89,7 +97,7 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
             str(bucket.get("total", 0)),
             str(bucket.get("scored", 0)),
             str(bucket.get("correct", 0)),
-            _pct(bucket.get("accuracy")),
+            accuracy_text(int(bucket.get("correct", 0)), int(bucket.get("scored", 0))),
         )
 
     by_model = Table(title="Per model")
@@ -127,7 +135,14 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         emoji=False,
         markup=False,
     )
-    tables = [summary, per_task, *([by_model] if by_model.row_count else []), stops]
+    epochs = epochs_table(metrics.get("epochs") or {})
+    tables = [
+        summary,
+        per_task,
+        *([epochs] if epochs else []),
+        *([by_model] if by_model.row_count else []),
+        stops,
+    ]
     for table in tables:
         console.print(table)
     checks = metrics.get("checks") or {}
@@ -171,4 +186,40 @@ def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
                 _pct(b["pass_rate"]),
                 f"{b['turns_failed']}/{b['turns']}",
             )
+    return table
+
+
+def _ci(interval: list[float] | None) -> str:
+    return _DASH if not interval else f"{interval[0] * 100:.1f}–{interval[1] * 100:.1f}%"
+
+
+def epochs_table(epochs: Mapping[str, Any]) -> Table | None:
+    """The "Epochs" table of a run with epochs (``metrics["epochs"]``,
+    ``evaluation.epochs.epoch_metrics``): per task type and overall, the mean
+    accuracy over examples with its 95 % interval, pass@k for each k,
+    majority-vote accuracy and the share of examples whose epochs disagree;
+    ``None`` for a run without epochs."""
+    if not epochs:
+        return None
+    k_max = int(epochs.get("epochs") or 1)
+    table = Table(title=f"Epochs ({k_max} per example)")
+    table.add_column("task type")
+    table.add_column("examples", justify="right")
+    table.add_column("mean acc. (95% CI)", justify="right")
+    for k in range(1, k_max + 1):
+        table.add_column(f"pass@{k}", justify="right")
+    table.add_column("majority", justify="right")
+    table.add_column("disagree", justify="right")
+    per_type = epochs.get("per_task_type") or {}
+    buckets = [*per_type.items(), *([("all", epochs)] if len(per_type) != 1 else [])]
+    for label, b in buckets:
+        pass_k = b.get("pass_at_k") or {}
+        table.add_row(
+            label,
+            str(b.get("scored_examples", 0)),
+            f"{_pct(b.get('mean_accuracy'))} ({_ci(b.get('mean_accuracy_ci'))})",
+            *(_pct(pass_k.get(str(k))) for k in range(1, k_max + 1)),
+            _pct(b.get("majority_accuracy")),
+            _pct(b.get("disagreement")),
+        )
     return table

@@ -14,6 +14,11 @@ class Dataset(models.Model):
     source = models.CharField(max_length=500, blank=True, default="")
     #: entry-point plugins every run of the dataset switches on (``import_dataset --plugin``)
     plugins = models.JSONField(default=list, blank=True)
+    #: the scorer of examples that name none (``""``: by task type), e.g. ``judge``
+    scorer = models.CharField(max_length=32, blank=True, default="")
+    #: the judge's rubric for the dataset's examples (``""``: the default
+    #: rubric); an example's ``rubric`` metadata wins
+    rubric = models.TextField(blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -85,6 +90,11 @@ class Run(models.Model):
     #: alive; ``run_start`` refuses a run whose lease is live
     driver = models.CharField(max_length=64, blank=True, default="")
     heartbeat_at = models.DateTimeField(null=True, blank=True)
+    #: the run whose stored predictions this run scored again (``manage.py
+    #: rescore``), ``None`` for a run that drove its own turns
+    rescored_from = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rescores"
+    )
 
     class Meta:
         ordering = ["-created_at"]
@@ -143,14 +153,44 @@ class Prediction(models.Model):
     #: (``"object where text was expected"``), ``""`` when it fit; the answer
     #: was still scored, as its JSON text
     answer_mismatch = models.CharField(max_length=200, blank=True, default="")
+    #: which attempt at the example this is (1..K with ``run_eval --epochs K``)
+    epoch = models.PositiveIntegerField(default=1)
+    #: what the scorer said it compared, or why it could not score
+    score_explanation = models.TextField(blank=True, default="")
+    #: the LLM judge's grading (``evaluation.scoring.judge.Judgement``:
+    #: model, grade, cached, usage of its call), ``{}`` for other scorers
+    judgement = models.JSONField(blank=True, default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
-        ordering = ["run_id", "example__position"]
+        ordering = ["run_id", "example__position", "epoch"]
         constraints = [
-            models.UniqueConstraint(fields=["run", "example"], name="prediction_unique_run_example"),
+            models.UniqueConstraint(
+                fields=["run", "example", "epoch"], name="prediction_unique_run_example_epoch"
+            ),
         ]
 
     def __str__(self) -> str:
-        return f"{self.run_id}/{self.example_id}"
+        return f"{self.run_id}/{self.example_id}" + (f"#{self.epoch}" if self.epoch != 1 else "")
+
+
+class JudgeCacheEntry(models.Model):
+    """One LLM judge's grade, cached: re-scoring the same (question,
+    prediction text, gold, rubric, judge model) does not call the judge again.
+
+    ``key`` is ``evaluation.scoring.judge.JudgeRequest.cache_key()`` (SHA-256
+    hex of those five values); only readable grades are cached — a judge
+    error or an unreadable grade is asked again next time."""
+
+    key = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=200)
+    grade = models.CharField(max_length=16)
+    value = models.FloatField()
+    explanation = models.TextField(blank=True, default="")
+    #: the judge call's usage (``UsageTotals.to_dict()``, role ``judge``)
+    usage = models.JSONField(blank=True, default=dict)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.grade}"

@@ -37,6 +37,7 @@ from common.version import code_version
 from turns.llm import get_provider
 
 from .extensions import extensions_resume, extensions_snapshot, run_extensions
+from .judging import judge_check, judge_pass
 from .models import Dataset, Run, RunStatus
 from .parallel import drive_in_processes
 from .runner import drive_examples
@@ -64,6 +65,9 @@ class EvalRequest:
     ``mcp_servers``: the ``--mcp`` servers;
     ``max_output_tokens``: the output-token limit of one LLM call; ``price``:
     the per-run price override (``None``: the price table, else unknown).
+    ``epochs``: how many times each example is run (independent turns;
+    ``None``: the resumed run's, else 1); ``judge_model``: the grading model
+    of examples scored by the LLM judge (``None``: the run's model).
     """
 
     dataset: str
@@ -80,6 +84,12 @@ class EvalRequest:
     mcp_servers: tuple[MCPServerConfig, ...] = ()
     max_output_tokens: int = 512
     price: Price | None = None
+    epochs: int | None = None
+    judge_model: str | None = None
+
+
+#: Most epochs ``--epochs`` may ask for.
+MAX_EPOCHS = 100
 
 
 def eval_request(
@@ -99,6 +109,8 @@ def eval_request(
     max_output_tokens: int | None = None,
     price_in: float | None = None,
     price_out: float | None = None,
+    epochs: int | None = None,
+    judge_model: str | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -111,7 +123,8 @@ def eval_request(
     ``--workers`` outside 1..min(concurrency, 16), ``--fail-under`` outside
     0..1, only one of ``--price-in``/``--price-out`` or a negative one, a bad
     run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
-    ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice).
+    ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
+    ``--epochs`` outside 1..``MAX_EPOCHS``.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
@@ -128,6 +141,8 @@ def eval_request(
             f"--workers must be between 1 and {most} (no more than --concurrency, "
             f"{concurrency}, and at most {MAX_WORKERS}), got {workers}"
         )
+    if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
+        raise ValueError(f"--epochs must be between 1 and {MAX_EPOCHS}, got {epochs}")
     if fail_under is not None and not 0 <= fail_under <= 1:
         raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
     for name in plugins:
@@ -168,6 +183,8 @@ def eval_request(
         mcp_servers=servers,
         max_output_tokens=max_output_tokens,
         price=price,
+        epochs=epochs,
+        judge_model=(judge_model or "").strip() or None,
     )
 
 
@@ -244,6 +261,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         )
     if isinstance(provider, LocalGGUFProvider):
         provider.load()
+    judge_check(judge_model=request.judge_model, run_model=request.model)
     dataset = dataset_resolve(name_or_path=request.dataset)
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
@@ -251,7 +269,14 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
     if existing is not None:
         extensions = extensions_resume(extensions, run_id=run_id, config=existing)
-    config = {**_config(request, provider, dataset), **extensions_snapshot(extensions, dataset=dataset)}
+    # a resume without --epochs keeps the run's; another number is refused by run_start
+    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
+    config = {
+        **_config(request, provider, dataset),
+        **extensions_snapshot(extensions, dataset=dataset),
+        "epochs": epochs,
+        "judge_model": request.judge_model,
+    }
     # the run's lease: another run_eval on this run id is refused while we drive it
     driver = run_lease_tag()
     run, resumed = run_start(run_id=run_id, dataset=dataset, config=config, driver=driver)
@@ -264,6 +289,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             model=provider.model,
             retry_errors=request.retry_errors,
             max_output_tokens=request.max_output_tokens,
+            epochs=epochs,
         )
         note(_plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed))
         fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
@@ -285,7 +311,7 @@ def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> di
         "max_steps": request.max_steps,
         "concurrency": request.concurrency,
         "limit": request.limit,
-        "scorer": "per example, else per task type",
+        "scorer": "per example, else per dataset, else per task type",
         "dataset": dataset.name,
         "code_version": code_version(),
         "review": request.review,
@@ -303,6 +329,7 @@ def _plan_note(
     return (
         f"run {run.run_id} on {dataset.name}: {planned} to do, {skipped} already done"
         + (" (resumed)" if resumed else "")
+        + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
         + f"; {provider.name} model {provider.model}"
         # a smaller --limit on a resume plans fewer examples than the run
         # holds, but the metrics are over all of its rows
@@ -362,6 +389,10 @@ def _drive_and_finish(
                     dataset=run.dataset.name,
                 )
             )
+        # the LLM judge grades the answers it is to score once the turns are done
+        judge_pass(
+            run=run, judge_model=request.judge_model, run_model=request.model, concurrency=request.concurrency
+        )
     except KeyboardInterrupt:
         status = RunStatus.CANCELLED
         raise RunInterrupted(run.run_id) from None

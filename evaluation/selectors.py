@@ -23,6 +23,7 @@ from turns.models import EventType, Turn, TurnEvent, TurnStatus
 from .checks import CheckRow, check_metrics, check_row
 from .comparison import ComparedRow
 from .datasets import gold_display
+from .epoch_comparison import EpochComparedRow
 from .metrics import PredictionRow, compute_metrics
 from .models import Dataset, Prediction, Run, RunStatus
 from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
@@ -30,7 +31,7 @@ from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
 def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
     """Runs, newest first, optionally of one status and/or one dataset name."""
-    qs = Run.objects.select_related("dataset", "started_by").order_by("-created_at", "-pk")
+    qs = Run.objects.select_related("dataset", "started_by", "rescored_from").order_by("-created_at", "-pk")
     if status:
         qs = qs.filter(status=status)
     if dataset:
@@ -40,7 +41,7 @@ def run_list(*, status: str | None = None, dataset: str | None = None) -> QueryS
 
 def run_get(*, run_id: str) -> Run:
     """The run with this public ``run_id``; ``NotFound`` otherwise."""
-    run = Run.objects.select_related("dataset", "started_by").filter(run_id=run_id).first()
+    run = Run.objects.select_related("dataset", "started_by", "rescored_from").filter(run_id=run_id).first()
     if run is None:
         raise NotFound(f"run {run_id!r} not found")
     return run
@@ -89,6 +90,49 @@ def run_compared_rows(*, run: Run) -> list[ComparedRow]:
             gold=gold_display(row[7]),
             error=row[8],
             stop_reason=row[9],
+        )
+        for row in rows
+    ]
+
+
+def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
+    """The run's predictions, every epoch, as ``EpochComparedRow`` s for the
+    comparison of runs with epochs (``evaluation.epoch_comparison``), in
+    example and epoch order. One query."""
+    rows = (
+        Prediction.objects.filter(run=run)
+        .order_by("example__position", "epoch", "pk")
+        .values_list(
+            "example_id",
+            "example__external_id",
+            "task_type",
+            "pk",
+            "turn_id",
+            "correct",
+            "prediction",
+            "gold_answer",
+            "error",
+            "stop_reason",
+            "epoch",
+            "score",
+        )
+    )
+    return [
+        EpochComparedRow(
+            row=ComparedRow(
+                example_key=row[0],
+                example_id=row[1],
+                task_type=row[2],
+                prediction_id=row[3],
+                turn_id=row[4],
+                correct=row[5],
+                prediction=row[6],
+                gold=gold_display(row[7]),
+                error=row[8],
+                stop_reason=row[9],
+            ),
+            epoch=row[10],
+            score=row[11],
         )
         for row in rows
     ]
@@ -182,7 +226,11 @@ def prediction_list(
     (``correct=True/False`` matches scored rows only), whether they were scored
     at all (``scored=False``: could not be scored — not the same as wrong),
     stop reason, and a check their turn failed (``predictions_failing``)."""
-    qs = Prediction.objects.filter(run=run).select_related("example").order_by("example__position", "pk")
+    qs = (
+        Prediction.objects.filter(run=run)
+        .select_related("example")
+        .order_by("example__position", "epoch", "pk")
+    )
     if task_type:
         qs = qs.filter(task_type=task_type)
     if correct is not None:
@@ -232,6 +280,12 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             review_retried=bool(p.review_retried),
             review_verdict=p.review_verdict,
             usage=p.usage or None,
+            example=p.example_id,
+            epoch=p.epoch,
+            score=p.score,
+            judge_grade=(p.judgement or {}).get("grade", ""),
+            judge_cached=bool((p.judgement or {}).get("cached")),
+            judge_usage=(p.judgement or {}).get("usage") or None,
         )
         for p in run.predictions.all()
     ]

@@ -61,7 +61,9 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
             setattr(worker_settings, name, value)
         for alias, name in job.database_names.items():
             worker_connections[alias].settings_dict["NAME"] = name
-        examples = Example.objects.in_bulk([example_id for _, _, example_id, _ in job.items])
+        examples = Example.objects.select_related("dataset").in_bulk(
+            [example_id for _, _, example_id, _ in job.items]
+        )
         planned = [
             PlannedExample(prediction_id, turn_id, examples[example_id], resumed)
             for prediction_id, turn_id, example_id, resumed in job.items

@@ -143,7 +143,7 @@ def review_messages(
     return [{"role": "system", "content": REVIEW_SYSTEM_PROMPT}, {"role": "user", "content": user}]
 
 
-def _json_objects(text: str) -> list[dict[str, Any]]:
+def json_objects(text: str) -> list[dict[str, Any]]:
     """Every JSON object that can be decoded from ``text``, outermost first."""
     decoder = json.JSONDecoder()
     found: list[dict[str, Any]] = []
@@ -179,7 +179,7 @@ def parse_review(text: str | None) -> Review:
     text = (text or "").strip()
     if not text:
         return Review("failed", error="the reviewer returned nothing")
-    for obj in _json_objects(text):
+    for obj in json_objects(text):
         verdict = _verdict_of(obj.get("verdict"))
         if verdict is None:
             continue

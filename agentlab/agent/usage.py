@@ -6,7 +6,7 @@ token counts adds nothing to the token sums and is counted in
 know". Likewise a completion without a cost adds nothing to ``cost`` and is
 counted in ``unpriced_calls``; ``cost`` stays ``None`` until some completion
 has a cost. The role says which call it was — ``agent`` (a step of the agent
-loop) or ``review`` (the reviewer) — so every view of a turn can label and
+loop), ``review`` (the reviewer) or ``judge`` (the LLM judge scorer) — so every view of a turn can label and
 sum them the same way.
 """
 
@@ -17,9 +17,11 @@ from typing import Any, Literal
 
 from agentlab.agent.types import Completion
 
-#: Which call a completion was: a step of the agent loop, or the reviewer's.
-UsageRole = Literal["agent", "review"]
-USAGE_ROLES: tuple[str, ...] = ("agent", "review")
+#: Which call a completion was: a step of the agent loop, the reviewer's, or
+#: the LLM judge's (a scorer: ``evaluation.scoring.judge``), kept apart so the
+#: cost of grading is never read as the agent's.
+UsageRole = Literal["agent", "review", "judge"]
+USAGE_ROLES: tuple[str, ...] = ("agent", "review", "judge")
 
 
 @dataclass
@@ -88,7 +90,7 @@ class UsageTotals:
         {"input_tokens": int, "output_tokens": int, "calls": int,
          "unknown_calls": int, "cost": float | None, "unpriced_calls": int,
          "by_model": {model: {<the same six keys>}},
-         "by_role": {"agent" | "review": {<the same six keys>}}}
+         "by_role": {"agent" | "review" | "judge": {<the same six keys>}}}
 
     Token sums cover only calls whose usage is known (both counts reported);
     ``calls - unknown_calls`` of them. ``cost`` is US dollars summed over the

@@ -20,7 +20,17 @@ from ..models import Dataset, Example, Prediction, Run
 class DatasetAdmin(StaffReadOnlyAdmin):
     list_display = ("name", "source", "example_count", "task_type_count", "run_count", "created_at")
     search_fields = ("name", "source")
-    fields = ("name", "source", "created_at", "example_count", "run_count", "task_types_table", "links")
+    fields = (
+        "name",
+        "source",
+        "scorer",
+        "rubric",
+        "created_at",
+        "example_count",
+        "run_count",
+        "task_types_table",
+        "links",
+    )
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
@@ -105,7 +115,11 @@ class ExampleAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="scorer", ordering="scorer")
     def scorer_display(self, example: Example) -> str:
-        return example.scorer or f"(by task type: {example.task_type})"
+        if example.scorer:
+            return example.scorer
+        if example.dataset.scorer:
+            return f"{example.dataset.scorer} (the dataset's)"
+        return f"(by task type: {example.task_type})"
 
     @admin.display(description="question")
     def question_short(self, example: Example) -> str:

@@ -93,6 +93,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "id",
         "run",
         "example_id_display",
+        "epoch",
         "task_type",
         "prediction_short",
         "gold_short",
@@ -132,6 +133,9 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "scorer",
         "score",
         "correct",
+        "score_explanation",
+        "judgement",
+        "epoch",
         "evidence",
         "reasoning",
         "steps",
@@ -151,7 +155,13 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     fieldsets = (
         (
             None,
-            {"fields": (("run", "example_link", "task_type"), "turn_link", ("created_at", "completed_at"))},
+            {
+                "fields": (
+                    ("run", "example_link", "epoch", "task_type"),
+                    "turn_link",
+                    ("created_at", "completed_at"),
+                )
+            },
         ),
         (
             "Answer",
@@ -162,6 +172,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                     "gold_display",
                     "answer_mismatch",
                     ("scorer", "score", "correct"),
+                    "score_explanation",
+                    "judgement",
                     "evidence",
                     "reasoning",
                 )

@@ -31,6 +31,7 @@ from common.admin import (
 from turns.admin import status_badge
 from turns.models import Turn
 
+from ..intervals import accuracy_text
 from ..models import Prediction, Run
 from ..selectors import run_metrics
 from .report import RunReportViews
@@ -72,9 +73,11 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "config_json",
         "metrics_summary",
         "per_task_type",
+        "epochs",
         "stop_reasons",
         "latency",
         "checks",
+        "rescored_from",
     )
     fieldsets = (
         (
@@ -85,13 +88,17 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
                     ("dataset", "model_name"),
                     ("started_by", "system_user"),
                     ("created_at", "finished_at", "duration"),
+                    "rescored_from",
                     "browse",
                     "report_links",
                     "turns_by_status",
                 )
             },
         ),
-        ("Metrics", {"fields": ("metrics_summary", "per_task_type", "stop_reasons", "latency", "checks")}),
+        (
+            "Metrics",
+            {"fields": ("metrics_summary", "per_task_type", "epochs", "stop_reasons", "latency", "checks")},
+        ),
         ("Config snapshot", {"fields": ("config_table", "config_json")}),
     )
 
@@ -119,7 +126,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         metrics = run.metrics or {}
         if "accuracy" not in metrics:
             return DASH
-        return f"{fmt_pct(metrics['accuracy'])} ({metrics.get('correct', 0)}/{metrics.get('scored', 0)})"
+        return accuracy_text(int(metrics.get("correct", 0)), int(metrics.get("scored", 0)))
 
     @admin.display(description="total", ordering="prediction_count")
     def total(self, run: Run) -> int:
@@ -190,11 +197,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         metrics, live = self._metrics(run)
         tokens = metrics.get("tokens") or {}
         rows = [
-            (
-                "accuracy",
-                f"{fmt_pct(metrics.get('accuracy'))} ({metrics.get('correct', 0)}/"
-                f"{metrics.get('scored', 0)} scored)",
-            ),
+            ("accuracy", accuracy_text(int(metrics.get("correct", 0)), int(metrics.get("scored", 0)))),
             ("total", metrics.get("total", 0)),
             ("scored", metrics.get("scored", 0)),
             ("unscored", metrics.get("unscored", 0)),
@@ -224,11 +227,41 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
                 b.get("total", 0),
                 b.get("scored", 0),
                 b.get("correct", 0),
-                fmt_pct(b.get("accuracy")),
+                accuracy_text(int(b.get("correct", 0)), int(b.get("scored", 0))),
             )
             for task_type, b in (metrics.get("per_task_type") or {}).items()
         ]
-        return html_table(("task type", "total", "scored", "correct", "accuracy"), rows)
+        return html_table(("task type", "total", "scored", "correct", "accuracy (95% CI)"), rows)
+
+    @admin.display(description="epochs")
+    def epochs(self, run: Run) -> SafeString | str:
+        """Per task type and overall: mean accuracy over examples with its 95 %
+        interval, pass@k, majority vote and disagreement (``metrics["epochs"]``)."""
+        epochs = self._metrics(run)[0].get("epochs") or {}
+        if not epochs:
+            return "one epoch per example"
+        k_max = int(epochs.get("epochs") or 1)
+        buckets = [*(epochs.get("per_task_type") or {}).items(), ("all", epochs)]
+        rows = [
+            (
+                label,
+                b.get("scored_examples", 0),
+                f"{fmt_pct(b.get('mean_accuracy'))} ("
+                + ("–".join(fmt_pct(v) for v in b["mean_accuracy_ci"]) if b.get("mean_accuracy_ci") else DASH)
+                + ")",
+                *(fmt_pct((b.get("pass_at_k") or {}).get(str(k))) for k in range(1, k_max + 1)),
+                fmt_pct(b.get("majority_accuracy")),
+                fmt_pct(b.get("disagreement")),
+            )
+            for label, b in buckets
+        ]
+        head = (
+            "task type",
+            "examples",
+            "mean accuracy (95% CI)",
+            *(f"pass@{k}" for k in range(1, k_max + 1)),
+        )
+        return html_table((*head, "majority vote", "epochs disagree"), rows)
 
     @admin.display(description="stop reasons")
     def stop_reasons(self, run: Run) -> SafeString:

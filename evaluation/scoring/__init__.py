@@ -46,10 +46,16 @@ is said by :func:`answer_mismatch`. Each scorer then checks that the gold is usa
 a number; ``choice``: a letter) — if not, unscored — and only then looks at the
 prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
 
-An LLM-judge scorer (DESIGN.md §10) needs a provider and is therefore not here.
+``judge``
+    An LLM judge (DESIGN.md §10): a grading model reads question, gold,
+    prediction and a rubric and grades ``correct`` (1.0), ``partial`` (0.5,
+    scored but not correct) or ``incorrect`` (0.0); a failed call or an
+    unreadable grade is unscored. It needs a provider, so it is not in
+    :data:`SCORERS` and :func:`score` refuses it; see :mod:`.judge`.
 
 Modules, one per scorer family: :mod:`.text` (normalisation, ``exact``,
-``contains``), :mod:`.numeric`, :mod:`.choice`, :mod:`.sql_result`;
+``contains``), :mod:`.numeric`, :mod:`.choice`, :mod:`.sql_result`,
+:mod:`.judge` (the LLM judge: prompt, schema, grade, cache key);
 :mod:`.base` holds :class:`Score`; :mod:`.dispatch` holds :data:`SCORERS`,
 the defaults per task type, :func:`scorer_for` and :func:`score`. Import the
 public names from here.
@@ -63,8 +69,11 @@ from .dispatch import (
     DEFAULT_SCORER_BY_TASK_TYPE,
     EXPECTED_ANSWER_TYPES,
     FALLBACK_SCORER,
+    KNOWN_SCORERS,
+    MODEL_GRADED_SCORERS,
     SCORERS,
     answer_mismatch,
+    check_scorer,
     score,
     scorer_for,
 )
@@ -77,11 +86,14 @@ __all__ = [
     "DEFAULT_SCORER_BY_TASK_TYPE",
     "EXPECTED_ANSWER_TYPES",
     "FALLBACK_SCORER",
+    "KNOWN_SCORERS",
+    "MODEL_GRADED_SCORERS",
     "REL_TOL",
     "SCORERS",
     "Score",
     "ScorerFn",
     "answer_mismatch",
+    "check_scorer",
     "extract_choice",
     "extract_last_number",
     "normalize_answer",

@@ -44,6 +44,14 @@ DEFAULT_SCORER_BY_TASK_TYPE: dict[str, str] = {
 
 FALLBACK_SCORER = "exact"
 
+#: Scorers that need a grading model (a provider) and so are not in
+#: :data:`SCORERS`: ``judge`` (:mod:`.judge`). :func:`score` refuses them;
+#: the evaluation services call the judge themselves.
+MODEL_GRADED_SCORERS: frozenset[str] = frozenset({"judge"})
+
+#: Every scorer name an example, a dataset or ``rescore --scorer`` may give.
+KNOWN_SCORERS: frozenset[str] = frozenset(SCORERS) | MODEL_GRADED_SCORERS
+
 #: The JSON types of a final answer each scorer reads as meant (the answer
 #: reaches the scorer as text either way: a string as it is, anything else as
 #: its JSON text — ``agentlab.agent.types.as_text``). ``sql_result`` reads
@@ -54,6 +62,7 @@ EXPECTED_ANSWER_TYPES: dict[str, frozenset[str]] = {
     "choice": frozenset({"string"}),
     "numeric": frozenset({"string", "number"}),
     "sql_result": frozenset({"string", "number", "array"}),
+    "judge": frozenset({"string", "number"}),
 }
 _EXPECTED_WORDS = {
     "exact": "text",
@@ -61,6 +70,7 @@ _EXPECTED_WORDS = {
     "choice": "an option letter",
     "numeric": "a number",
     "sql_result": "rows or a value",
+    "judge": "text",
 }
 
 
@@ -76,21 +86,26 @@ def answer_mismatch(*, answer_type: str | None, scorer: str) -> str:
     return f"a JSON {answer_type} where {_EXPECTED_WORDS[scorer]} was expected; scored as its JSON text"
 
 
-def _check_known(name: str) -> str:
-    if name not in SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; known scorers: {', '.join(sorted(SCORERS))}")
+def check_scorer(name: str) -> str:
+    """``name`` if it is a known scorer (:data:`KNOWN_SCORERS`); else
+    ``ValueError`` naming the known ones."""
+    if name not in KNOWN_SCORERS:
+        raise ValueError(f"unknown scorer {name!r}; known scorers: {', '.join(sorted(KNOWN_SCORERS))}")
     return name
 
 
-def scorer_for(*, example_scorer: str | None, task_type: str) -> str:
+def scorer_for(*, example_scorer: str | None, task_type: str, dataset_scorer: str | None = None) -> str:
     """The scorer name to use for an example.
 
     The example's own scorer wins; ``None`` or ``""`` means "not set", and then
+    the dataset's default scorer (``Dataset.scorer``), then
     :data:`DEFAULT_SCORER_BY_TASK_TYPE` decides, else ``"exact"``.
     Raises ``ValueError`` naming an unknown scorer."""
     if example_scorer:
-        return _check_known(example_scorer)
-    return _check_known(DEFAULT_SCORER_BY_TASK_TYPE.get(task_type, FALLBACK_SCORER))
+        return check_scorer(example_scorer)
+    if dataset_scorer:
+        return check_scorer(dataset_scorer)
+    return check_scorer(DEFAULT_SCORER_BY_TASK_TYPE.get(task_type, FALLBACK_SCORER))
 
 
 def score(
@@ -110,8 +125,11 @@ def score(
       metadata, used by ``sql_result`` (``result_rows``, ``ordered``).
 
     Returns a :class:`Score`; never raises for odd predictions. Raises
-    ``ValueError`` for an unknown scorer name."""
-    fn = SCORERS[_check_known(scorer)]
+    ``ValueError`` for an unknown scorer name, and for ``judge``, which needs
+    a grading model (:func:`evaluation.scoring.judge.judge`)."""
+    if check_scorer(scorer) in MODEL_GRADED_SCORERS:
+        raise ValueError(f"scorer {scorer!r} needs a grading model; it is not a pure scorer")
+    fn = SCORERS[scorer]
     if isinstance(gold, list | tuple):
         return _score_any(fn, prediction or "", [str(g) for g in gold], scorer, choices, metadata)
     if gold is None or not str(gold).strip():

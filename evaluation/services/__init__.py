@@ -7,7 +7,12 @@
 - ``plan``: ``run_plan`` — which examples a (resumed) run still drives, each
   with a queued turn and a pessimistic prediction row.
 - ``predictions``: ``prediction_record`` / ``prediction_complete`` — score a
-  finished turn and complete its prediction row.
+  finished turn and complete its prediction row (an answer for the LLM judge
+  is left awaiting it).
+- ``judging``: the predictions awaiting the LLM judge, its cache, recording
+  a grade (``judgement_record``).
+- ``rescore``: ``rescore_start`` / ``rescore_copy`` — a new run holding a
+  finished run's predictions scored again.
 
 Reads live in ``evaluation.selectors``; ``evaluation.run_eval`` (the body of
 ``manage.py run_eval``) and ``evaluation.runner`` (driving examples) build on

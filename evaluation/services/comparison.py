@@ -12,8 +12,9 @@ from __future__ import annotations
 from common.errors import BadInput
 
 from ..comparison import CONFIDENCE, Comparison, RunSide, compare_rows
-from ..models import Run
-from ..selectors import run_compared_rows, run_get, run_stored_metrics
+from ..epoch_comparison import apply_bootstrap, majority_rows
+from ..models import Prediction, Run
+from ..selectors import run_compared_epoch_rows, run_compared_rows, run_get, run_stored_metrics
 
 
 def run_side(run: Run) -> RunSide:
@@ -39,6 +40,11 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
     """Compare ``candidate`` with ``base``, paired by example (see
     ``evaluation.comparison``).
 
+    When either run has epochs (``run_eval --epochs``), each example's
+    epochs are reduced to a majority vote for the counts and lists, and the
+    accuracies, interval and p-values come from a paired bootstrap over
+    per-example mean scores (``evaluation.epoch_comparison``).
+
     Raises ``BadInput`` when the two runs are on different datasets (their
     examples do not pair up) or are the same run.
     """
@@ -50,6 +56,20 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
             f"({base.dataset.name!r} and {candidate.dataset.name!r}): a comparison pairs the same "
             "examples, so both runs must be on one dataset"
         )
+    if Prediction.objects.filter(run__in=(base, candidate), epoch__gt=1).exists():
+        base_epochs = run_compared_epoch_rows(run=base)
+        candidate_epochs = run_compared_epoch_rows(run=candidate)
+        comparison = compare_rows(
+            majority_rows(base_epochs),
+            majority_rows(candidate_epochs),
+            dataset=base.dataset.name,
+            base=run_side(base),
+            candidate=run_side(candidate),
+            base_metrics=run_stored_metrics(run=base),
+            candidate_metrics=run_stored_metrics(run=candidate),
+            confidence=confidence,
+        )
+        return apply_bootstrap(comparison, base_epochs, candidate_epochs)
     return compare_rows(
         run_compared_rows(run=base),
         run_compared_rows(run=candidate),

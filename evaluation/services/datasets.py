@@ -14,7 +14,7 @@ from common.errors import BadInput
 from ..datasets import ExampleSpec, parse_jsonl
 from ..demo import DEMO_DATASET_NAME, demo_examples
 from ..models import Dataset, Example
-from ..scoring import scorer_for
+from ..scoring import check_scorer, scorer_for
 
 #: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
 DEMO_SOURCE = "agentlab demo"
@@ -24,9 +24,20 @@ _NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
 
 
 def dataset_import(
-    *, name: str, examples: Sequence[ExampleSpec], source: str = "", plugins: Sequence[str] = ()
+    *,
+    name: str,
+    examples: Sequence[ExampleSpec],
+    source: str = "",
+    plugins: Sequence[str] = (),
+    scorer: str | None = None,
+    rubric: str | None = None,
 ) -> Dataset:
     """Register ``examples`` under dataset ``name``, in one transaction.
+
+    ``scorer``: the dataset's default scorer (examples that name none get it
+    instead of their task type's; ``"judge"`` asks the LLM judge), ``rubric``:
+    the judge's rubric for the dataset; ``None`` keeps what the dataset has
+    (``""`` clears it). ``ValueError`` names an unknown scorer.
 
     ``plugins``: entry-point plugins every run of the dataset switches on
     (``import_dataset --plugin``), each checked to load (``BadInput``
@@ -61,6 +72,8 @@ def dataset_import(
             load_plugin(plugin)
         except PluginError as exc:
             raise BadInput(f"--plugin {plugin}: {exc}") from None
+    if scorer:
+        check_scorer(scorer)
     for spec in examples:  # fail before writing anything
         scorer_for(example_scorer=spec.scorer, task_type=spec.task_type)
     with transaction.atomic():
@@ -101,6 +114,11 @@ def dataset_import(
                 + "; import this file under another name: manage.py import_dataset FILE --name NEW_NAME"
             )
         Example.objects.bulk_create(new, batch_size=500)
+        scoring = {k: v for k, v in (("scorer", scorer), ("rubric", rubric)) if v is not None}
+        if scoring:
+            Dataset.objects.filter(pk=dataset.pk).update(**scoring)
+            for k, v in scoring.items():
+                setattr(dataset, k, v)
     return dataset
 
 

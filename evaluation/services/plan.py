@@ -25,13 +25,15 @@ from ..models import Example, Prediction, Run
 
 @dataclass(frozen=True)
 class PlannedExample:
-    """An example of a run still to be driven: its prediction row, its turn,
-    and the example itself (scored in memory when the turn finishes)."""
+    """An example of a run still to be driven — one epoch of it: its
+    prediction row, its turn, and the example itself (scored in memory when
+    the turn finishes)."""
 
     prediction_id: int
     turn_id: int
     example: Example
     resumed: bool
+    epoch: int = 1
 
     @property
     def example_id(self) -> int:
@@ -54,9 +56,15 @@ def run_plan(
     model: str,
     retry_errors: bool = False,
     max_output_tokens: int | None = None,
+    epochs: int = 1,
 ) -> tuple[list[PlannedExample], int]:
     """Decide what a (possibly resumed) run still has to do.
 
+    Every example is run ``epochs`` times, each epoch an independent turn
+    with its own prediction row (unique per run, example and epoch), and
+    everything below holds per (example, epoch): a resume drives exactly the
+    epochs that are not done. Planned in example order, epochs 1..K of an
+    example together.
     For the first ``limit`` examples of the run's dataset (all when ``None``):
     an example with a completed prediction is skipped; one whose earlier turn
     was cut off (killed process) gets that turn interrupted and resumed, so the
@@ -70,15 +78,18 @@ def run_plan(
     Every planned turn gets ``max_output_tokens`` (``None``: the setting
     when driven), a resumed or retried one included: a run resumed with more
     tokens retries its truncated answers with more.
-    Returns the planned examples and the number skipped.
+    Returns the planned (example, epoch)s and the number skipped.
+    Raises ``ValueError`` for ``epochs < 1``.
     """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
     examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
-    predictions = {p.example_id: p for p in run.predictions.select_related("turn")}
+    predictions = {(p.example_id, p.epoch): p for p in run.predictions.select_related("turn")}
     planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
-    fresh: list[tuple[int, Example, Prediction | None]] = []
+    fresh: list[tuple[int, Example, Prediction | None, int]] = []
     skipped = 0
-    for example in examples:
-        prediction = predictions.get(example.pk)
+    for example, epoch in ((e, k) for e in examples for k in range(1, epochs + 1)):
+        prediction = predictions.get((example.pk, epoch))
         if (
             retry_errors
             and prediction is not None
@@ -90,7 +101,7 @@ def run_plan(
             with transaction.atomic():
                 turn_retry(turn_id=prediction.turn.pk)
                 Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
-            planned.append(PlannedExample(prediction.pk, prediction.turn.pk, example, resumed=True))
+            planned.append(PlannedExample(prediction.pk, prediction.turn.pk, example, True, epoch))
             continue
         if prediction is not None and prediction.completed_at is not None:
             skipped += 1
@@ -103,9 +114,9 @@ def run_plan(
                 turn.refresh_from_db()
             if turn.can_resume():
                 turn_resume(turn_id=turn.pk)
-            planned.append(PlannedExample(prediction.pk, turn.pk, example, resumed=True))
+            planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
             continue
-        fresh.append((len(planned), example, prediction))
+        fresh.append((len(planned), example, prediction, epoch))
         planned.append(None)
     for start in range(0, len(fresh), PLAN_BATCH):
         for index, item in _queue_fresh(
@@ -130,12 +141,12 @@ PLAN_BATCH = 500
 def _queue_fresh(
     *,
     run: Run,
-    fresh: Sequence[tuple[int, Example, Prediction | None]],
+    fresh: Sequence[tuple[int, Example, Prediction | None, int]],
     max_steps: int,
     model: str,
     max_output_tokens: int | None = None,
 ) -> list[tuple[int, PlannedExample]]:
-    """Queue a turn for each ``(slot, example, prediction or None)`` and give
+    """Queue a turn for each ``(slot, example, prediction or None, epoch)`` and give
     each its pessimistic prediction row (stop reason ``error``, wrong), all in
     one transaction and a handful of statements (``turn_create_many``,
     ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
@@ -153,16 +164,17 @@ def _queue_fresh(
                     model=model,
                     max_output_tokens=max_output_tokens,
                 )
-                for _, example, _ in fresh
+                for _, example, _, _ in fresh
             ],
         )
         new_rows, relinked = [], []
-        for (_, example, prediction), turn in zip(fresh, turns, strict=True):
+        for (_, example, prediction, epoch), turn in zip(fresh, turns, strict=True):
             if prediction is None:
                 new_rows.append(
                     Prediction(
                         run=run,
                         example=example,
+                        epoch=epoch,
                         turn=turn,
                         task_type=example.task_type,
                         gold_answer=example.answer,
@@ -177,8 +189,8 @@ def _queue_fresh(
                 relinked.append(prediction)
         Prediction.objects.bulk_create(new_rows)
         Prediction.objects.bulk_update(relinked, ["turn"])
-    by_example = {p.example_id: p for p in [*new_rows, *relinked]}
+    by_key = {(p.example_id, p.epoch): p for p in [*new_rows, *relinked]}
     return [
-        (index, PlannedExample(by_example[example.pk].pk, turn.pk, example, resumed=False))
-        for (index, example, _), turn in zip(fresh, turns, strict=True)
+        (index, PlannedExample(by_key[(example.pk, epoch)].pk, turn.pk, example, False, epoch))
+        for (index, example, _, epoch), turn in zip(fresh, turns, strict=True)
     ]

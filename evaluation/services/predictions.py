@@ -22,7 +22,48 @@ from turns.meta import (
 from turns.models import Turn, TurnOutcome
 
 from ..models import Example, Prediction
-from ..scoring import answer_mismatch, score, scorer_for
+from ..scoring import MODEL_GRADED_SCORERS, Score, answer_mismatch, score, scorer_for
+from ..scoring.judge import JUDGE, JudgeRequest, judge_precheck
+
+#: ``score_explanation`` of a prediction whose answer waits for the LLM judge
+#: (``evaluation.judging.judge_run`` grades it and completes the row).
+AWAITING_JUDGE = "awaiting the judge"
+
+
+def example_scorer(example: Example) -> str:
+    """The scorer ``example`` gets: its own, else its dataset's default,
+    else its task type's (``scorer_for``)."""
+    return scorer_for(
+        example_scorer=example.scorer or None,
+        task_type=example.task_type,
+        dataset_scorer=example.dataset.scorer or None,
+    )
+
+
+def example_rubric(example: Example) -> str:
+    """The judge's rubric for ``example``: its ``rubric`` metadata, else its
+    dataset's, else ``""`` (the default rubric)."""
+    own = (example.metadata or {}).get("rubric")
+    return str(own) if own else example.dataset.rubric or ""
+
+
+def score_without_judge(*, example: Example, answer: str | None, scorer: str) -> Score | None:
+    """The score of ``answer`` (``None``: the turn gave none) under
+    ``scorer``, or ``None`` when it is the judge's to give: a pure scorer
+    scores at once; the judge is not asked about a missing gold answer
+    (unscored) or a missing answer (wrong)."""
+    if scorer not in MODEL_GRADED_SCORERS:
+        return score(
+            prediction=answer,
+            gold=example.answer,
+            scorer=scorer,
+            choices=example.choices,
+            metadata=example.metadata,
+        )
+    request = JudgeRequest(
+        question=example.question, prediction=answer or "", gold=example.answer, rubric="", model=""
+    )
+    return judge_precheck(request)
 
 
 @dataclass(frozen=True)
@@ -93,19 +134,21 @@ def _prediction_values(
     The turn's final state is the source of truth (answer, steps, usage,
     stop reason). A turn that did not answer scores as wrong — it stays in
     the accuracy denominator — unless the example cannot be scored at all
-    (unscored). ``error`` is the driver's error, if any; a failed turn's
-    cause is used otherwise; no turn at all is an error too.
+    (unscored). An answer the LLM judge is to grade is left unscored with
+    ``score_explanation`` ``AWAITING_JUDGE`` and ``completed_at`` ``None``:
+    ``evaluation.judging.judge_run`` grades it and completes the row (a run
+    cut off before that plans the row again and the judge grades it then).
+    ``error`` is the driver's error, if any; a failed turn's cause is used
+    otherwise; no turn at all is an error too.
     """
-    scorer = scorer_for(example_scorer=example.scorer or None, task_type=example.task_type)
+    scorer = example_scorer(example)
     answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
     answer = turn.answer if answered and turn is not None else None
-    result = score(
-        prediction=answer,
-        gold=example.answer,
-        scorer=scorer,
-        choices=example.choices,
-        metadata=example.metadata,
-    )
+    # the judge's answers wait for judge_run, which completes the row
+    result = score_without_judge(example=example, answer=answer, scorer=scorer)
+    awaiting = result is None
+    if result is None:
+        result = Score.unscored(JUDGE, AWAITING_JUDGE)
     usage = meta_usage_total(turn.meta, turn.usage) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
@@ -122,18 +165,16 @@ def _prediction_values(
         first_correct = result.correct
     else:
         first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
-        first_correct = score(
-            prediction=first_answer,
-            gold=example.answer,
-            scorer=scorer,
-            choices=example.choices,
-            metadata=example.metadata,
-        ).correct
+        # the judge is not paid twice for one example: its first attempt stays unscored
+        first_score = score_without_judge(example=example, answer=first_answer, scorer=scorer)
+        first_correct = first_score.correct if first_score is not None else None
     return {
         "prediction": answer or "",
         "scorer": scorer,
         "score": result.value,
         "correct": result.correct,
+        "score_explanation": result.explanation,
+        "judgement": {},
         "evidence": turn.evidence if turn is not None else "",
         "reasoning": turn.reasoning if turn is not None else "",
         "steps": turn.steps if turn is not None else 0,
@@ -150,7 +191,7 @@ def _prediction_values(
         "answer_mismatch": answer_mismatch(
             answer_type=meta_answer_type(turn.meta) if answered and turn is not None else None, scorer=scorer
         ),
-        "completed_at": timezone.now(),
+        "completed_at": None if awaiting else timezone.now(),
     }
 
 
@@ -159,7 +200,7 @@ def prediction_record(
 ) -> Prediction:
     """Complete a prediction from its turn's row and score it (see
     ``prediction_values``). Raises ``Prediction.DoesNotExist``."""
-    prediction = Prediction.objects.select_related("example", "turn").get(pk=prediction_id)
+    prediction = Prediction.objects.select_related("example__dataset", "turn").get(pk=prediction_id)
     turn = TurnFinal.from_turn(prediction.turn) if prediction.turn is not None else None
     for name, value in prediction_values(
         example=prediction.example, turn=turn, error=error, latency_ms=latency_ms

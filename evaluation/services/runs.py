@@ -76,7 +76,7 @@ def run_start(
     examples are skipped by the caller) and records the new config under
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
     ``StateConflict`` when the run id exists on another dataset, was started
-    with another provider, model or review setting, or is being driven by
+    with another provider, model, review setting or number of epochs, or is being driven by
     another process right now; nothing is written then. "Another process"
     means a live lease (``driver`` set, ``heartbeat_at`` younger than
     ``TURN_STALE_S``, its process not known to be gone) or a turn of the run
@@ -125,7 +125,7 @@ def _run_start(
         return run, False
     if run.dataset_id != dataset.pk:
         raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
-    for key in ("provider", "model", "review"):
+    for key in ("provider", "model", "review", "epochs"):
         if key in run.config and key in config and run.config[key] != config[key]:
             raise StateConflict(
                 f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "

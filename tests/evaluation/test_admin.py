@@ -148,7 +148,7 @@ def test_run_list_shows_model_accuracy_total_errors_and_duration(staff_client, e
     row = body[body.index(">nightly<") :]
     row = row[: row.index("</tr>")]
     # e0 right of 10 scored (wrong, errored and never-run rows count as wrong)
-    assert '<td class="field-accuracy">10.0% (1/10)</td>' in row
+    assert '<td class="field-accuracy">10.0% (1/10; 95% CI 1.8–40.4%)</td>' in row
     assert '<td class="field-total">10</td>' in row
     assert "scripted-7b" in row and "sums-nightly" in row and "Success" in row
     errors_link = f"{PREDICTION_LIST}?run__id__exact={run.pk}&amp;errored=yes"
@@ -195,9 +195,10 @@ def test_run_page_shows_config_metrics_and_links_to_what_went_wrong(staff_client
     ):
         assert text in body, text
     # the metrics, per task type and per stop reason
-    assert "<td>accuracy</td><td>10.0% (1/10 scored)</td>" in body
-    assert re.search(r">math</a></td><td>4</td><td>4</td><td>1</td><td>25.0%</td>", body)
-    assert re.search(r">fact</a></td><td>3</td><td>3</td><td>0</td><td>0.0%</td>", body)
+    assert "<td>accuracy</td><td>10.0% (1/10; 95% CI 1.8–40.4%)</td>" in body
+    # every accuracy with its n and 95 % Wilson interval
+    assert re.search(r">math</a></td><td>4</td><td>4</td><td>1</td><td>25.0% \(1/4; 95% CI 4.6–69.9%", body)
+    assert re.search(r">fact</a></td><td>3</td><td>3</td><td>0</td><td>0.0% \(0/3; 95% CI 0.0–56.1%\)<", body)
     stop_counts = dict(re.findall(r"<td>(\w+)</td><td><a href=\"[^\"]*stop_reason=\w+\">(\d+)</a>", body))
     assert stop_counts == {"error": "7", "final": "2", "max_steps": "1"}
     # the links: predictions pre-filtered, and the run's turns by status

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text
 from apikeys.models import ApiKey
 from apikeys.services import apikey_create
+from evaluation.intervals import wilson_interval
 from tests.api_support import ApiClient, assert_error
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -68,6 +69,24 @@ def test_runs_list_and_detail(client, run_id):
     assert detail["status"] == "success" and detail["metrics"]["total"] == 4
     assert client.get("/api/runs?status=error").json()["count"] == 0
     assert_error(client.get("/api/runs?status=nonsense"), 422, "invalid")
+
+
+def test_a_runs_accuracy_carries_its_n_and_wilson_interval(client, run_id):
+    detail = client.get(f"/api/runs/{run_id}").json()
+    low, high = wilson_interval(2, 4) or (None, None)
+    assert detail["accuracy"] == {
+        "value": 0.5,
+        "correct": 2,
+        "n": 4,
+        "ci_low": pytest.approx(low),
+        "ci_high": pytest.approx(high),
+        "confidence": 0.95,
+    }
+    assert detail["rescored_from"] is None
+    assert detail["metrics"]["accuracy_ci"] == pytest.approx([low, high])
+    n1 = client.get(f"/api/runs/{run_id}/predictions?limit=1").json()["items"][0]
+    assert (n1["epoch"], n1["judgement"]) == (1, {})
+    assert n1["score_explanation"]
 
 
 def test_predictions_are_paginated_in_example_order(client, run_id):

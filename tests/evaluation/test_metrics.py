@@ -9,6 +9,7 @@ import pytest
 
 from agentlab.agent.types import Completion, Usage
 from agentlab.agent.usage import UsageTotals
+from evaluation.intervals import wilson_interval
 from evaluation.metrics import PredictionRow, compute_metrics, percentile
 from evaluation.metrics_table import format_table
 
@@ -77,6 +78,13 @@ def test_compute_metrics_on_a_known_set_of_rows() -> None:
         "verdicts": {},
         "review_failed": 0,
     }
+    # added with the intervals (issue 16): 95 % Wilson, overall and per task type
+    assert metrics.pop("accuracy_ci") == pytest.approx(list(wilson_interval(3, 5) or ()))
+    assert metrics.pop("score_mean") == pytest.approx(0.6)
+    for task_type, (k, n) in {"math": (1, 2), "multiple_choice": (1, 2), "sql": (1, 1)}.items():
+        assert metrics["per_task_type"][task_type].pop("accuracy_ci") == pytest.approx(
+            list(wilson_interval(k, n) or ())
+        )
     assert metrics == {
         "total": 6,
         "scored": 5,
@@ -121,6 +129,8 @@ def test_empty_input_gives_zeros_and_nones_without_dividing_by_zero() -> None:
         "unscored": 0,
         "correct": 0,
         "accuracy": None,
+        "accuracy_ci": None,
+        "score_mean": None,
         "errors": 0,
         "per_task_type": {},
         "steps_mean": None,
@@ -222,7 +232,7 @@ def test_format_table_shows_every_metric_as_plain_text() -> None:
     assert "\x1b" not in text
     for expected in (
         "Evaluation metrics",
-        "60.0% (3/5 scored)",
+        "60.0% (3/5; 95% CI 23.1–88.2%)",  # the Wilson interval and n beside every accuracy
         "unscored",
         "errors",
         "2.50",  # mean steps
@@ -241,19 +251,14 @@ def test_format_table_shows_every_metric_as_plain_text() -> None:
     ):
         assert expected in text, expected
     sql_line = next(line for line in text.splitlines() if "sql" in line)
-    assert sql_line.split("│")[1:-1] == [
-        " sql             ",
-        "     1 ",
-        "      1 ",
-        "       1 ",
-        "   100.0% ",
-    ]
+    assert [cell.strip() for cell in sql_line.split("│")[1:5]] == ["sql", "1", "1", "1"]
+    assert "100.0% (1/1; 95% CI" in sql_line
 
 
 def test_format_table_of_empty_metrics_shows_dashes() -> None:
     text = format_table(compute_metrics([]))
     accuracy_line = next(line for line in text.splitlines() if "accuracy" in line)
-    assert "— (0/0 scored)" in accuracy_line
+    assert "— (0 scored)" in accuracy_line
     assert "\x1b" not in text
 
 

@@ -105,8 +105,8 @@ def test_scorer_for_prefers_the_example_then_the_task_type_then_exact(
 
 
 def test_scorer_for_rejects_an_unknown_example_scorer_by_name() -> None:
-    with pytest.raises(ValueError, match="unknown scorer 'judge'"):
-        scorer_for(example_scorer="judge", task_type="math")
+    with pytest.raises(ValueError, match="unknown scorer 'llm_judge'"):
+        scorer_for(example_scorer="llm_judge", task_type="math")
 
 
 # --------------------------------------------------------------------------- exact

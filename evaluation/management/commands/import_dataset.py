@@ -1,4 +1,5 @@
-"""``manage.py import_dataset FILE [--name NAME] [--plugin NAME …]`` — register a JSONL dataset.
+"""``manage.py import_dataset FILE [--name NAME] [--plugin NAME …] [--scorer NAME] [--rubric TEXT]``
+— register a JSONL dataset.
 
 Exit codes: 0 done, 2 bad input (a bad file or name, a database that cannot be
 reached or is not migrated).
@@ -34,6 +35,13 @@ class Command(BaseCommand):
             "the last system prompt in the order given wins)",
         )
 
+        parser.add_argument(
+            "--scorer",
+            default=None,
+            help="the dataset's default scorer, for examples that name none (e.g. judge: the LLM judge)",
+        )
+        parser.add_argument("--rubric", default=None, help="the LLM judge's rubric for this dataset")
+
     def handle(self, *args: Any, file: str, name: str | None, plugins: list[str], **opts: Any) -> None:
         path = Path(file)
         if not path.is_file():
@@ -43,11 +51,17 @@ class Command(BaseCommand):
                 database_check()
                 examples = parse_jsonl(path)
                 dataset = dataset_import(
-                    name=name or path.stem, examples=examples, source=str(path.resolve()), plugins=plugins
+                    name=name or path.stem,
+                    examples=examples,
+                    source=str(path.resolve()),
+                    plugins=plugins,
+                    scorer=opts.get("scorer"),
+                    rubric=opts.get("rubric"),
                 )
                 self.stdout.write(
                     f"dataset {dataset.name}: {dataset.examples.count()} examples"
                     + (f"; plugins {', '.join(dataset.plugins)}" if dataset.plugins else "")
+                    + (f"; scorer {dataset.scorer}" if dataset.scorer else "")
                 )
                 note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         except (DatasetFormatError, AgentLabError, ValueError) as exc:

@@ -84,6 +84,19 @@ class Command(BaseCommand):
             help="US dollars per million output tokens; needs --price-in",
         )
         parser.add_argument(
+            "--epochs",
+            type=int,
+            default=None,
+            help="run every example K times, as independent turns (default 1, or the resumed run's); "
+            "the metrics add pass@k, majority vote and how often epochs disagree",
+        )
+        parser.add_argument(
+            "--judge-model",
+            default=None,
+            help="the grading model of examples scored by the LLM judge (default: the run's model); "
+            "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
+        )
+        parser.add_argument(
             "--json",
             dest="json_path",
             default=None,
@@ -143,6 +156,8 @@ class Command(BaseCommand):
                     max_output_tokens=opts["max_output_tokens"],
                     price_in=opts["price_in"],
                     price_out=opts["price_out"],
+                    epochs=opts["epochs"],
+                    judge_model=opts["judge_model"],
                 )
                 baseline = baseline_request(
                     baseline=opts["baseline"],

@@ -1,0 +1,97 @@
+"""Comparing runs with epochs: majority votes for the counts, a paired
+bootstrap over per-example mean scores for the interval and p-value."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import call_command
+
+from agentlab.testing.stub_llm import StubLLMServer
+from evaluation.bootstrap import paired_bootstrap
+from evaluation.comparison import ComparedRow
+from evaluation.epoch_comparison import BOOTSTRAP_METHOD, EpochComparedRow, majority_rows
+from evaluation.services.comparison import run_compare_ids
+from tests.evaluation.test_run_eval import GSM8K, oracle, rows
+from tests.evaluation.test_run_eval_epochs import PATTERN, by_epoch
+
+
+def row(key: int, epoch: int, correct: bool | None, task_type: str = "math") -> EpochComparedRow:
+    compared = ComparedRow(
+        example_key=key,
+        example_id=f"ex{key}",
+        task_type=task_type,
+        prediction_id=key * 10 + epoch,
+        turn_id=None,
+        correct=correct,
+        prediction="p",
+        gold="g",
+        error="",
+        stop_reason="final",
+    )
+    return EpochComparedRow(row=compared, epoch=epoch, score=None if correct is None else float(correct))
+
+
+def test_majority_rows_keep_one_row_per_example_with_the_majority_vote():
+    reduced = majority_rows(
+        [
+            row(1, 2, True),
+            row(1, 1, True),
+            row(1, 3, False),
+            row(2, 1, True),
+            row(2, 2, False),  # a tie is not a majority
+            row(3, 1, None),
+            row(3, 2, None),
+        ]
+    )
+    assert [(r.example_key, r.prediction_id, r.correct) for r in reduced] == [
+        (1, 11, True),
+        (2, 21, False),
+        (3, 31, None),
+    ]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_compare_runs_with_epochs_uses_the_paired_bootstrap(settings, capsys):
+    gsm = rows(GSM8K, 5)
+    for run_id, handler in (("base", by_epoch(gsm)), ("cand", oracle(gsm, right=set(range(5))))):
+        with StubLLMServer(handler) as server:
+            settings.AGENTLAB_LLM_BASE_URL = server.base_url
+            settings.AGENTLAB_LLM_API_KEY = "k"
+            settings.AGENTLAB_MODEL = "stub-model"
+            call_command(
+                "run_eval",
+                "--no-review",
+                str(GSM8K),
+                "--run-id",
+                run_id,
+                "--limit",
+                "5",
+                "--epochs",
+                "3",
+                "--concurrency",
+                "1",
+            )
+    comparison = run_compare_ids(base_run_id="base", candidate_run_id="cand")
+
+    assert comparison["method"] == BOOTSTRAP_METHOD
+    means = [sum(p) / 3 for p in PATTERN]
+    expected = paired_bootstrap(dict(enumerate(means)), dict.fromkeys(range(5), 1.0))
+    overall = comparison["overall"]
+    assert overall["base_accuracy"] == pytest.approx(sum(means) / 5)
+    assert overall["candidate_accuracy"] == 1.0
+    assert overall["difference"] == pytest.approx(expected.difference)
+    assert (overall["ci_low"], overall["ci_high"]) == (
+        pytest.approx(expected.ci_low),
+        pytest.approx(expected.ci_high),
+    )
+    assert overall["p_value"] == pytest.approx(expected.p_value)
+    assert comparison["per_task_type"]["math"]["p_holm"] == pytest.approx(expected.p_value)
+    # counts are majority votes: examples 1 and 2 are wrong by majority in the base run
+    assert (overall["examples"], overall["fixed"], overall["broken"]) == (5, 2, 0)
+    assert sorted(pair["example_id"] for pair in comparison["fixed"]) == sorted(
+        gsm[i]["question_id"] for i in (1, 2)
+    )
+
+    call_command("compare_runs", "base", "cand")
+    out = capsys.readouterr().out
+    assert "bootstrap p" in out and "CI (bootstrap)" in out
