@@ -20,11 +20,12 @@ state conflict, 422 invalid request.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
-from ninja.errors import HttpError, ValidationError
+from ninja.errors import HttpError, Throttled, ValidationError
 
 from apikeys.auth import session_auth
 from common.api import ERROR_CODES, error_body
@@ -34,7 +35,9 @@ api = NinjaAPI(
     title="AgentLab API",
     version="1",
     description="Conversations, turns and their event logs (session + CSRF); evaluation runs and "
-    "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`.',
+    "predictions (session or X-API-Key). Errors: " + '`{"error": {"code", "message", "details"}}`. '
+    "A turn's events also stream as server-sent events: `GET /api/turns/{id}/stream?after=N` "
+    "(`id:` = seq, `Last-Event-ID`, `event: stream.end`).",
     auth=session_auth,
     urls_namespace="api",
 )
@@ -57,6 +60,15 @@ def _agentlab_error(request: HttpRequest, exc: AgentLabError) -> HttpResponse:
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
     return error_response(request, exc.status_code, str(exc) or ERROR_CODES.get(exc.status_code, "error"))
+
+
+@api.exception_handler(Throttled)
+def _throttled(request: HttpRequest, exc: Throttled) -> HttpResponse:
+    # an API key over AGENTLAB_API_KEY_RATE (apikeys.throttle)
+    response = error_response(request, 429, "too many requests for this API key; slow down")
+    if exc.wait is not None:
+        response["Retry-After"] = str(max(1, math.ceil(exc.wait)))
+    return response
 
 
 @api.exception_handler(Http404)

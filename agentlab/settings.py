@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from pathlib import Path
 from typing import TypeVar
 
@@ -17,6 +18,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from agentlab.agent.mcp.config import MCPConfigError, parse_servers
+from agentlab.deploy import https_origins, is_deployment, proxy_ssl_header, public_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -56,10 +58,40 @@ def env_number(
     return value
 
 
-SECRET_KEY = env.str("SECRET_KEY", default="agentlab-insecure-development-key-change-me")
+DEVELOPMENT_SECRET_KEY = "agentlab-insecure-development-key-change-me"
+SECRET_KEY = env.str("SECRET_KEY", default=DEVELOPMENT_SECRET_KEY)
 DEBUG = env.bool("DEBUG", default=False)
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]"])
-CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+# --- HTTPS deployment -------------------------------------------------------------
+#: A deployment: ALLOWED_HOSTS names a host that is not this machine's loopback.
+#: Then the HTTPS settings below are on unless the environment turns them off,
+#: and the development SECRET_KEY is refused; on a developer's machine (nothing
+#: set) they are off, so `runserver` over plain HTTP and `make demo` work.
+DEPLOYMENT = is_deployment(ALLOWED_HOSTS)
+if DEPLOYMENT and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
+    raise ImproperlyConfigured(
+        f"ALLOWED_HOSTS names {', '.join(public_hosts(ALLOWED_HOSTS))}, a deployment, but SECRET_KEY is "
+        "the development key: set SECRET_KEY to a long random value (e.g. python -c "
+        "'import secrets; print(secrets.token_urlsafe(50))')"
+    )
+SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=DEPLOYMENT)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes on the private network speak plain HTTP
+SECURE_HSTS_SECONDS = env_number("SECURE_HSTS_SECONDS", 31_536_000 if DEPLOYMENT else 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=DEPLOYMENT)
+SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = env.bool("SESSION_COOKIE_SECURE", default=DEPLOYMENT)
+CSRF_COOKIE_SECURE = env.bool("CSRF_COOKIE_SECURE", default=DEPLOYMENT)
+#: "HEADER,value" trusted to say a request came over HTTPS, set by the TLS
+#: proxy in front of daphne (which must overwrite the header, never pass a
+#: client's on); empty turns it off.
+try:
+    SECURE_PROXY_SSL_HEADER = proxy_ssl_header(
+        env.str("SECURE_PROXY_SSL_HEADER", default="HTTP_X_FORWARDED_PROTO,https" if DEPLOYMENT else "")
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=https_origins(ALLOWED_HOSTS))
 
 INSTALLED_APPS = [
     "daphne",
@@ -70,6 +102,9 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "channels",
+    # django-ninja's own templates and static files: /api/docs serves Swagger UI
+    # from the project (no CDN), so it works without internet
+    "ninja",
     "turns",
     "evaluation",
     "apikeys",
@@ -196,6 +231,19 @@ CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TIMEZONE = TIME_ZONE
+# A broker restart must not end the worker: retry the connection forever, at
+# start and after a loss (Celery's default gives up after 100 tries), and
+# notice a dead connection within a minute (Redis health checks, heartbeats
+# on AMQP). systemd restarts whatever still exits (deploy/systemd/).
+CELERY_BROKER_CONNECTION_RETRY = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BROKER_CONNECTION_MAX_RETRIES = None
+CELERY_BROKER_HEARTBEAT = 30
+if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"health_check_interval": 30, "socket_keepalive": True}
+# a turn in flight goes on after a broker loss: its redelivered message is a
+# duplicate the driver's conditional claim turns into a no-op
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 
 # --- agent --------------------------------------------------------------------
 AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
@@ -227,6 +275,21 @@ try:
     AGENTLAB_MCP_SERVERS = parse_servers(env.str("AGENTLAB_MCP_SERVERS", default=""))
 except MCPConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from None
+
+# --- API keys ---------------------------------------------------------------------
+#: Requests per API key (django-ninja's rate format: "120/min", "10/s", "5000/d");
+#: empty: no limit. Counted in the cache (Redis when REDIS_URL is set).
+AGENTLAB_API_KEY_RATE = env.str("AGENTLAB_API_KEY_RATE", default="120/min").strip()
+if AGENTLAB_API_KEY_RATE and not re.fullmatch(
+    r"\d+/(\d+|\d*(s|sec|m|min|h|hour|d|day))", AGENTLAB_API_KEY_RATE
+):
+    raise ImproperlyConfigured(
+        "AGENTLAB_API_KEY_RATE must be N/period such as 120/min, 10/s or 5000/d, "
+        f"got {AGENTLAB_API_KEY_RATE!r}"
+    )
+if REDIS_URL:
+    # shared by every process, so a key's rate is one count, not one per daphne
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
 
 LOGGING = {
     "version": 1,

@@ -14,7 +14,13 @@ Prints, with p50/p99 in milliseconds of "time the event was handed to
   (``bench/asgi_bench.py``), 1 and 100 subscribers on one turn;
 - the real consumer (``ws/turns/<id>/``), 1 and 100 subscribers on one turn;
 - 1,000 open sockets each on its own turn, 100 of those turns streaming at once;
-- daphne's resident memory per idle socket.
+- daphne's resident memory per idle socket;
+- a streamed answer (``--streamed-tokens`` at ``--tokens-per-s``): a chat turn
+  driven by the real driver whose answer streams from a streaming scripted
+  provider, watched by 100 minimal forwarders and then by 100 turn stream
+  consumers; latency is "the event's ``at`` → the client had the frame", and
+  the events the turn wrote (``llm.delta`` and all) are reported.
+  ``--streamed-only`` runs just this case.
 
 Appends are made from this process (like a worker), the clients run here too,
 and everything shares the machine's CPUs — figures are for comparison on one
@@ -152,6 +158,78 @@ async def stream(sockets: list, turn_ids: list[int], events_per_turn: int, inter
     return latencies
 
 
+async def streamed_answer(
+    sockets: list, turn_id: int, tokens: int, per_s: float
+) -> tuple[list[float], int, int]:
+    """Drive chat turn ``turn_id`` whose answer streams ``tokens`` tokens of 4
+    characters at ``per_s`` tokens a second; every socket's latency for each
+    ``llm.delta`` frame (its ``at`` → received), then (latencies, delta
+    events, all events) of the turn."""
+    from datetime import datetime
+
+    from agentlab.agent.providers.scripted import ScriptedProvider, text
+    from common.db import DatabaseThreads
+    from turns.driver import CHAT, drive_turn
+    from turns.models import TurnEvent
+
+    latencies: list[float] = []
+
+    async def reader(ws) -> None:
+        while True:
+            frame = json.loads(await ws.recv())
+            if frame.get("type") == "llm.delta":
+                latencies.append(time.time() - datetime.fromisoformat(frame["at"]).timestamp())
+            if frame.get("type") in ("turn.answered", "turn.failed", "stream.end"):
+                return
+
+    readers = [asyncio.create_task(reader(ws)) for ws in sockets]
+    provider = ScriptedProvider([text("tok " * tokens)], stream_chars=4, stream_delay=1 / per_s)
+    db = DatabaseThreads(max_workers=4)
+    try:
+        await drive_turn(turn_id, policy=CHAT, provider=provider, db=db)
+        await asyncio.wait_for(asyncio.gather(*readers), 120)
+        types = await db.run(
+            lambda: list(TurnEvent.objects.filter(turn_id=turn_id).values_list("type", flat=True))
+        )
+    finally:
+        db.close()
+    return latencies, types.count("llm.delta"), len(types)
+
+
+async def run_streamed(args: argparse.Namespace, port: int, session: str) -> None:
+    from asgiref.sync import sync_to_async
+    from django.contrib.auth import get_user_model
+
+    from turns.services import turn_create
+
+    base = f"ws://127.0.0.1:{port}"
+    headers = {"Cookie": f"sessionid={session}"}
+    origin = f"http://127.0.0.1:{port}"
+    user = await sync_to_async(get_user_model().objects.get)(username="bench")
+    new_turn = sync_to_async(lambda: turn_create(owner=user, question="bench").pk, thread_sensitive=False)
+    print(
+        f"streamed answer: {args.streamed_tokens} tokens at {args.tokens_per_s:g} tokens/s, "
+        f"{args.subscribers} subscribers on one turn",
+        flush=True,
+    )
+    found: dict[str, list[float]] = {}
+    for name, path in (("minimal forwarder", "ws/bench/forward"), ("turn stream consumer", "ws/turns")):
+        turn_id = await new_turn()
+        suffix = "?after=1" if path == "ws/turns" else ""
+        sockets = await open_sockets(
+            [f"{base}/{path}/{turn_id}/{suffix}"] * args.subscribers, headers, origin
+        )
+        await asyncio.sleep(0.5)
+        values, deltas, events = await streamed_answer(
+            sockets, turn_id, args.streamed_tokens, args.tokens_per_s
+        )
+        found[name] = values
+        line(f"streamed answer, {name}", values, f"({deltas} llm.delta of {events} events in the turn)")
+        await asyncio.gather(*(ws.close() for ws in sockets))
+    ratio = pct(found["turn stream consumer"], 99) / pct(found["minimal forwarder"], 99)
+    print(f"streamed answer: consumer/forwarder p99 ratio {ratio:.2f}", flush=True)
+
+
 async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str, dbname: str) -> None:
     from asgiref.sync import sync_to_async
     from django.contrib.auth import get_user_model
@@ -212,6 +290,7 @@ async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str
         f"({args.events_1000} events per turn, one every {args.interval_1000 * 1000:.0f} ms per turn)",
     )
     await asyncio.gather(*(ws.close() for ws in sockets))
+    await run_streamed(args, port, session)
 
 
 def main() -> int:
@@ -222,6 +301,10 @@ def main() -> int:
         "--events-1000", type=int, default=20, help="events per streaming turn with 1000 sockets"
     )
     parser.add_argument("--interval-1000", type=float, default=0.5, help="seconds between appends per turn")
+    parser.add_argument("--streamed-tokens", type=int, default=500, help="tokens of the streamed answer")
+    parser.add_argument("--tokens-per-s", type=float, default=50.0, help="how fast the answer streams")
+    parser.add_argument("--subscribers", type=int, default=100, help="sockets on the streamed turn")
+    parser.add_argument("--streamed-only", action="store_true", help="run only the streamed-answer case")
     args = parser.parse_args()
 
     import psycopg
@@ -241,6 +324,8 @@ def main() -> int:
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "HEARTBEAT_S": "15",
             "LOG_LEVEL": "ERROR",
+            # the streamed-answer turn is driven here with a scripted provider: no reviewer
+            "AGENTLAB_REVIEW": "false",
         }
     )
     os.environ.update(env)
@@ -286,7 +371,10 @@ def main() -> int:
         )
         wait_for_port(port, timeout=30, process=daphne, what="daphne")
         assert store.session_key is not None
-        asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
+        if args.streamed_only:
+            asyncio.run(run_streamed(args, port, store.session_key))
+        else:
+            asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
     finally:
         if daphne is not None:
             daphne.terminate()

@@ -6,21 +6,62 @@ an evaluation runs at once. ``DatabaseThreads`` gives each worker thread its own
 connection instead, and closes those connections when it shuts down — a
 lingering connection would otherwise keep a PostgreSQL test database from
 being dropped and hold file handles on SQLite.
+
+A pool thread has no request cycle, so nothing would retire a connection
+that broke (a database restart): Django does that in ``close_old_connections``
+at each request's start and end. ``DatabaseThreads`` does it around each call
+instead (``connections_retire_broken``): after a call that raised a database
+error, a connection that no longer answers is closed, so the thread's next
+call reconnects; before a call on a connection idle for ``IDLE_CHECK_S``,
+an obsolete one is closed and a usable one health-checked at first use
+(``CONN_HEALTH_CHECKS``). A database outage then costs the calls in flight,
+never the pool.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from asgiref.sync import sync_to_async
-from django.db import connections, router
+from django.db import DatabaseError, InterfaceError, OperationalError, connections, router
 from django.db.models import Field, Model
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+#: A pool thread's connections idle for longer than this (seconds) are
+#: checked before their next call: closed when obsolete (``CONN_MAX_AGE``)
+#: or broken, else health-checked at first use (``CONN_HEALTH_CHECKS``).
+IDLE_CHECK_S = 1.0
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` says the database could not be reached or the
+    connection broke (Django's ``OperationalError`` / ``InterfaceError``:
+    a restart, a network cut, "the connection is closed", SQLite's
+    "database is locked"): worth trying again later, unlike a bad query or
+    a constraint. Nothing else counts (``IntegrityError`` is a conflict)."""
+    return isinstance(exc, OperationalError | InterfaceError)
+
+
+def connections_retire_broken() -> None:
+    """Do for this thread's open connections what Django does at the end of
+    a request (``close_old_connections``): close one whose last statement
+    failed and that no longer answers a ``SELECT 1``, or that outlived
+    ``CONN_MAX_AGE``, so the next query reconnects. Connections inside an
+    ``atomic`` block are left alone (their owner is still using them). Never
+    raises for a broken connection: closing one that is dead is what it is for."""
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is None or conn.in_atomic_block:
+            continue
+        try:
+            conn.close_if_unusable_or_obsolete()
+        except DatabaseError:
+            conn.close()
 
 
 class DatabaseThreads:
@@ -44,11 +85,23 @@ class DatabaseThreads:
         )
 
     def _call(self, fn: Callable[..., R], *args: Any, **kwargs: Any) -> R:
-        if not getattr(self._local, "seen", False):
-            self._local.seen = True
+        local = self._local
+        if not getattr(local, "seen", False):
+            local.seen = True
+            local.used_at = time.monotonic()
             with self._lock:
                 self._connections.extend(connections[alias] for alias in connections)
-        return fn(*args, **kwargs)
+        elif time.monotonic() - local.used_at > IDLE_CHECK_S:
+            connections_retire_broken()
+        try:
+            return fn(*args, **kwargs)
+        except DatabaseError:
+            # no request cycle here to retire a connection a restart broke:
+            # close it now, or every later call on this thread fails too
+            connections_retire_broken()
+            raise
+        finally:
+            local.used_at = time.monotonic()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)

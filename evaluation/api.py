@@ -15,6 +15,7 @@ from pydantic import AfterValidator
 
 from agentlab.agent.text import clean_text
 from apikeys.auth import api_key_auth, session_auth
+from apikeys.throttle import api_key_throttle
 from common.api import ERRORS, AuthedRequest, Pagination
 
 from . import selectors
@@ -23,7 +24,8 @@ from .intervals import CONFIDENCE, wilson_interval
 from .models import Prediction, Run, RunStatus
 from .services.comparison import run_compare_ids
 
-router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth])
+# API keys are rate-limited per key (AGENTLAB_API_KEY_RATE); sessions are not
+router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth], throttle=[api_key_throttle])
 
 Text = Annotated[str, AfterValidator(clean_text)]
 RunId = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=200)]

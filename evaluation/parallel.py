@@ -33,6 +33,7 @@ from django.db import connections
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.pricing import Price
 
+from .runner import DatabaseOutage
 from .services.plan import PlannedExample
 from .worker import EvalJob, eval_worker
 
@@ -129,6 +130,8 @@ def drive_in_processes(
                 finished += 1
             elif kind == "error":
                 raise RuntimeError(f"an evaluation worker failed: {detail}")
+            elif kind == "outage":
+                raise DatabaseOutage(detail)
         wall = time.monotonic() - started
         for process in processes:
             process.join()

@@ -17,12 +17,14 @@ from __future__ import annotations
 import asyncio
 import math
 import secrets
+import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from django.conf import settings
+from django.db import DatabaseError
 from django.utils import timezone
 
 from agentlab.agent.extensions import RunExtensions
@@ -31,7 +33,7 @@ from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
-from common.db import DatabaseThreads
+from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
 from common.errors import BadInput
 from common.version import code_version
 from turns.llm import get_provider
@@ -40,7 +42,8 @@ from .extensions import extensions_resume, extensions_snapshot, run_extensions
 from .judging import judge_check, judge_pass
 from .models import Dataset, Run, RunStatus
 from .parallel import drive_in_processes
-from .runner import drive_examples
+from .run_exits import RunOutage
+from .runner import DatabaseOutage, drive_examples
 from .selectors import dataset_fallback_task_types, fallback_note
 from .services.datasets import dataset_resolve
 from .services.plan import PlannedExample, run_plan
@@ -215,7 +218,7 @@ class RunInterrupted(Exception):
     with the same run id (``run_id``)."""
 
     def __init__(self, run_id: str) -> None:
-        super().__init__(f"run {run_id} was interrupted")
+        super().__init__(f"run {shlex.quote(run_id)} was interrupted")
         self.run_id = run_id
 
 
@@ -265,6 +268,27 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     dataset = dataset_resolve(name_or_path=request.dataset)
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    try:
+        return _run_eval(
+            request=request, note=note, progress=progress, provider=provider, dataset=dataset, run_id=run_id
+        )
+    except (DatabaseOutage, DatabaseError) as exc:
+        if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
+            raise
+        # --run-id resumes the run, or starts it when it was never created
+        raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
+
+
+def _run_eval(
+    *,
+    request: EvalRequest,
+    note: Callable[[str], None],
+    progress: ProgressFactory,
+    provider: LLMProvider,
+    dataset: Dataset,
+    run_id: str,
+) -> EvalResult:
+    """``run_eval`` from its run id on: start or resume, plan, drive, finish."""
     extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
     existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
     if existing is not None:
@@ -327,7 +351,7 @@ def _plan_note(
 ) -> str:
     in_run = run.predictions.count()
     return (
-        f"run {run.run_id} on {dataset.name}: {planned} to do, {skipped} already done"
+        f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
         + (" (resumed)" if resumed else "")
         + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
         + f"; {provider.name} model {provider.model}"
@@ -362,6 +386,7 @@ def _drive_and_finish(
     status = RunStatus.SUCCESS
     started = time.monotonic()
     wall_s: float | None = None
+    outage = False
     try:
         if request.workers > 1 and len(planned) > 1:
             asyncio.run(provider.aclose())  # the workers build their own
@@ -396,17 +421,27 @@ def _drive_and_finish(
     except KeyboardInterrupt:
         status = RunStatus.CANCELLED
         raise RunInterrupted(run.run_id) from None
-    except BaseException:
+    except BaseException as exc:
         status = RunStatus.ERROR
+        outage = isinstance(exc, DatabaseOutage)
         raise
     finally:
         bar.close()
-        run = run_finish(
-            run=run,
-            status=status,
-            driven=driven,
-            wall_s=wall_s if wall_s is not None else time.monotonic() - started,
-        )
+        # this thread's connection sat idle while the pool drove: a restart
+        # meanwhile must cost a reconnect here, not the run's finish
+        connections_retire_broken()
+        try:
+            run = run_finish(
+                run=run,
+                status=status,
+                driven=driven,
+                wall_s=wall_s if wall_s is not None else time.monotonic() - started,
+            )
+        except DatabaseError as exc:
+            # still down: the resume finishes the run (its metrics are
+            # recomputed from the stored rows) — report the outage, not this
+            if not (outage and is_connection_error(exc)):
+                raise
     return run
 
 

@@ -19,16 +19,32 @@ from django.conf import settings
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
-from common.db import DatabaseThreads
+from common.db import DatabaseThreads, is_connection_error
 from turns.driver import EvaluationPolicy, drive_turn
 from turns.driver.extensions import Subject
 from turns.job_ids import local_job_id
+from turns.models import TurnStatus
 
 from .extensions import example_subject
 from .services.plan import PlannedExample
 from .services.predictions import TurnFinal, prediction_complete, prediction_record
 
 logger = logging.getLogger(__name__)
+
+
+class DatabaseOutage(Exception):
+    """The database failed while examples were driven (a restart, a network
+    cut). The examples it hit were left unfinished — their turns interrupted,
+    their predictions not completed — and no further example was started, so
+    the same run id resumes them. The message names the first error seen."""
+
+    @classmethod
+    def of(cls, cause: BaseException | str) -> DatabaseOutage:
+        """The outage that ``cause`` (an error, or a message saying it) stands for."""
+        if isinstance(cause, DatabaseOutage):
+            return cause
+        detail = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        return cls(f"the database failed mid-run: {' '.join(detail.split())}")
 
 
 async def drive_examples(
@@ -51,7 +67,10 @@ async def drive_examples(
     LLM call per answered example, waited for); ``tools`` replaces the
     built-in tools. ``extensions``: the run's plugins and MCP servers
     (``None``: the settings' only); plugins are told the example, ``run_id``
-    and ``dataset``. Raises ``ValueError`` for ``concurrency < 1``.
+    and ``dataset``. Raises ``ValueError`` for ``concurrency < 1``, and
+    ``DatabaseOutage`` once every started example is done when the database
+    failed under one of them (nothing more is started after that; what it
+    hit stays resumable).
     """
     extensions = extensions or RunExtensions(
         settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
@@ -60,43 +79,65 @@ async def drive_examples(
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
     gate = asyncio.Semaphore(concurrency)
     numbers = itertools.count(1)
+    outage: list[BaseException] = []
 
     async def one(item: PlannedExample) -> None:
         async with gate:
-            recorded = False
-
-            def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
-                # in the terminal event's transaction: one UPDATE, no read-back
-                nonlocal recorded
-                prediction_complete(
-                    prediction_id=item.prediction_id,
-                    example=item.example,
-                    turn=TurnFinal.from_fields(turn_fields),
-                )
-                recorded = True
-
-            error: str | None = None
+            if outage:
+                return  # left planned: the resume drives it
             try:
-                # a job id that names this process: another run_eval can tell
-                # whether the turn's driver is still alive (run_plan)
-                await drive_turn(
-                    item.turn_id,
-                    policy=EvaluationPolicy(finish=finish, review=review),
-                    provider=provider,
-                    db=db,
-                    tools=tools,
-                    job_id=local_job_id("eval", next(numbers)),
-                    extensions=extensions.for_example(item.example.plugins or ()),
-                    subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
-                )
+                await drive_one(item)
             except Exception as exc:
-                logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
-                error = f"{type(exc).__name__}: {exc}"
-            if not recorded:
-                # not claimable (already ended) or the finish itself failed:
-                # complete the row from what the turn row says now
-                await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
-            if on_done is not None:
-                on_done(item)
+                if not is_connection_error(exc):
+                    raise
+                logger.warning("example %s: the database failed: %s", item.example_id, exc)
+                outage.append(exc)
+
+    async def drive_one(item: PlannedExample) -> None:
+        recorded = False
+
+        def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
+            # in the terminal event's transaction: one UPDATE, no read-back
+            nonlocal recorded
+            prediction_complete(
+                prediction_id=item.prediction_id,
+                example=item.example,
+                turn=TurnFinal.from_fields(turn_fields),
+            )
+            recorded = True
+
+        error: str | None = None
+        try:
+            # a job id that names this process: another run_eval can tell
+            # whether the turn's driver is still alive (run_plan)
+            result = await drive_turn(
+                item.turn_id,
+                policy=EvaluationPolicy(finish=finish, review=review),
+                provider=provider,
+                db=db,
+                tools=tools,
+                job_id=local_job_id("eval", next(numbers)),
+                extensions=extensions.for_example(item.example.plugins or ()),
+                subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
+            )
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise
+            logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            if result is not None and result.status == TurnStatus.INTERRUPTED:
+                # the database failed under the turn: it is interrupted,
+                # and its prediction stays open for the resume
+                outage.append(DatabaseOutage.of(result.error or "a turn was interrupted"))
+                return
+        if not recorded:
+            # not claimable (already ended) or the finish itself failed:
+            # complete the row from what the turn row says now
+            await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
+        if on_done is not None:
+            on_done(item)
 
     await asyncio.gather(*(one(item) for item in planned))
+    if outage:
+        raise DatabaseOutage.of(outage[0])

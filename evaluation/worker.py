@@ -53,7 +53,7 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
     from turns.llm import get_provider
 
     from .models import Example
-    from .runner import drive_examples
+    from .runner import DatabaseOutage, drive_examples
     from .services.plan import PlannedExample
 
     try:
@@ -95,6 +95,9 @@ def eval_worker(job: EvalJob, messages: Any, go: Any) -> None:
 
     try:
         asyncio.run(drive())
+    except DatabaseOutage as exc:
+        messages.put(("outage", str(exc)))
+        raise SystemExit(75) from exc
     except Exception as exc:
         logger.exception("evaluation worker failed")
         messages.put(("error", f"{type(exc).__name__}: {exc}"))

@@ -3,7 +3,8 @@
 daphne runs in a subprocess on the test database with the inline executor
 (no Celery) and a stub OpenAI-compatible LLM on loopback; Chromium is Debian's
 ``/usr/bin/chromium`` driven by playwright-python (no browser download).
-Screenshots go to ``/tmp/screens/``.
+Screenshots go to ``/tmp/screens/`` (those of the streamed answer also to
+``docs/screenshots/``).
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ pytestmark = [
 
 
 REVIEW = '{"verdict": "accept", "note": "the calculator agrees", "retry_instruction": null}'
+DOCS_SCREENS = ROOT / "docs" / "screenshots"
+#: A Markdown answer with HTML that must stay text: a script, an onerror handler.
+MARKDOWN_ANSWER = (
+    "The count is **done**. Here is how:\n\n"
+    "1. I asked for your approval\n2. I counted `x` once\n\n"
+    "| tool | result |\n|---|---|\n| count | counted x |\n\n"
+    "```python\nprint('counted')\n```\n\n"
+    "Raw HTML stays text: <script>window.__xss = 1</script> "
+    '<img src="nope" onerror="window.__xss = 2"> and that is all, written a few letters at a time.'
+)
 
 
 def stub_handler(body):
@@ -49,6 +60,14 @@ def stub_handler(body):
     delay = 30.0 if "slow" in question else 1.5
     if not body.get("tools"):
         return text_reply(REVIEW, usage=(12, 6), delay=delay)
+    if "approve" in question:  # a tool that needs approval, then a long streamed Markdown answer
+        if any(m.get("role") == "tool" for m in messages):
+            reply = final_answer_reply(MARKDOWN_ANSWER, "the count tool", "approved, then counted")
+            reply.stream_chars, reply.stream_delay = 3, 0.05
+            return reply
+        return tool_call_reply(
+            "count", {"label": "x"}, content="I need to count x; that needs your approval."
+        )
     if "truncate" in question:
         return text_reply("The answer is a long story that", finish_reason="length", delay=delay)
     if any(m.get("role") == "tool" for m in messages):
@@ -81,6 +100,9 @@ def live_server_url(transactional_db):
             "AGENTLAB_MODEL": "stub-model",
             "DEBUG": "1",
             "HEARTBEAT_S": "1",
+            "AGENTLAB_TEST_TOOLS": "1",
+            "AGENTLAB_TEST_COUNT_APPROVAL": "1",
+            "AGENTLAB_TEST_COUNT_FILE": "/tmp/h14-browser-count.txt",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "PYTHONPATH": str(ROOT),
             "DJANGO_SETTINGS_MODULE": "agentlab.settings",
@@ -282,3 +304,108 @@ def test_a_truncated_answer_shows_as_truncated_and_usage_is_the_same_in_chat_api
     cut.refresh_from_db()
     assert (cut.status, cut.stop_reason) == ("failed", "length")
     assert page.js_errors == []
+
+
+def log_in(page, base_url: str, username: str, password: str) -> None:
+    page.goto(base_url + "/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("button[type=submit]")
+    page.wait_for_url(base_url + "/")
+
+
+def test_text_grows_while_it_streams_approval_from_the_page_and_markdown_without_html(
+    live_server_url, browser_page, django_user_model
+):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("carol", password="pw-carol-123")
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    DOCS_SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+    log_in(page, live_server_url, "carol", "pw-carol-123")
+
+    page.fill("textarea[name=question]", "approve: count x and tell me how")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    turn = Turn.objects.get()
+    card = page.locator(f"#turn-{turn.pk}")
+
+    # the tool call that needs approval, with its buttons; Ask is off meanwhile
+    approval = card.locator(".approval")
+    expect(approval).to_contain_text("count", timeout=20000)
+    expect(card.locator(".badge.status")).to_have_text("waiting")
+    expect(page.locator("#ask button[type=submit]")).to_be_disabled()
+    expect(card.locator("button[data-action=retry]")).to_be_hidden()
+    page.screenshot(path=str(DOCS_SCREENS / "chat-approval.png"), scale="css")
+    approval.get_by_role("button", name="Approve").click()
+
+    # the answer grows as it streams: more text each time we look, never JSON
+    live = card.locator(".streaming")
+    expect(live).to_be_visible(timeout=20000)
+    expect(card.locator(".badge.status")).to_have_text("running")
+    lengths = []
+    for _ in range(4):
+        lengths.append(len(live.inner_text()))
+        page.wait_for_timeout(400)
+    assert lengths == sorted(lengths) and lengths[-1] > lengths[0] > 0, lengths
+    assert '"answer"' not in live.inner_text() and "{" not in live.inner_text()
+    page.screenshot(path=str(DOCS_SCREENS / "chat-streaming.png"), scale="css")
+
+    # the answer, rendered once as Markdown; HTML in it is text and runs nothing
+    answer = card.locator(".answer .text")
+    expect(answer.locator("strong")).to_have_text("done", timeout=30000)
+    expect(answer.locator("ol li")).to_have_count(2)
+    expect(answer.locator("table td").first).to_have_text("count")
+    expect(answer.locator("pre code")).to_contain_text("print('counted')")
+    expect(answer).to_contain_text("<script>window.__xss = 1</script>")
+    expect(answer).to_contain_text('onerror="window.__xss = 2"')
+    assert answer.locator("script, img").count() == 0
+    assert page.evaluate("window.__xss === undefined")
+    expect(card.locator(".streaming, .draft")).to_have_count(0)
+    expect(card.locator(".steps")).to_contain_text("Approval")
+    expect(card.locator(".steps")).to_contain_text("approved by carol")
+    assert card.locator(".steps").inner_text().count("The count is") == 0  # the answer is shown once
+    expect(page.locator("#ask button[type=submit]")).to_be_enabled()
+    assert no_horizontal_scroll(page)
+    page.screenshot(path=str(DOCS_SCREENS / "chat-markdown-answer.png"), full_page=True, scale="css")
+
+    # keyboard: Shift+Enter is a new line, Enter sends
+    page.click("#question")
+    page.keyboard.type("line one")
+    page.keyboard.press("Shift+Enter")
+    page.keyboard.type("slow: line two")
+    assert page.input_value("#question") == "line one\nslow: line two"
+    page.keyboard.press("Enter")
+    expect(page.locator(".turn")).to_have_count(2, timeout=10000)
+    expect(page.locator("#question")).to_have_value("")
+    second = Turn.objects.exclude(pk=turn.pk).get()
+    assert second.question == "line one\nslow: line two"
+    page.locator(f"#turn-{second.pk} button[data-action=cancel]").click()
+    expect(page.locator(f"#turn-{second.pk} .badge.status")).to_have_text("cancelled", timeout=15000)
+    assert page.js_errors == []
+
+
+def test_api_docs_render_their_operations_with_the_network_blocked(
+    live_server_url, browser_page, django_user_model
+):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("dave", password="pw-dave-123")
+    page = browser_page
+    outside: list[str] = []
+
+    def only_this_server(route):
+        if route.request.url.startswith(live_server_url):
+            route.continue_()
+        else:
+            outside.append(route.request.url)
+            route.abort()
+
+    page.route("**/*", only_this_server)
+    log_in(page, live_server_url, "dave", "pw-dave-123")
+    page.goto(live_server_url + "/api/docs")
+    expect(page.locator(".opblock").first).to_be_visible(timeout=20000)
+    assert page.locator(".opblock").count() > 10
+    expect(page.locator(".opblock-summary-path").first).to_be_visible()
+    assert outside == []

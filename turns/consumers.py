@@ -6,23 +6,10 @@ after`` in order, then live ones, each exactly once; a ``{"type":
 ``{"type": "stream.end", "status": <turn status>}`` frame and a normal close
 (1000). Frames other than events carry no ``seq``.
 
-How exactness is kept (Zulip ``do_events_register``: subscribe, snapshot,
-apply what arrived in between, dropping what was already sent by seq):
-
-1. join the turn's group **first**, so no doorbell rung after the replay
-   read can be missed;
-2. replay ``seq > after`` from the database;
-3. on each doorbell: if the first carried event newer than ``last_sent`` is
-   exactly ``last_sent + 1`` send the carried events (no query — the usual
-   case); if it is further ahead some doorbell was lost, so read the gap
-   ``seq > last_sent`` from the database instead; anything ``<= last_sent``
-   is dropped;
-4. on each heartbeat tick, if the turn's ``last_seq`` is beyond
-   ``last_sent``, read ``seq > last_sent`` too, so a lost or dropped doorbell
-   (a full channel) only delays an event until the tick.
-
-A per-connection ``asyncio.Lock`` keeps the doorbell handler and the tick
-from interleaving their read-then-send, which could otherwise send a seq twice.
+How exactness is kept — join the group first, replay, then doorbells and
+ticks, each seq sent once — is ``turns.live.TurnStream``, shared with the
+server-sent-events view (``turns.sse``); this consumer is its websocket
+transport.
 
 The ticks come from one ``StreamTicker`` per event loop, not a task per
 connection. A task per connection made one event read per socket per
@@ -70,7 +57,8 @@ from django.db import DatabaseError, connection
 from common.db import DatabaseThreads
 
 from .doorbell import turn_group
-from .models import TERMINAL_EVENT_TYPES, EventType, Turn, TurnStatus
+from .live import REPLAY_BATCH, Ticking, TurnStream, parse_after
+from .models import Turn
 from .selectors import events_after
 
 logger = logging.getLogger(__name__)
@@ -81,8 +69,6 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_NORMAL = 1000
 
-#: Events read from the database per query when replaying or filling a gap.
-REPLAY_BATCH = 500
 #: The longest the shared ticker sleeps between looking for due heartbeats
 #: (seconds); it never sleeps more than a quarter of ``HEARTBEAT_S``.
 TICK_STEP_S = 0.5
@@ -90,13 +76,6 @@ TICK_STEP_S = 0.5
 #: query parameters is the tighter one).
 TICK_BATCH = 500
 
-_END_STATUS = {
-    EventType.TURN_ANSWERED: TurnStatus.SUCCEEDED,
-    EventType.TURN_ASKED: TurnStatus.SUCCEEDED,
-    EventType.TURN_FAILED: TurnStatus.FAILED,
-    EventType.TURN_CANCELLED: TurnStatus.CANCELLED,
-}
-_TERMINAL = frozenset(str(t) for t in TERMINAL_EVENT_TYPES)
 _HEARTBEAT = json.dumps({"type": "heartbeat"})
 
 # --- database reads (run on the stream pool's threads) --------------------------
@@ -144,6 +123,18 @@ def stream_frames_after(turn_id: int, after: int, limit: int = REPLAY_BATCH) -> 
     return [event.as_frame() for event in events_after(turn_id=turn_id, after=after, limit=limit)]
 
 
+async def read_frames(turn_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    """``stream_frames_after`` on the stream pool (``turns.live.ReadFrames``)."""
+    frames: list[dict[str, Any]] = await stream_db().run(_reading, stream_frames_after, turn_id, after, limit)
+    return frames
+
+
+async def turn_access(turn_id: int) -> tuple[int, str, int] | None:
+    """(owner id, status, last_seq) of a turn, or ``None``, on the stream pool."""
+    access: tuple[int, str, int] | None = await stream_db().run(_reading, _turn_access, turn_id)
+    return access
+
+
 def turns_last_seq(turn_ids: Iterable[int]) -> dict[int, int]:
     """``{turn id: last_seq}`` of the given turns, one query per ``TICK_BATCH``
     ids; a turn that does not exist (any more) is left out."""
@@ -175,7 +166,7 @@ class StreamTicker:
 
     def __init__(self) -> None:
         #: consumer → loop time (seconds) its next tick is due
-        self._due: dict[TurnStreamConsumer, float] = {}
+        self._due: dict[Ticking, float] = {}
         self._task: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
@@ -189,7 +180,7 @@ class StreamTicker:
         """Whether the ticking task is alive (only while consumers are registered)."""
         return self._task is not None and not self._task.done()
 
-    def add(self, consumer: TurnStreamConsumer) -> None:
+    def add(self, consumer: Ticking) -> None:
         """Register ``consumer`` for heartbeat ticks (again: no change)."""
         if consumer in self._due:
             return
@@ -198,7 +189,7 @@ class StreamTicker:
         if not self.running:
             self._task = loop.create_task(self._run(), name="turn-stream-ticker")
 
-    def discard(self, consumer: TurnStreamConsumer) -> None:
+    def discard(self, consumer: Ticking) -> None:
         """Stop ticking for ``consumer`` (not registered: no change)."""
         self._due.pop(consumer, None)
 
@@ -263,53 +254,53 @@ def stream_ticker() -> StreamTicker:
 
 
 class TurnStreamConsumer(AsyncWebsocketConsumer):
-    """Streams one turn's event log exactly once per seq (see the module docstring)."""
+    """Streams one turn's event log exactly once per seq: the websocket
+    transport of ``turns.live.TurnStream`` (see the module docstring)."""
 
     turn_id: int
-    last_sent: int
+    stream: TurnStream | None
 
     async def connect(self) -> None:
         raw_id = str(self.scope["url_route"]["kwargs"]["turn_id"])
         self.turn_id = int(raw_id) if raw_id.isdigit() and len(raw_id) <= 18 else 0
-        self.last_sent = 0
-        self._ended = False
+        self.stream = None
         self._joined = False
-        self._lock = asyncio.Lock()
         await self.accept()
 
         user = self.scope.get("user")
         if user is None or not user.is_authenticated:
-            await self._refuse(CLOSE_UNAUTHENTICATED)
+            await self.close(code=CLOSE_UNAUTHENTICATED)
             return
         after = self._parse_after()
         if after is None:
-            await self._refuse(CLOSE_BAD_REQUEST)
+            await self.close(code=CLOSE_BAD_REQUEST)
             return
-        access = await stream_db().run(_reading, _turn_access, self.turn_id) if self.turn_id else None
+        access = await turn_access(self.turn_id) if self.turn_id else None
         if access is None:
-            await self._refuse(CLOSE_NOT_FOUND)
+            await self.close(code=CLOSE_NOT_FOUND)
             return
         owner_id, status, last_seq = access
         if owner_id != user.pk and not user.is_staff:
-            await self._refuse(CLOSE_FORBIDDEN)
+            await self.close(code=CLOSE_FORBIDDEN)
             return
 
         # Join before reading: a doorbell rung after the replay's read is then
         # queued for us, and whatever it repeats is dropped by seq.
         await self.channel_layer.group_add(turn_group(self.turn_id), self.channel_name)
         self._joined = True
-        self.last_sent = after
-        async with self._lock:
-            await self._catch_up()
-            if not self._ended and status in _END_STATUSES and self.last_sent >= last_seq:
-                # The client already has the whole log of a finished turn (it
-                # saw the terminal event but not the end frame): just end.
-                await self._end(status)
-        if not self._ended:
+        self.stream = TurnStream(turn_id=self.turn_id, after=after, transport=self, read=read_frames)
+        await self.stream.start(status=status, last_seq=last_seq)
+        if not self.stream.ended:
             stream_ticker().add(self)
 
+    @property
+    def last_sent(self) -> int:
+        """The last seq sent (0 before the stream started)."""
+        return self.stream.last_sent if self.stream is not None else 0
+
     async def disconnect(self, code: int) -> None:
-        self._ended = True
+        if self.stream is not None:
+            self.stream.stop()
         stream_ticker().discard(self)
         if self._joined:
             self._joined = False
@@ -333,98 +324,38 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
     async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None) -> None:
         """Clients have nothing to say on this stream; what they send is ignored."""
 
-    # --- the doorbell and the tick ----------------------------------------------
-
     async def turn_doorbell(self, message: dict[str, Any]) -> None:
         """``{"type": "turn.doorbell", "events": [frame, …]}`` from ``turns.doorbell.ring_turn``."""
-        if self._ended or not self._joined:
-            return
-        async with self._lock:
-            if self._ended:
-                return
-            # A doorbell may carry the frames of several coalesced rings, not
-            # necessarily in seq order: use only the run that continues the
-            # stream exactly, and read anything beyond it from the database.
-            frames = sorted(
-                (f for f in message.get("events") or () if f.get("seq", 0) > self.last_sent),
-                key=lambda f: f["seq"],
-            )
-            if not frames:
-                return  # all of it was sent already (replayed, or read on a tick)
-            run = [f for i, f in enumerate(frames) if f["seq"] == self.last_sent + 1 + i]
-            try:
-                if run:
-                    await self._send_frames(run)
-                if len(run) < len(frames) and not self._ended:
-                    await self._catch_up()  # a doorbell went missing: read the gap
-            except DatabaseError:
-                logger.warning(
-                    "turn %s stream: gap read failed; the next tick retries", self.turn_id, exc_info=True
-                )
+        if self.stream is not None and self._joined:
+            await self.stream.doorbell(message)
 
     async def _tick(self, last_seq: int | None) -> None:
-        """A heartbeat tick from the ``StreamTicker``: read the gap if the
-        turn's ``last_seq`` (``None``: not known) is beyond ``last_sent``,
-        then send a heartbeat."""
-        async with self._lock:
-            if self._ended:
-                return
-            if last_seq is not None and last_seq > self.last_sent:
-                try:
-                    await self._catch_up()
-                except DatabaseError:
-                    logger.warning("turn %s stream: tick read failed", self.turn_id, exc_info=True)
-                if self._ended:
-                    return
-            await self.send(text_data=_HEARTBEAT)
+        """A heartbeat tick from the ``StreamTicker`` (``TurnStream.tick``)."""
+        if self.stream is not None:
+            await self.stream.tick(last_seq)
 
-    # --- sending (always under self._lock) ------------------------------------
+    # --- the websocket transport (turns.live.StreamTransport) ---------------------
 
-    async def _catch_up(self) -> None:
-        """Send everything after ``last_sent`` from the database, in batches."""
-        while not self._ended:
-            frames = await stream_db().run(
-                _reading, stream_frames_after, self.turn_id, self.last_sent, REPLAY_BATCH
-            )
-            if not frames:
-                return
-            await self._send_frames(frames, may_end=len(frames) < REPLAY_BATCH)
-            if len(frames) < REPLAY_BATCH:
-                return
+    async def send_event(self, frame: dict[str, Any]) -> None:
+        await self.send(text_data=json.dumps(frame, separators=(",", ":")))
 
-    async def _send_frames(self, frames: list[dict[str, Any]], *, may_end: bool = True) -> None:
-        """Send consecutive frames starting at ``last_sent + 1``; end the stream
-        when the newest one is terminal (and ``may_end``)."""
-        for frame in frames:
-            seq = frame["seq"]
-            if seq <= self.last_sent:
-                continue
-            if seq != self.last_sent + 1:  # never skip: the caller reads the gap instead
-                raise AssertionError(f"turn {self.turn_id}: seq {seq} after {self.last_sent}")
-            await self.send(text_data=json.dumps(frame, separators=(",", ":")))
-            self.last_sent = seq
-        last = frames[-1]
-        if may_end and last["seq"] == self.last_sent and last["type"] in _TERMINAL:
-            await self._end(_END_STATUS[last["type"]])
+    async def send_heartbeat(self) -> None:
+        await self.send(text_data=_HEARTBEAT)
 
-    async def _end(self, status: str) -> None:
-        self._ended = True
+    async def send_end(self, status: str) -> None:
         stream_ticker().discard(self)
-        await self.send(text_data=json.dumps({"type": "stream.end", "status": str(status)}))
+        await self.send(text_data=json.dumps({"type": "stream.end", "status": status}))
         await self.close(code=CLOSE_NORMAL)
-
-    async def _refuse(self, code: int) -> None:
-        self._ended = True
-        await self.close(code=code)
 
     def _parse_after(self) -> int | None:
         query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        raw = (query.get("after") or ["0"])[-1] or "0"
-        try:
-            after = int(raw)
-        except ValueError:
-            return None
-        return after if after >= 0 else None
+        return parse_after((query.get("after") or ["0"])[-1])
 
 
-_END_STATUSES = frozenset({TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED})
+class NoRouteConsumer(AsyncWebsocketConsumer):
+    """Any websocket path that is not a stream: accepted, then closed with
+    4404 (a close code the page can explain, not a server error)."""
+
+    async def connect(self) -> None:
+        await self.accept()
+        await self.close(code=CLOSE_NOT_FOUND)

@@ -93,6 +93,24 @@ class ThinkingData(TypedDict, total=False):
 
 
 @with_config(_CLOSED)
+class LLMDeltaData(TypedDict):
+    """Text of a streaming completion, coalesced by the driver
+    (``turns.driver.deltas``): ``text`` continues the visible text of try
+    ``completion`` (1, 2 …) of step ``step`` of attempt ``attempt`` at
+    character ``offset`` (the length of that text before it). A new
+    ``completion`` number starts the text again (a retried call): a reader
+    replaces, not appends. The visible text is the answer, never raw JSON
+    (``agentlab.agent.streaming``); the step's ``thinking`` / ``tool.call``
+    events that follow are its record."""
+
+    attempt: int
+    step: int
+    completion: int
+    offset: int
+    text: str
+
+
+@with_config(_CLOSED)
 class LLMUsageData(TypedDict):
     """One agent step's LLM call. ``finish_reason`` ``length``: cut by the
     output-token limit; ``decoding`` how its text was decoded
@@ -115,6 +133,23 @@ class ToolCallEventData(TypedDict):
     attempt: int
     step: int
     call: ToolCallData
+
+
+@with_config(_CLOSED)
+class ToolStartedData(TypedDict):
+    """Written before a tool that may have side effects runs (not before
+    ``final_answer`` / ``ask_user``): a resume after a crash between this
+    event and the call's ``tool.result`` knows the call may have run, runs it
+    again with the same ``idempotency_key`` and says so with ``repeat``."""
+
+    attempt: int
+    step: int
+    call_id: str
+    name: str
+    #: ``turn-<turn id>/attempt-<n>/<tool call id>`` (``ToolContext.for_call``)
+    idempotency_key: str | None
+    #: the log showed this call started before without a result
+    repeat: bool
 
 
 @with_config(_CLOSED)
@@ -277,8 +312,10 @@ PAYLOADS: dict[str, type[Any]] = {
     EventType.TURN_STARTED: TurnStartedData,
     EventType.PHASE: PhaseData,
     EventType.THINKING: ThinkingData,
+    EventType.LLM_DELTA: LLMDeltaData,
     EventType.LLM_USAGE: LLMUsageData,
     EventType.TOOL_CALL: ToolCallEventData,
+    EventType.TOOL_STARTED: ToolStartedData,
     EventType.TOOL_RESULT: ToolResultEventData,
     EventType.CHECK: CheckData,
     EventType.APPROVAL_REQUESTED: ApprovalRequestedData,

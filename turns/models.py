@@ -138,8 +138,12 @@ class EventType(models.TextChoices):
     TURN_STARTED = "turn.started"
     PHASE = "phase"
     THINKING = "thinking"
+    #: coalesced text of a streaming completion (chat policy only)
+    LLM_DELTA = "llm.delta"
     LLM_USAGE = "llm.usage"
     TOOL_CALL = "tool.call"
+    #: written before a tool runs (idempotency after a crash)
+    TOOL_STARTED = "tool.started"
     TOOL_RESULT = "tool.result"
     #: a plugin's verdict on a step or a turn (``agentlab.agent.plugins``)
     CHECK = "check"

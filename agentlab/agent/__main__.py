@@ -22,7 +22,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.agent.loop import AgentLoop, CompletionReport, Report
+from agentlab.agent.loop import AgentLoop, CompletionReport, Report, ToolStartReport
 from agentlab.agent.providers import make_provider
 from agentlab.agent.tools import ToolContext, default_registry
 
@@ -61,6 +61,8 @@ async def _main(args: argparse.Namespace) -> int:
     async def on_report(report: Report) -> None:
         nonlocal last, llm_seconds
         now = time.perf_counter()
+        if isinstance(report, ToolStartReport):
+            return  # the tool's result says all there is to say here
         if isinstance(report, CompletionReport):
             c = report.completion
             llm_seconds += now - last

@@ -31,6 +31,7 @@ from agentlab.agent.messages import build_messages, step_calls
 from agentlab.agent.protocol import parse_tool_calls, step_schema
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.stops import LoopStop, check_stop, guarded
+from agentlab.agent.streaming import OnText, text_stream
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.truncation import cut_note, json_type, mark_truncated_calls, schema_cut_call
 from agentlab.agent.types import (
@@ -69,7 +70,21 @@ class ToolResultReport:
     result: ToolResult
 
 
-Report = CompletionReport | ToolResultReport
+@dataclass(frozen=True)
+class ToolStartReport:
+    """Tool call ``call`` of step ``step`` is about to run (reported before
+    it runs, so a resume after a crash knows it may have run). ``key`` is its
+    idempotency key (``ToolContext.for_call``); ``repeat``: the log shows it
+    started before without a result — it runs again with the same key.
+    Reported for tools that do not end the turn (those have no side effect)."""
+
+    step: int
+    call: ToolCall
+    key: str | None
+    repeat: bool
+
+
+Report = CompletionReport | ToolStartReport | ToolResultReport
 OnReport = Callable[[Report], Awaitable[None]]
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
@@ -135,6 +150,7 @@ class _Run:
     cancel: asyncio.Event | None
     approval: ApprovalGate | None
     deadline: float | None
+    on_text: OnText | None = None
     steps: list[Step] = field(default_factory=list)
     usage: UsageTotals = field(default_factory=UsageTotals)
     #: the JSON schema each step is decoded under (``protocol.step_schema``),
@@ -221,6 +237,7 @@ class AgentLoop:
         recorded: Sequence[Step] = (),
         approval: ApprovalGate | None = None,
         deadline: float | None = None,
+        on_text: OnText | None = None,
     ) -> LoopResult:
         """Answer ``question``; see the module docstring and ``LoopResult``.
 
@@ -229,8 +246,8 @@ class AgentLoop:
         ``time.monotonic()`` value (stop ``timeout``). ``recorded`` are steps of
         an earlier run of the same turn: they are neither repeated nor
         reported again; a partial last step has only its missing tool calls
-        run. ``approval`` decides tools marked ``needs_approval`` (``None``
-        means no one can approve: stop ``approval_required``).
+        run. ``approval`` decides tools marked ``needs_approval`` (``None``:
+        stop ``approval_required``). ``on_text``: ``streaming.text_stream``.
         """
         context = context or ToolContext()
         run = _Run(
@@ -241,6 +258,7 @@ class AgentLoop:
             cancel=cancel,
             approval=approval,
             deadline=deadline,
+            on_text=on_text,
         )
         run.step_schema = self._step_schema(run.tools)
         final_tool = run.tools.get("final_answer")
@@ -327,6 +345,7 @@ class AgentLoop:
                     temperature=self.temperature,
                     base_delay=self.retry_base_delay,
                     response_schema=self._schema_for(run, index),
+                    stream=text_stream(run.on_text, index) if run.on_text is not None else None,
                 ),
             )
             if not self.native_tools:
@@ -419,7 +438,13 @@ class AgentLoop:
                     raise LoopStop("approval_rejected", f"{call.name} was rejected", pending_call=call)
                 if decision != "approved":
                     raise LoopStop("approval_required", f"{call.name} needs an approval", pending_call=call)
-            result = await self._guard(run, self.tools.execute(call, run.context))
+            context = run.context.for_call(call)
+            if tool is not None and tool.ends_turn is None and call.error is None:
+                start = ToolStartReport(
+                    step=step.index, call=call, key=context.idempotency_key, repeat=context.may_have_run
+                )
+                await self._report(run, start)
+            result = await self._guard(run, self.tools.execute(call, context))
             step.results.append(result)
             await self._report(run, ToolResultReport(step=step.index, call=call, result=result))
             outcome = self._ending(call, result)

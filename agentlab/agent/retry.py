@@ -10,7 +10,9 @@ with exponential backoff and a little jitter (tenacity). Permanent errors
 
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from tenacity import (
@@ -22,6 +24,7 @@ from tenacity import (
     wait_random,
 )
 
+from agentlab.agent.streaming import CompletionDelta
 from agentlab.agent.text import json_safe
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
 
@@ -49,9 +52,15 @@ async def complete_with_retries(
     base_delay: float = 0.5,
     max_delay: float = 8.0,
     response_schema: dict[str, Any] | None = None,
+    stream: Callable[[int, CompletionDelta], None] | None = None,
 ) -> Completion:
     """Call ``provider.complete`` up to ``attempts`` times in all
     (``response_schema``: see ``LLMProvider``).
+
+    ``stream``: when given and the provider streams (``streaming = True``),
+    each try is streamed and its fragments are handed to ``stream(try,
+    delta)``, ``try`` counting from 1 — a try after a cut stream starts its
+    text again.
 
     Waits ``min(base_delay * 2**(n-1), max_delay)`` seconds plus up to
     ``base_delay / 2`` of random jitter after the n-th transient failure. Raises
@@ -70,13 +79,24 @@ async def complete_with_retries(
     # held may carry NUL or a lone surrogate, which no request body can encode
     messages = json_safe(messages)
     tools = json_safe(tools) if tools is not None else None
+    streams = stream is not None and bool(getattr(provider, "streaming", False))
     async for attempt in retrying:
         with attempt:
-            return await provider.complete(
+            if not streams:
+                return await provider.complete(
+                    messages,
+                    tools,
+                    max_tokens=max_tokens,
+                    temperature=temperature,
+                    response_schema=response_schema,
+                )
+            assert stream is not None
+            return await provider.complete(  # type: ignore[call-arg]
                 messages,
                 tools,
                 max_tokens=max_tokens,
                 temperature=temperature,
                 response_schema=response_schema,
+                on_delta=functools.partial(stream, attempt.retry_state.attempt_number),
             )
     raise AssertionError("unreachable: tenacity either returns or reraises")  # pragma: no cover

@@ -241,6 +241,13 @@ class LLMProvider(Protocol):
     one that does not ignores it and decodes freely. ``max_tokens`` caps the
     reply; a reply cut by it has ``finish_reason == "length"``.
 
+    A provider whose ``streaming`` attribute is true also takes ``on_delta``
+    (``agentlab.agent.streaming.OnDelta``) in ``complete``: it then streams
+    the reply and hands each fragment to ``on_delta`` as it comes, and
+    returns the same ``Completion``. A stream cut mid-way raises a transient
+    ``ProviderError``. ``agentlab.agent.retry`` passes ``on_delta`` only to
+    such providers.
+
     Raises ``ProviderError`` (never a raw SDK exception).
     """
 

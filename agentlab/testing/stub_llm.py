@@ -13,6 +13,16 @@ production::
 body, an HTTP error with an OpenAI-style error body, optionally after a delay.
 ``StubLLMServer.script([...])`` plays a list of replies in order.
 
+A request with ``"stream": true`` gets the same reply streamed as OpenAI
+streams it (``stream_chunks``): ``chat.completion.chunk`` server-sent events
+with the content and each tool call's arguments in pieces of
+``StubReply.stream_chars`` characters, ``stream_delay`` seconds apart, a
+chunk with the finish reason, a usage-only chunk with empty ``choices`` when
+``stream_options.include_usage`` asks for it (and the reply has usage), then
+``data: [DONE]``. ``cut_after=N`` stops after N chunks: the connection is
+dropped mid-body, or with ``cut_clean`` the body just ends there (no finish
+reason, no ``[DONE]``).
+
 Benchmark mode (every request is answered with a ``final_answer`` tool call
 whose answer is the last number in the user's question, or "42")::
 
@@ -36,6 +46,8 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from agentlab.testing.stub_stream import stream_chunks
+
 
 @dataclass
 class StubReply:
@@ -46,6 +58,13 @@ class StubReply:
     status: int = 200
     delay: float = 0.0
     headers: dict[str, str] = field(default_factory=dict)
+    #: streamed replies (module docstring): characters per piece, seconds between chunks
+    stream_chars: int = 4
+    stream_delay: float = 0.0
+    #: stop a streamed reply after this many chunks (``None``: send it all)
+    cut_after: int | None = None
+    #: end the cut body cleanly instead of dropping the connection
+    cut_clean: bool = False
 
 
 Handler = Callable[[dict[str, Any]], StubReply | dict[str, Any]]
@@ -261,7 +280,40 @@ class _RequestHandler(BaseHTTPRequestHandler):
         if reply.delay > 0 and stub._closing.wait(reply.delay):
             self.close_connection = True
             return
+        if body.get("stream") and reply.status == 200 and isinstance(reply.body, dict):
+            include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+            self._send_stream(reply, include_usage=include_usage)
+            return
         self._send(reply.status, reply.body, reply.headers)
+
+    def _send_stream(self, reply: StubReply, *, include_usage: bool) -> None:
+        """``reply`` as server-sent events, one HTTP chunk per event."""
+        assert isinstance(reply.body, dict)
+        events = [
+            f"data: {json.dumps(c)}\n\n"
+            for c in stream_chunks(reply.body, chars=reply.stream_chars, include_usage=include_usage)
+        ]
+        events.append("data: [DONE]\n\n")
+        cut = reply.cut_after is not None and reply.cut_after < len(events)
+        if cut:
+            events = events[: reply.cut_after]
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for i, event in enumerate(events):
+                if i and reply.stream_delay and self.server.stub._closing.wait(reply.stream_delay):
+                    break
+                data = event.encode("utf-8")
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                self.wfile.flush()
+            if cut and not reply.cut_clean:
+                self.close_connection = True  # dropped mid-body: no last chunk
+                return
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
 
 
 class StubLLMServer:

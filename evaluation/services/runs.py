@@ -22,6 +22,7 @@ from django.contrib.auth.models import User
 from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
+from common.db import connections_retire_broken
 from common.errors import BadInput, StateConflict
 from turns.job_ids import local_job_id
 
@@ -226,6 +227,8 @@ class RunLease:
                         return
                 except Exception:
                     logger.warning("run %s: could not renew the lease", self.run_pk, exc_info=True)
+                    # a connection a database restart broke: reconnect next time
+                    connections_retire_broken()
         finally:
             connections.close_all()
 

@@ -256,8 +256,10 @@ def test_run_eval_reviews_by_default_and_not_with_no_review(settings):
 def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
     """Parity: one scripted model, one question, reviewed, through the chat
     policy and through the run_eval runner. The documented differences
-    (DESIGN.md §8) are approvals (chat waits, evaluation cancels) and a late
-    review (chat only); neither happens here, so the sequences are equal."""
+    (DESIGN.md §8) are approvals (chat waits, evaluation cancels), a late
+    review (chat only) — neither happens here — and streaming: the model
+    streams, but only the chat policy streams its calls, so chat's log also
+    has ``llm.delta`` events and is otherwise equal to evaluation's."""
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 30
 
@@ -269,7 +271,8 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
                 text('{"verdict": "retry", "note": "n", "retry_instruction": "recompute"}', usage=(40, 9)),
                 final("42", usage=(30, 6)),
                 text('{"verdict": "accept", "note": "ok"}', usage=(40, 9)),
-            ]
+            ],
+            stream_chars=3,  # a provider that can stream
         )
 
     chat_turn = turn_create(owner=owner, question="What is 6*7?")
@@ -283,8 +286,10 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
     run = _run("parity-run", ds, script(), max_steps=6)
     eval_turn = Prediction.objects.get(run=run).turn
 
-    chat_types = [e.type for e in events_after(turn_id=chat_turn.pk)]
+    chat_all = [e.type for e in events_after(turn_id=chat_turn.pk)]
     eval_types = [e.type for e in events_after(turn_id=eval_turn.pk)]
+    assert "llm.delta" in chat_all and "llm.delta" not in eval_types  # evaluation does not stream
+    chat_types = [t for t in chat_all if t != "llm.delta"]
     assert chat_types == eval_types
     assert chat_types == [
         "turn.queued",
@@ -292,6 +297,7 @@ def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
         "phase",
         "llm.usage",
         "tool.call",
+        "tool.started",
         "tool.result",
         "llm.usage",
         "tool.call",

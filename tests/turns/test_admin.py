@@ -394,7 +394,7 @@ def test_turn_page_shows_question_answer_usage_timings_and_events(staff_client, 
         "none: this is the turn&#x27;s first attempt",
     ):
         assert text in body, text
-    assert "Event log · 12 events, seq 1–12" in body
+    assert "Event log · 13 events, seq 1–13" in body  # tool.started before the calculator ran
     types_in_page = re.findall(r'<td class="al-type">([^<]+)</td>', body)
     assert types_in_page == [e.type for e in events_after(turn_id=turn.pk)]
     assert 'class="al-terminal"' in body  # turn.answered is highlighted

@@ -86,6 +86,7 @@ async def test_answered_turn_writes_every_step_and_terminal_state(owner, db_thre
         "thinking",
         "llm.usage",
         "tool.call",
+        "tool.started",  # before the calculator ran; none for final_answer (no side effect)
         "tool.result",
         "llm.usage",
         "tool.call",
@@ -94,9 +95,9 @@ async def test_answered_turn_writes_every_step_and_terminal_state(owner, db_thre
         "turn.answered",
     ]
     events = await db_threads.run(events_after, turn_id=turn.pk)
-    assert [e.seq for e in events] == list(range(1, 13))
-    assert turn.last_seq == 12
-    assert events[6].data["result"]["output"] == "42"
+    assert [e.seq for e in events] == list(range(1, 14))
+    assert turn.last_seq == 13
+    assert events[7].data["result"]["output"] == "42"
     assert events[-1].data == {
         "stop_reason": "final",
         "steps": 2,
@@ -266,7 +267,7 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
 
     async def dying(self, report):
         await real(self, report)
-        if next(seen) == 1:  # after the completion and the first tool result are stored
+        if next(seen) == 2:  # after the completion, the first tool.started and its result are stored
             raise Killed()
 
     recorder_module.Recorder.__call__ = dying
@@ -301,11 +302,13 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
         "llm.usage",
         "tool.call",
         "tool.call",
+        "tool.started",
         "tool.result",
         "turn.interrupted",
         "turn.resumed",
         "turn.started",
         "phase",
+        "tool.started",
         "tool.result",
         "llm.usage",
         "tool.call",

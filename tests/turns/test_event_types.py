@@ -111,7 +111,10 @@ async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) ->
     result = await drive_turn(
         approval.pk,
         policy=ChatPolicy(review=False),
-        provider=ScriptedProvider([tool_call("deploy", {"label": "x"})]),
+        # a chat turn streams its text: the llm.delta events
+        provider=ScriptedProvider(
+            [tool_call("deploy", {"label": "x"}, content="Deploying x.")], stream_chars=4
+        ),
         db=db_threads,
         tools=_tools_with_approval(),
     )

@@ -33,7 +33,7 @@ from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
-from common.db import DatabaseThreads
+from common.db import DatabaseThreads, is_connection_error
 
 from ..events import TurnNotHeld
 from ..extensions import recorded_extensions
@@ -52,12 +52,12 @@ from .extensions import (
     setup_write,
     unavailable_result,
 )
-from .finish import finish_fields, finish_unexpected, finish_write
+from .finish import finish_fields, finish_interrupted, finish_unexpected, finish_write
 from .policies import TurnPolicy
 from .recorder import Attempt, Recorder
-from .replay import attempt_steps
+from .replay import attempt_steps, calls_started
 from .review import attempt_question, retry_after_review, review_may_retry, review_phase, review_record_late
-from .watch import watch_of
+from .watch import turn_watcher
 
 logger = logging.getLogger(__name__)
 
@@ -148,6 +148,12 @@ async def drive_turn(
         if turn.fresh
         else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts, meta=meta)
     )
+    # tool calls a crash may have cut between their run and their result
+    started_calls: frozenset[str] = (
+        frozenset()
+        if turn.fresh or not own
+        else await db.run(calls_started, turn_id=turn_id, attempt=turn.attempts)
+    )
 
     def new_attempt(number: int, steps_before: int, own_steps: list[Step]) -> Attempt:
         usage = UsageTotals()
@@ -172,7 +178,7 @@ async def drive_turn(
     current = new_attempt(turn.attempts, len(inherited), own)
     recorded = [*inherited, *own]
     cancel = asyncio.Event()
-    watch = watch_of(db)
+    watch = turn_watcher()
     watch.add(turn_id=turn_id, holder=holder, cancel=cancel)
     late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
 
@@ -213,6 +219,8 @@ async def drive_turn(
             tool_context = ToolContext(
                 documents=list((turn.context or {}).get("documents") or []),
                 metadata=dict(turn.context or {}),
+                idempotency_scope=f"turn-{turn_id}/attempt-{current.number}",
+                started_calls=started_calls if current.number == turn.attempts else frozenset(),
             )
             started_with = attempt_setup_record(
                 loop, question=current.question, context=tool_context, attempt=current.number
@@ -220,6 +228,7 @@ async def drive_turn(
             meta = meta_with_setup(meta, started_with)
             await db.run(setup_write, turn_id=turn_id, setup=started_with)
             act_started = time.monotonic()
+            on_text = current.recorder.stream_deltas() if policy.streams else None
             result = await loop.run(
                 current.question,
                 context=tool_context,
@@ -228,7 +237,10 @@ async def drive_turn(
                 recorded=recorded,
                 approval=gate,
                 deadline=deadline,
+                on_text=on_text,
             )
+            if on_text is not None:
+                await on_text.close()
             timings["act_ms"] = timings.get("act_ms", 0) + int((time.monotonic() - act_started) * 1000)
             if setup is not None and not checked and result.stop_reason != "cancelled":
                 inherited_steps = len(inherited) if current.number == turn.attempts else 0
@@ -309,6 +321,16 @@ async def drive_turn(
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        if is_connection_error(exc):
+            timings["total_ms"] = int((time.monotonic() - started) * 1000)
+            return await _interrupted_by_outage(
+                exc,
+                turn_id=turn_id,
+                holder=holder,
+                recorder=current.recorder,
+                db=db,
+                timings={**(turn.timings or {}), **timings},
+            )
         if isinstance(exc, TurnNotHeld | Turn.DoesNotExist):
             # swept and resumed elsewhere, or deleted with its conversation:
             # not a failure of this turn, and nothing more to write
@@ -349,6 +371,65 @@ async def drive_turn(
         )
     finally:
         cancel.set()
+        if current.recorder.deltas is not None:
+            await current.recorder.deltas.close()
         watch.discard(turn_id, holder)
         if late_review is not None and not late_review.done():
             late_review.cancel()
+
+
+#: How often, and how far apart (seconds), a driver that lost the database
+#: tries to mark its turn interrupted before leaving that to the sweeper.
+OUTAGE_WRITE_TRIES = 3
+OUTAGE_WRITE_PAUSE_S = 1.0
+
+
+async def _interrupted_by_outage(
+    exc: Exception,
+    *,
+    turn_id: int,
+    holder: str,
+    recorder: Recorder,
+    db: DatabaseThreads,
+    timings: dict[str, int],
+) -> DriveResult:
+    """The database failed under the turn (a restart, a network cut): end it
+    ``interrupted`` — resumable, with the steps it had held back — not
+    failed (``finish_interrupted``). The database may still be down: a few
+    tries, then the turn stays ``running`` for the sweeper to mark
+    interrupted once its heartbeat is stale. Either way it resumes."""
+    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    logger.warning("turn %s: the database failed under it; interrupting: %s", turn_id, error)
+    for attempt in range(OUTAGE_WRITE_TRIES):
+        if attempt:
+            await asyncio.sleep(OUTAGE_WRITE_PAUSE_S)
+        try:
+            await db.run(
+                finish_interrupted,
+                reason=f"database error: {error}"[:500],
+                turn_id=turn_id,
+                usage=recorder.usage.to_dict(),
+                steps=recorder.steps,
+                timings=timings,
+                pending=recorder.pending,
+                pending_fields=recorder.pending_fields,
+                holder=holder,
+            )
+            break
+        except Exception as again:
+            if not is_connection_error(again):
+                logger.exception("turn %s: could not record the interruption", turn_id)
+                break
+    return DriveResult(
+        turn_id=turn_id,
+        status=TurnStatus.INTERRUPTED,
+        outcome="",
+        stop_reason="error",
+        answer="",
+        evidence="",
+        reasoning="",
+        steps=recorder.steps,
+        usage=recorder.usage.to_dict(),
+        error=error,
+        latency_ms=timings.get("total_ms", 0),
+    )

@@ -19,6 +19,7 @@ from ..event_types import (
     TurnAskedData,
     TurnCancelledData,
     TurnFailedData,
+    TurnInterruptedData,
 )
 from ..events import NewEvent
 from ..meta import meta_with_answer_type, meta_with_failure
@@ -165,3 +166,37 @@ def finish_unexpected(
         policy=policy,
         holder=holder,
     )
+
+
+def finish_interrupted(
+    *,
+    reason: str,
+    turn_id: int,
+    usage: dict[str, Any],
+    steps: int,
+    timings: dict[str, int],
+    pending: list[NewEvent],
+    pending_fields: dict[str, Any],
+    holder: str,
+) -> bool:
+    """End a turn whose driver lost the database mid-turn (a restart, a
+    network cut) as ``interrupted`` — resumable — rather than failed: its
+    step events held back for the finishing write (``pending``: a final
+    answer, say) are written first, so a resume reuses them and no answer
+    is lost. Only if the turn is still held by ``holder``; returns whether
+    it was written. Raises the database's error while it is still down (the
+    sweeper then marks the turn interrupted once its heartbeat is stale)."""
+    fields = {**pending_fields, "status": TurnStatus.INTERRUPTED, "usage": usage, "steps": steps}
+    try:
+        event_log.event_append_many(
+            turn_id=turn_id,
+            events=[
+                *pending,
+                NewEvent(EventType.TURN_INTERRUPTED, TurnInterruptedData(reason=reason, was="running")),
+            ],
+            turn_fields={**safe_fields(fields), "timings": timings},
+            holder=holder,
+        )
+    except event_log.TurnNotHeld:
+        return False
+    return True

@@ -32,9 +32,13 @@ class TurnPolicy:
     ``review`` turns the review phase on or off; ``None`` follows the
     ``AGENTLAB_REVIEW`` setting. ``review_wait_s()`` is how long the driver
     waits for a review before finishing without it (``None``: until it comes).
+    ``streams``: whether the LLM calls are streamed and their text written as
+    ``llm.delta`` events (``driver.deltas``) — chat only, a documented
+    difference: nobody watches an evaluation turn, and its throughput is kept.
     """
 
     name = "base"
+    streams = False
 
     def __init__(self, *, review: bool | None = None) -> None:
         self._review = review
@@ -87,6 +91,7 @@ class ChatPolicy(TurnPolicy):
     recorded after the turn has finished."""
 
     name = "chat"
+    streams = True
 
     def review_wait_s(self) -> float | None:
         return float(settings.REVIEW_WAIT_S)

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.agent.loop import CompletionReport, Report, ToolResultReport
+from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, ToolStartReport
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
@@ -13,9 +14,16 @@ from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
 from .. import events as event_log
-from ..event_types import LLMUsageData, ThinkingData, ToolCallEventData, ToolResultEventData
+from ..event_types import (
+    LLMUsageData,
+    ThinkingData,
+    ToolCallEventData,
+    ToolResultEventData,
+    ToolStartedData,
+)
 from ..events import NewEvent
 from ..models import EventType
+from .deltas import DeltaCoalescer
 
 
 class Recorder:
@@ -31,6 +39,9 @@ class Recorder:
     that write leaves a turn whose resume asks the model again — while every
     evaluated example saves one transaction. Any other write first flushes
     what is pending, so the log keeps its order.
+
+    ``deltas``: the attempt's streamed text (``DeltaCoalescer``, chat turns);
+    what it has not written yet goes first in its completion's write.
     """
 
     def __init__(
@@ -55,6 +66,23 @@ class Recorder:
         self.db = db
         self.usage = usage
         self.steps = steps
+        self.deltas: DeltaCoalescer | None = None
+
+    def stream_deltas(self) -> DeltaCoalescer:
+        """Start streaming this attempt's text as ``llm.delta`` events."""
+        self.deltas = DeltaCoalescer(attempt=self.attempt, write=self.write_deltas)
+        return self.deltas
+
+    async def write_deltas(self, events: Sequence[NewEvent]) -> None:
+        """Append ``llm.delta`` events (with anything pending before them)."""
+        await self.db.run(
+            event_log.event_append_many,
+            turn_id=self.turn_id,
+            events=[*self.pending, *events],
+            turn_fields=dict(self.pending_fields),
+            holder=self.holder,
+        )
+        self.pending, self.pending_fields = [], {}
 
     def _ends_turn(self, call: ToolCall) -> bool:
         tool = self.tools.get(call.name)
@@ -68,7 +96,7 @@ class Recorder:
             self.usage.add(c, role="agent")
             self.steps = max(self.steps, report.step)
             attempt, step = self.attempt, report.step
-            events = []
+            events = await self.deltas.drain() if self.deltas is not None else []
             if c.text:
                 events.append(
                     NewEvent(EventType.THINKING, ThinkingData(attempt=attempt, step=step, text=c.text))
@@ -97,6 +125,16 @@ class Recorder:
             )
             fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
             hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
+        elif isinstance(report, ToolStartReport):
+            started = ToolStartedData(
+                attempt=self.attempt,
+                step=report.step,
+                call_id=report.call.id,
+                name=report.call.name,
+                idempotency_key=report.key,
+                repeat=report.repeat,
+            )
+            events, fields, hold = [NewEvent(EventType.TOOL_STARTED, started)], {}, False
         else:
             assert isinstance(report, ToolResultReport)
             events = [

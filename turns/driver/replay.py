@@ -84,3 +84,22 @@ def attempt_steps(*, turn_id: int, attempt: int, meta: Mapping[str, Any]) -> tup
     for earlier in continued_attempts(meta=meta, attempt=attempt):
         inherited.extend(recorded_steps(turn_id=turn_id, attempt=earlier))
     return inherited, recorded_steps(turn_id=turn_id, attempt=attempt)
+
+
+def calls_started(*, turn_id: int, attempt: int) -> frozenset[str]:
+    """The tool call ids of ``attempt`` whose ``tool.started`` is in the log
+    without a ``tool.result``: the process died while they ran, or before
+    their result was committed, so they may have run (one query)."""
+    started: set[str] = set()
+    finished: set[str] = set()
+    rows = TurnEvent.objects.filter(
+        turn_id=turn_id, type__in=[EventType.TOOL_STARTED, EventType.TOOL_RESULT]
+    ).values_list("type", "data")
+    for etype, data in rows:
+        if data.get("attempt", 1) != attempt:
+            continue
+        if etype == EventType.TOOL_STARTED:
+            started.add(str(data.get("call_id")))
+        else:
+            finished.add(str((data.get("result") or {}).get("call_id")))
+    return frozenset(started - finished)

@@ -20,6 +20,14 @@ detokenized to nothing); text after a marker that got through anyway is
 cut here. ``response_schema`` is honoured by decoding under the schema's
 grammar (``grammar.schema_grammar``); a schema the grammar converter cannot
 express is decoded freely and the completion says ``decoding="free"``.
+
+Streaming (``complete(..., on_delta=…)``): llama-cpp-python calls the
+stopping criteria after every sampled token with the tokens so far; ours
+also detokenizes the reply's tokens and hands what is new to ``on_delta``
+(on the caller's event loop), so the text streams token by token while the
+completion — its text cut at the markers, its exact usage — is the one the
+plain call returns. (llama-cpp-python's ``stream=True`` chunks carry no
+usage, and the tokens it counts cannot be told from them.)
 """
 
 from __future__ import annotations
@@ -37,6 +45,7 @@ from typing import Any
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers.chat_template import cut_at_markers, render_template, stop_markers
 from agentlab.agent.providers.grammar import GrammarUnavailable, schema_grammar
+from agentlab.agent.streaming import CompletionDelta, OnDelta
 from agentlab.agent.types import Completion, Decoding, ProviderError, Usage
 
 logger = logging.getLogger(__name__)
@@ -214,6 +223,8 @@ class LocalGGUFProvider:
     name = "local"
     native_tools = False
     constrained_decoding = True
+    #: ``complete`` takes ``on_delta`` (module docstring)
+    streaming = True
 
     def __init__(
         self,
@@ -269,6 +280,7 @@ class LocalGGUFProvider:
         max_tokens: int | None,
         temperature: float | None,
         response_schema: dict[str, Any] | None,
+        emit: Any = None,
     ) -> Completion:
         loaded = self._loaded()
         prompt = loaded.render(_plain_messages(messages))
@@ -296,7 +308,9 @@ class LocalGGUFProvider:
                     max_tokens=limit,
                     temperature=0.0 if temperature is None else temperature,
                     stop=[*loaded.markers, *PROTOCOL_STOPS],
-                    stopping_criteria=_marker_stop(loaded.marker_ids, prompt_len=len(tokens)),
+                    stopping_criteria=_marker_stop(
+                        loaded.marker_ids, prompt_len=len(tokens), emit=emit, llama=llama
+                    ),
                     repeat_penalty=1.1,
                     grammar=grammar,
                 )
@@ -328,12 +342,21 @@ class LocalGGUFProvider:
         max_tokens: int | None = None,
         temperature: float | None = None,
         response_schema: dict[str, Any] | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         """One chat completion. ``tools`` is ignored (the loop describes the
         tools in the system prompt for this provider and passes the schema of
-        a reply as ``response_schema``), which is decoded under its grammar."""
+        a reply as ``response_schema``), which is decoded under its grammar.
+        ``on_delta``: stream the text (module docstring)."""
+        emit = None
+        if on_delta is not None:
+            loop = asyncio.get_running_loop()
+
+            def emit(text: str) -> None:
+                loop.call_soon_threadsafe(on_delta, CompletionDelta(text=text))
+
         return await asyncio.to_thread(
-            self._complete_sync, messages, max_tokens, temperature, response_schema
+            self._complete_sync, messages, max_tokens, temperature, response_schema, emit
         )
 
     async def aclose(self) -> None:
@@ -341,15 +364,27 @@ class LocalGGUFProvider:
         return None
 
 
-def _marker_stop(marker_ids: frozenset[int], *, prompt_len: int) -> Any:
+def _marker_stop(marker_ids: frozenset[int], *, prompt_len: int, emit: Any = None, llama: Any = None) -> Any:
     """A llama-cpp-python stopping criterion: stop once the reply holds a
     marker token. llama-cpp-python calls it with the tokens evaluated so far,
     which end one token before the newest sampled one, so it stops a token
     late (that token is dropped, not returned); the prompt's own tokens never
-    count."""
+    count. With ``emit`` (a callable taking text) it also hands on the text
+    of the reply's tokens that is new since its last call — a token behind
+    the sampling; an incomplete UTF-8 character waits for its next bytes."""
     from llama_cpp import StoppingCriteriaList
 
+    shown = 0
+
     def stop(input_ids: Any, _logits: Any) -> bool:
-        return len(input_ids) > prompt_len and int(input_ids[-1]) in marker_ids
+        nonlocal shown
+        done = len(input_ids) > prompt_len and int(input_ids[-1]) in marker_ids
+        if emit is not None and not done and len(input_ids) > prompt_len:
+            raw = llama.detokenize([int(t) for t in input_ids[prompt_len:]])
+            text = raw.decode("utf-8", errors="ignore")
+            if len(text) > shown:
+                emit(text[shown:])
+                shown = len(text)
+        return done
 
     return StoppingCriteriaList([stop])

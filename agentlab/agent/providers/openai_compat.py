@@ -19,15 +19,20 @@ Error classes (HTTP status → ProviderError):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import uuid
+from collections.abc import Sequence
 from typing import Any
 
 import aiohttp
+import httpx
 import openai
 from openai.types.chat import ChatCompletion
 
 from agentlab.agent.pricing import Price, completion_cost
+from agentlab.agent.providers.openai_stream import StreamAccumulator
+from agentlab.agent.streaming import OnDelta
 from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
 
 _CONTEXT_MARKERS = (
@@ -81,6 +86,26 @@ def _could_not_connect(exc: BaseException) -> bool:
     return False
 
 
+def provider_error(exc: openai.OpenAIError) -> ProviderError:
+    """The ``ProviderError`` of an SDK error (see the module docstring)."""
+    if isinstance(exc, openai.APIStatusError):
+        return classify_status_error(exc)
+    if isinstance(exc, openai.APITimeoutError):
+        if _could_not_connect(exc):
+            return ProviderError(
+                f"connection error: {exc.__cause__ or exc}", transient=True, kind="connection"
+            )
+        return ProviderError(f"request timed out: {exc}", transient=True, kind="timeout")
+    if isinstance(exc, openai.APIConnectionError):
+        return ProviderError(f"connection error: {exc}", transient=True, kind="connection")
+    return ProviderError(f"{type(exc).__name__}: {exc}", transient=False, kind="invalid_response")
+
+
+#: What a stream cut mid-way raises while its chunks are read (the server or
+#: the network went away): transient, like a dropped connection.
+_CUT_ERRORS = (httpx.HTTPError, aiohttp.ClientError, OSError, asyncio.TimeoutError)
+
+
 def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     """Parse a tool call's ``arguments`` string: ``(object, None)``, or
     ``({}, error)`` when it is not a JSON object (e.g. cut off by
@@ -119,6 +144,8 @@ class OpenAICompatibleProvider:
 
     name = "openai"
     native_tools = True
+    #: ``complete`` takes ``on_delta`` and then streams (``agentlab.agent.streaming``)
+    streaming = True
     #: ``response_schema`` is not sent: OpenAI-compatible servers differ in
     #: whether and how they honour ``response_format`` json_schema, and the
     #: loop uses native tool calls here anyway.
@@ -162,9 +189,15 @@ class OpenAICompatibleProvider:
         max_tokens: int | None = None,
         temperature: float | None = None,
         response_schema: dict[str, Any] | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         """One chat completion; ``response_schema`` is ignored (see
-        ``constrained_decoding``)."""
+        ``constrained_decoding``). With ``on_delta`` the reply is streamed
+        (``stream=True``, usage asked for with ``stream_options``) and each
+        fragment handed to ``on_delta`` as it arrives
+        (``agentlab.agent.streaming``); the completion returned is the same
+        as without. A stream cut before its finish reason raises a transient
+        ``ProviderError`` (kind ``stream_cut``), as a dropped connection does."""
         kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
         if tools:
             kwargs["tools"] = tools
@@ -172,6 +205,8 @@ class OpenAICompatibleProvider:
             kwargs["max_tokens"] = max_tokens
         if temperature is not None:
             kwargs["temperature"] = temperature
+        if on_delta is not None:
+            return await self._stream(kwargs, on_delta, native=bool(tools))
         try:
             # POST /chat/completions through the client's own request path:
             # the same headers, timeout, error classes and ChatCompletion
@@ -180,21 +215,49 @@ class OpenAICompatibleProvider:
             # plain JSON dicts built here (tests/agent/test_openai_provider.py
             # checks that) but cost as much CPU as the rest of the call.
             response = await self._client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
-        except openai.APIStatusError as exc:
-            raise classify_status_error(exc) from exc
-        except openai.APITimeoutError as exc:
-            if _could_not_connect(exc):
-                raise ProviderError(
-                    f"connection error: {exc.__cause__ or exc}", transient=True, kind="connection"
-                ) from exc
-            raise ProviderError(f"request timed out: {exc}", transient=True, kind="timeout") from exc
-        except openai.APIConnectionError as exc:
-            raise ProviderError(f"connection error: {exc}", transient=True, kind="connection") from exc
         except openai.OpenAIError as exc:
-            raise ProviderError(
-                f"{type(exc).__name__}: {exc}", transient=False, kind="invalid_response"
-            ) from exc
+            raise provider_error(exc) from exc
         return self._to_completion(response, native=bool(tools))
+
+    async def _stream(self, kwargs: dict[str, Any], on_delta: OnDelta, *, native: bool) -> Completion:
+        """The streamed form of ``complete`` (see there)."""
+        acc = StreamAccumulator(on_delta=on_delta)
+        body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
+        try:
+            stream = await self._client.chat.completions.create(**body)
+            async with stream:
+                async for chunk in stream:
+                    acc.add(chunk)
+        except openai.OpenAIError as exc:
+            error = provider_error(exc)
+            if acc.chunks and error.transient:  # the connection went away mid-stream
+                error = ProviderError(
+                    f"the stream was cut after {acc.chunks} chunk(s): {error}",
+                    transient=True,
+                    kind="stream_cut",
+                )
+            raise error from exc
+        except _CUT_ERRORS as exc:
+            raise ProviderError(
+                f"the stream was cut after {acc.chunks} chunk(s): {type(exc).__name__}: {exc}",
+                transient=True,
+                kind="stream_cut",
+            ) from exc
+        if acc.finish_reason is None:
+            raise ProviderError(
+                f"the stream ended after {acc.chunks} chunk(s) without a finish reason",
+                transient=True,
+                kind="stream_cut",
+            )
+        calls = [(call.id, call.name, call.arguments) for call in acc.calls]
+        return self._completion(
+            text=acc.text,
+            calls=calls,
+            usage=acc.usage,
+            model=acc.model,
+            finish_reason=acc.finish_reason,
+            native=native,
+        )
 
     def _to_completion(self, response: Any, *, native: bool = True) -> Completion:
         choices = getattr(response, "choices", None)
@@ -207,33 +270,61 @@ class OpenAICompatibleProvider:
         choice = choices[0]
         message = choice.message
         calls = []
-        for i, tc in enumerate(getattr(message, "tool_calls", None) or ()):
+        for tc in getattr(message, "tool_calls", None) or ():
             function = getattr(tc, "function", None)
-            name = getattr(function, "name", None) or ""
-            raw = getattr(function, "arguments", None)
-            arguments, error = parse_arguments(raw)
             calls.append(
+                (
+                    getattr(tc, "id", None),
+                    getattr(function, "name", None) or "",
+                    getattr(function, "arguments", None),
+                )
+            )
+        return self._completion(
+            text=message.content,
+            calls=calls,
+            usage=getattr(response, "usage", None),
+            model=getattr(response, "model", None),
+            finish_reason=choice.finish_reason,
+            native=native,
+        )
+
+    def _completion(
+        self,
+        *,
+        text: str | None,
+        calls: Sequence[tuple[str | None, str, str | None]],
+        usage: Any,
+        model: str | None,
+        finish_reason: str | None,
+        native: bool,
+    ) -> Completion:
+        """A ``Completion`` from a reply's parts: ``calls`` as ``(id, name,
+        raw arguments)``, ``usage`` the endpoint's usage object (``None``:
+        unknown)."""
+        tool_calls = []
+        for i, (call_id, name, raw) in enumerate(calls):
+            arguments, error = parse_arguments(raw)
+            tool_calls.append(
                 ToolCall(
-                    id=getattr(tc, "id", None) or f"call_{uuid.uuid4().hex[:12]}_{i}",
+                    id=call_id or f"call_{uuid.uuid4().hex[:12]}_{i}",
                     name=name,
                     arguments=arguments,
                     raw_arguments=raw,
                     error=error if name else (error or "the tool call has no function name"),
                 )
             )
-        usage = getattr(response, "usage", None)
         counted = Usage(
             input_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
             output_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
         )
-        model = getattr(response, "model", None) or self.model
+        model = model or self.model
         reported = getattr(usage, "cost", None) if usage is not None else None
         return Completion(
-            text=message.content,
-            tool_calls=tuple(calls),
+            text=text,
+            tool_calls=tuple(tool_calls),
             usage=counted,
             model=model,
-            finish_reason=choice.finish_reason,
+            finish_reason=finish_reason,
             cost=completion_cost(
                 reported=float(reported) if isinstance(reported, int | float) else None,
                 price=self.price,

@@ -3,7 +3,11 @@
 Each ``complete`` call takes the next script item: a ``Completion`` is
 returned, a ``ProviderError`` raised, a callable is called with the messages
 (to answer based on what the loop sent), a ``Slow(seconds, item)`` waits
-first. ``calls`` records a deep copy of the
+first. With ``stream_chars`` the provider streams (``streaming``): a
+completion's text and tool-call arguments are handed to ``on_delta`` in
+pieces of that many characters, ``stream_delay`` seconds apart, before it is
+returned; a ``Cut(text)`` streams ``text`` and then fails as a cut stream
+does (a transient ``ProviderError``, kind ``stream_cut``). ``calls`` records a deep copy of the
 messages of every call, so tests can assert what the model was shown and how
 many calls were made.
 """
@@ -18,6 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentlab.agent.streaming import CompletionDelta, OnDelta
 from agentlab.agent.types import Completion, Decoding, ProviderError, ToolCall, Usage
 
 
@@ -30,7 +35,16 @@ class Slow:
         self.item = item
 
 
-ScriptItem = Completion | ProviderError | Slow | Callable[[list[dict[str, Any]]], Completion]
+class Cut:
+    """A script item that streams ``text`` and then fails as a stream cut
+    mid-way does (``ProviderError(transient=True, kind="stream_cut")``);
+    without streaming it just fails."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+ScriptItem = Completion | ProviderError | Slow | Cut | Callable[[list[dict[str, Any]]], Completion]
 
 
 class ScriptExhausted(AssertionError):
@@ -55,8 +69,13 @@ class ScriptedProvider:
         constrained_decoding: bool = False,
         model: str = "scripted",
         delay: float = 0.0,
+        stream_chars: int = 0,
+        stream_delay: float = 0.0,
     ) -> None:
         self.script = list(script)
+        self.streaming = stream_chars > 0
+        self.stream_chars = stream_chars
+        self.stream_delay = stream_delay
         self.native_tools = native_tools
         self.constrained_decoding = constrained_decoding
         self.model = model
@@ -77,6 +96,7 @@ class ScriptedProvider:
         max_tokens: int | None = None,
         temperature: float | None = None,
         response_schema: dict[str, Any] | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         position = len(self.calls)
         self.calls.append(copy.deepcopy(messages))
@@ -94,9 +114,19 @@ class ScriptedProvider:
         if isinstance(item, Slow):
             await asyncio.sleep(item.seconds)
             item = item.item
+        if isinstance(item, Cut):
+            if on_delta is not None:
+                await self._stream([CompletionDelta(text=item.text)], on_delta)
+            raise ProviderError("scripted: the stream was cut", transient=True, kind="stream_cut")
         if isinstance(item, ProviderError):
             raise item
         completion = item if isinstance(item, Completion) else item(copy.deepcopy(messages))
+        if on_delta is not None:
+            pieces = [CompletionDelta(text=completion.text or "")] + [
+                CompletionDelta(call_index=i, call_name=c.name, arguments=c.raw_arguments or "")
+                for i, c in enumerate(completion.tool_calls)
+            ]
+            await self._stream(pieces, on_delta)
         if completion.decoding is not None:
             return completion
         if completion.tool_calls:
@@ -106,6 +136,22 @@ class ScriptedProvider:
         else:
             decoding = "free"
         return dataclasses.replace(completion, decoding=decoding)
+
+    async def _stream(self, pieces: list[CompletionDelta], on_delta: OnDelta) -> None:
+        """Hand ``pieces`` to ``on_delta`` cut into ``stream_chars``-character fragments."""
+        size = max(1, self.stream_chars)
+        for piece in pieces:
+            body = piece.text or piece.arguments
+            if piece.call_index is not None:  # the name comes first, alone
+                on_delta(CompletionDelta(call_index=piece.call_index, call_name=piece.call_name))
+            for start in range(0, len(body), size):
+                fragment = body[start : start + size]
+                if piece.call_index is None:
+                    on_delta(CompletionDelta(text=fragment))
+                else:
+                    on_delta(CompletionDelta(call_index=piece.call_index, arguments=fragment))
+                if self.stream_delay:
+                    await asyncio.sleep(self.stream_delay)
 
     async def aclose(self) -> None:
         return None

@@ -21,7 +21,7 @@ import asyncio
 import inspect
 import json
 from collections.abc import Awaitable, Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
@@ -39,10 +39,35 @@ class ToolContext:
     ``metadata["database_path"]`` is the absolute path of its SQLite file
     (``evaluation.datasets`` resolves ``context.database_file``), which both
     offers and feeds ``sql_query``.
+
+    Idempotency (DESIGN.md §12): ``idempotency_key`` is set for the one call
+    a tool is running — ``<idempotency_scope>/<tool call id>``, the scope
+    being the turn and its attempt (``turn-7/attempt-1``), so the key is the
+    same when a resumed turn runs a call again. A tool with side effects
+    (sending, booking, writing elsewhere) must pass it on, or remember it
+    and do nothing the second time: after a crash, a call that may have run
+    is run again with the same key, and then ``may_have_run`` is ``True``
+    (``started_calls``: the call ids the turn's log shows started without a
+    result). ``None`` outside a turn (no scope).
     """
 
     documents: list[dict[str, Any]] = field(default_factory=list)
     metadata: dict[str, Any] = field(default_factory=dict)
+    idempotency_scope: str = ""
+    started_calls: frozenset[str] = frozenset()
+    idempotency_key: str | None = None
+    may_have_run: bool = False
+
+    def for_call(self, call: ToolCall) -> ToolContext:
+        """This context as the tool running ``call`` sees it: its
+        ``idempotency_key`` and whether it ``may_have_run`` already."""
+        if not self.idempotency_scope:
+            return self
+        return replace(
+            self,
+            idempotency_key=f"{self.idempotency_scope}/{call.id}",
+            may_have_run=call.id in self.started_calls,
+        )
 
 
 ToolFn = Callable[[Any, ToolContext], "Any | Awaitable[Any]"]

@@ -5,7 +5,8 @@ the metrics table — and, with ``--baseline``, the comparison with the baseline
 (``evaluation.regression_gate``) — and maps outcomes to exit codes: 0 done, 1
 accuracy below ``--fail-under`` (or nothing could be scored) or, with
 ``--fail-on-regression``, a significant regression, 2 bad input (options,
-dataset, model file, baseline, database), 130 Ctrl-C.
+dataset, model file, baseline, database), 75 the database failed mid-run, 130
+Ctrl-C — the last two print the shell-quoted command that resumes the run.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,7 @@ from evaluation.datasets import DatasetFormatError
 from evaluation.metrics_table import format_table
 from evaluation.regression_gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
 from evaluation.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
+from evaluation.run_exits import EXIT_TEMPFAIL, RunOutage, resume_command
 
 
 class Command(BaseCommand):
@@ -171,12 +174,20 @@ class Command(BaseCommand):
                 result = run_eval(request=request, note=self.stderr.write, progress=_progress_bar)
                 outcome = baseline_compare(run=result.run, request=baseline)
         except RunInterrupted as exc:
-            self.stderr.write(f"\ninterrupted; run again with --run-id {exc.run_id} to resume")
+            self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
+            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
             raise SystemExit(130) from None
+        except RunOutage as exc:
+            self.stderr.write(f"\n{exc}")
+            self.stderr.write(
+                f"the run is kept; once the database is back, resume run {shlex.quote(exc.run_id)}:"
+            )
+            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
+            raise SystemExit(EXIT_TEMPFAIL) from None
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_table(result.run.metrics))
-        self.stdout.write(f"run id: {result.run.run_id}")
+        self.stdout.write(f"run id: {shlex.quote(result.run.run_id)}")
         if outcome.note:
             self.stderr.write(outcome.note)
         if outcome.comparison is not None:
@@ -186,6 +197,11 @@ class Command(BaseCommand):
         failures = [f for f in (result.gate_failure, outcome.gate_failure) if f]
         if failures:
             raise CommandError("; ".join(failures), returncode=1)
+
+    def _resume(self, run_id: str, opts: dict[str, Any]) -> str:
+        parser = self.create_parser("manage.py", "run_eval")
+        defaults = {action.dest: action.default for action in parser._actions}
+        return resume_command(dataset=opts["dataset"], run_id=run_id, options=opts, defaults=defaults)
 
 
 def _progress_bar(run_id: str, total: int) -> Progress:
@@ -223,6 +239,6 @@ def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) ->
     except OSError as exc:
         raise CommandError(
             f"could not write --json {json_path}: {exc}; the run and its metrics are stored "
-            f"(run id {run.run_id})",
+            f"(run id {shlex.quote(run.run_id)})",
             returncode=2,
         ) from exc

@@ -6,7 +6,16 @@
  * socket reconnects by itself with the last seq it applied (exponential back
  * off, 0.5 s to 8 s) and the page says "Reconnecting…" meanwhile; frames with
  * a seq already applied are ignored, so a reconnect never shows a step twice.
- * No build step, no dependencies. */
+ *
+ * An answer grows as the model writes it: llm.delta events carry its text
+ * (attempt, step, completion, offset); a new completion number — a call
+ * retried after a cut stream — replaces the text, it does not append. The
+ * answer is rendered once: a thinking block that is the answer itself is
+ * dropped when the answer arrives, and JSON tool requests show as tool
+ * calls, never as text. Answers are Markdown, rendered by markdown-it with
+ * raw HTML off and sanitised by DOMPurify (both served from
+ * turns/static/turns/vendor/, no CDN); everything else is set as text.
+ * No build step. */
 (function () {
   "use strict";
 
@@ -17,6 +26,33 @@
     4401: "You are no longer logged in — reload the page to log in again.",
     4403: "This turn belongs to someone else.",
     4404: "This turn no longer exists."
+  };
+
+  // Markdown: raw HTML is text (html: false), and whatever markdown-it makes
+  // passes DOMPurify before it reaches the page. Links open in a new tab.
+  var md = window.markdownit ? window.markdownit({ html: false, linkify: true, breaks: true }) : null;
+  if (window.DOMPurify) {
+    window.DOMPurify.addHook("afterSanitizeAttributes", function (node) {
+      if (node.tagName === "A") { node.setAttribute("target", "_blank"); node.setAttribute("rel", "noopener noreferrer"); }
+    });
+  }
+  function markdown(node, text) {
+    node.classList.add("md");
+    if (md && window.DOMPurify) {
+      node.innerHTML = window.DOMPurify.sanitize(md.render(String(text || "")));
+    } else {
+      node.textContent = String(text || "");  // the libraries did not load: plain text is safe
+    }
+    return node;
+  }
+
+  // Why a turn failed, in words (turn.failed's cause).
+  var CAUSES = {
+    max_steps: "it used all its steps without a final answer",
+    timeout: "it ran out of time",
+    context_overflow: "the conversation no longer fits the model's context window",
+    provider_error: "the model could not be reached or refused the request",
+    error: "an internal error stopped it"
   };
 
   var pageData = JSON.parse(document.getElementById("page-data").textContent);
@@ -145,9 +181,15 @@
     var actions = el("span", "actions");
     var self = this;
     this.buttons = {};
-    [["cancel", "Cancel", "danger small"], ["retry", "Retry", "small"], ["resume", "Resume", "small"]].forEach(function (b) {
+    [
+      ["cancel", "Cancel", "danger small", "Stop this turn now."],
+      ["retry", "Retry from scratch", "small", "Run the question again as a new attempt; the steps so far are kept in the history."],
+      ["resume", "Resume", "small", "Continue where the turn stopped, reusing the model replies and tool results already recorded."]
+    ].forEach(function (b) {
       var btn = el("button", b[2], b[1]);
       btn.type = "button";
+      btn.title = b[3];
+      btn.setAttribute("aria-label", b[1] + ": " + b[3]);
       btn.setAttribute("data-action", b[0]);
       btn.hidden = true;
       btn.addEventListener("click", function () { self.act(b[0], btn); });
@@ -184,6 +226,7 @@
     this.buttons.retry.hidden = !(s === "failed" || s === "interrupted" || s === "cancelled");
     this.buttons.resume.hidden = !(s === "interrupted" || s === "failed");
     this.renderMeta();
+    updateAsk();
   };
 
   TurnView.prototype.renderMeta = function () {
@@ -223,15 +266,18 @@
         this.finishedAt = null;
         break;
       case "phase": this.phase = d.phase || ""; break;
-      case "thinking": this.stepsEl.appendChild(el("div", "step thinking", d.text)); break;
+      case "llm.delta": this.delta(d); break;
+      case "thinking": this.thinking(d); break;
       case "llm.usage":
+        this.endLive(d);
         addUsage(this.tokens.agent, d);
         if (d.finish_reason === "length") { this.note("(this reply was cut off by the output-token limit)", "bad"); }
         break;
-      case "tool.call": this.toolCall(d.call || {}); break;
+      case "tool.call": this.endLive(d); this.toolCall(d.call || {}, d); break;
       case "tool.result": this.toolResult(d.result || {}); break;
       case "approval.requested": this.approvalRequested(d); this.status = "waiting"; break;
       case "approval.resolved":
+        if (this.status === "waiting") { this.status = "running"; }
         this.note("Approval " + (d.approval_id || "") + " " + (d.status || "resolved") + (d.by ? " by " + d.by : ""));
         if (this.approvalEls && this.approvalEls[d.approval_id]) { this.approvalEls[d.approval_id].remove(); }
         break;
@@ -241,6 +287,7 @@
         break;
       case "attempt.retry":
         this.status = "queued";
+        this.dropDrafts();
         this.outcomeEl.innerHTML = "";
         this.finishedAt = null;
         this.stepsEl.appendChild(el("div", "step note", "— attempt " + (d.attempt || "") + (d.by ? " (retried by " + d.by + ")" : "") + " —"));
@@ -252,11 +299,14 @@
         break;
       case "turn.failed":
         this.outcomeEl.innerHTML = "";
+        this.dropDrafts();
         if (d.cause === "length") { this.truncated(d); break; }
-        this.outcomeEl.appendChild(el("div", "failure", "Failed (" + (d.cause || d.stop_reason || "error") + ")" + (d.error ? ": " + d.error : "")));
+        var cause = d.cause || d.stop_reason || "error";
+        this.outcomeEl.appendChild(el("div", "failure", "Failed: " + (CAUSES[cause] || cause) + (d.error ? " — " + d.error : "") + ". Retry runs it again from scratch; Resume continues from the last recorded step."));
         break;
       case "turn.cancelled":
         this.outcomeEl.innerHTML = "";
+        this.dropDrafts();
         this.outcomeEl.appendChild(el("div", "failure", d.reason ? "Cancelled: " + d.reason : "Cancelled" + (d.tool ? " (tool " + d.tool + " needs approval)" : "")));
         break;
       case "turn.interrupted":
@@ -287,6 +337,57 @@
     return text + (said ? " — " + said : "") + late;
   }
 
+  // --- text as it streams ------------------------------------------------------
+  // One live block per turn: the visible text of the completion being
+  // written. Its key is attempt/step/completion: a new key replaces the text.
+  TurnView.prototype.delta = function (d) {
+    var key = [d.attempt, d.step, d.completion].join("/");
+    if (!this.live || this.live.key !== key) {
+      if (this.live) { this.live.node.remove(); }
+      var node = el("div", "step streaming");
+      node.setAttribute("data-stream", key);
+      this.stepsEl.appendChild(node);
+      this.live = { key: key, attempt: d.attempt, step: d.step, text: "", node: node };
+    }
+    var live = this.live, offset = typeof d.offset === "number" ? d.offset : live.text.length;
+    // the offset says where the fragment goes: a repeat is overwritten, not appended
+    live.text = live.text.slice(0, Math.min(offset, live.text.length)) + (d.text || "");
+    markdown(live.node, live.text);
+  };
+
+  // The step's record arrived (thinking, usage or a tool call): its live block has served.
+  TurnView.prototype.endLive = function (d) {
+    if (this.live && this.live.attempt === d.attempt && this.live.step === d.step) {
+      this.live.node.remove();
+      this.live = null;
+    }
+  };
+
+  // A model's text that is not a tool request. JSON-in-text requests (the
+  // local model's) show as their tool calls instead.
+  TurnView.prototype.thinking = function (d) {
+    this.endLive(d);
+    var text = String(d.text || "");
+    var t = text.trim();
+    if (!t || t.charAt(0) === "{" || t.indexOf("```json") === 0) { return; }
+    var node = el("div", "step thinking", text);
+    node.setAttribute("data-step", String(d.step));
+    this.stepsEl.appendChild(node);
+  };
+
+  // While a final answer is reviewed, it shows as a draft (then as the answer).
+  TurnView.prototype.draft = function (answer) {
+    var box = el("div", "step draft");
+    box.appendChild(el("div", "label muted", "Answer (being checked…)"));
+    box.appendChild(markdown(el("div", "text"), answer));
+    this.stepsEl.appendChild(box);
+  };
+
+  TurnView.prototype.dropDrafts = function () {
+    if (this.live) { this.live.node.remove(); this.live = null; }
+    Array.prototype.forEach.call(this.stepsEl.querySelectorAll(".draft"), function (n) { n.remove(); });
+  };
+
   // A final answer cut by the output-token limit: not an answer. The turn
   // failed (cause "length"); what was written so far is shown, marked.
   TurnView.prototype.truncated = function (d) {
@@ -302,6 +403,11 @@
   var ENDING_TOOLS = { final_answer: 1, ask_user: 1 };
 
   TurnView.prototype.toolCall = function (call) {
+    if (call.name === "final_answer" && !call.error && ACTIVE[this.status]) {
+      var args = call.arguments || {};
+      if (args.answer !== undefined && args.answer !== null) { this.draft(pretty(args.answer)); }
+      return;
+    }
     if (ENDING_TOOLS[call.name] && !call.error) { return; }
     var box = el("details", "step tool");
     var summary = el("summary", null, "tool · " + (call.name || "tool") + " — running…");
@@ -347,12 +453,18 @@
   };
 
   TurnView.prototype.answered = function (d) {
+    this.dropDrafts();
+    // the answer is shown once: a thinking block that was the answer itself goes
+    var answer = String(d.answer || "").trim();
+    Array.prototype.forEach.call(this.stepsEl.querySelectorAll(".thinking"), function (n) {
+      if (n.textContent.trim() === answer) { n.remove(); }
+    });
     this.outcomeEl.innerHTML = "";
     var box = el("div", "answer");
     box.appendChild(el("h4", null, "Answer"));
-    box.appendChild(el("div", "text", d.answer));
-    if (d.evidence) { box.appendChild(el("h4", null, "Evidence")); box.appendChild(el("div", "evidence", d.evidence)); }
-    if (d.reasoning) { box.appendChild(el("h4", null, "Reasoning")); box.appendChild(el("div", "reasoning", d.reasoning)); }
+    box.appendChild(markdown(el("div", "text"), d.answer));
+    if (d.evidence) { box.appendChild(el("h4", null, "Evidence")); box.appendChild(markdown(el("div", "evidence"), d.evidence)); }
+    if (d.reasoning) { box.appendChild(el("h4", null, "Reasoning")); box.appendChild(markdown(el("div", "reasoning"), d.reasoning)); }
     this.outcomeEl.appendChild(box);
   };
 
@@ -441,25 +553,46 @@
     chain = chain.then(function () { return view.load(); });
   });
 
+  // Ask is off while a turn of this conversation runs (one at a time).
+  function updateAsk() {
+    var button = document.querySelector("#ask button[type=submit]");
+    var hint = document.getElementById("ask-hint");
+    if (!button) { return; }
+    var busy = Object.keys(views).some(function (id) { return ACTIVE[views[id].status]; });
+    button.disabled = busy || sending;
+    if (hint) { hint.hidden = !busy; }
+  }
+  var sending = false;
+
   var form = document.getElementById("ask");
   var question = document.getElementById("question");
   var askError = document.getElementById("ask-error");
+  // Enter sends, Shift+Enter starts a new line (and IME composition is left alone).
+  question.addEventListener("keydown", function (ev) {
+    if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
+      ev.preventDefault();
+      if (typeof form.requestSubmit === "function") { form.requestSubmit(); } else { form.dispatchEvent(new Event("submit", { cancelable: true })); }
+    }
+  });
   form.addEventListener("submit", function (ev) {
     ev.preventDefault();
     var text = question.value.trim();
     if (!text) { return; }
     var button = form.querySelector("button[type=submit]");
-    button.disabled = true;
+    if (button.disabled) { return; }
+    sending = true;
+    updateAsk();
     askError.hidden = true;
     api("POST", "/api/conversations/" + pageData.conversationId + "/turns", { question: text }).then(function (res) {
-      button.disabled = false;
+      sending = false;
+      updateAsk();
       if (!res.ok) { askError.textContent = errorText(res); askError.hidden = false; return; }
       question.value = "";
       var view = new TurnView({ id: res.data.turn_id, question: text, status: "queued" });
       views[view.id] = view;
       view.follow();
       view.root.scrollIntoView({ block: "nearest" });
-    }, function () { button.disabled = false; askError.textContent = "The server could not be reached."; askError.hidden = false; });
+    }, function () { sending = false; updateAsk(); askError.textContent = "The server could not be reached."; askError.hidden = false; });
   });
 
   window.agentlabChat = { views: views };

@@ -1,0 +1,78 @@
+"""How ``run_eval`` ends when it cannot finish now: the outage that stops a
+run, and the command line that resumes it (DESIGN.md §10).
+
+Exit codes (``manage.py run_eval``): 75 — ``EX_TEMPFAIL`` of sysexits.h, try
+again later — when the database failed mid-run (``RunOutage``), 130 after
+Ctrl-C; both print ``resume_command``, quoted for a POSIX shell with
+``shlex``, so a run id with spaces or quotes pastes back as it was.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+#: ``run_eval``'s exit status for a database outage mid-run (sysexits.h ``EX_TEMPFAIL``).
+EXIT_TEMPFAIL = 75
+
+
+class RunOutage(Exception):
+    """The database failed mid-run (a restart, a network cut): the run stays
+    resumable with the same run id ``run_id``; the message says what failed."""
+
+    def __init__(self, run_id: str, detail: str) -> None:
+        super().__init__(detail)
+        self.run_id = run_id
+
+
+#: ``(option, dest)`` of the ``run_eval`` options a resume repeats when given;
+#: ``--plugin`` and ``--mcp`` repeat once per value.
+_REPEATED: tuple[tuple[str, str], ...] = (
+    ("--limit", "limit"),
+    ("--concurrency", "concurrency"),
+    ("--max-steps", "max_steps"),
+    ("--model", "model"),
+    ("--fail-under", "fail_under"),
+    ("--workers", "workers"),
+    ("--max-output-tokens", "max_output_tokens"),
+    ("--price-in", "price_in"),
+    ("--price-out", "price_out"),
+    ("--json", "json_path"),
+    ("--plugin", "plugins"),
+    ("--mcp", "mcp"),
+)
+
+
+def resume_command(
+    *, dataset: str, run_id: str, options: Mapping[str, Any], defaults: Mapping[str, Any] | None = None
+) -> str:
+    """The shell command that resumes run ``run_id``: ``<python> manage.py
+    run_eval DATASET --run-id ID`` and every option of ``options`` (the
+    command's parsed options, by ``dest``) that differs from ``defaults``
+    (the parser's), each word ``shlex.quote``d. ``--no-review`` and
+    ``--retry-errors`` are repeated when given: a resume with review
+    switched is refused."""
+    defaults = defaults or {}
+    words: list[str] = [_python(), "manage.py", "run_eval", dataset, "--run-id", run_id]
+    for flag, dest in _REPEATED:
+        value = options.get(dest)
+        if value is None or value == defaults.get(dest):
+            continue
+        values: Sequence[Any] = value if isinstance(value, list | tuple) else [value]
+        for one in values:
+            words += [flag, str(one)]
+    if options.get("review") is False:
+        words.append("--no-review")
+    if options.get("retry_errors"):
+        words.append("--retry-errors")
+    return shlex.join(words)
+
+
+def _python() -> str:
+    """This interpreter, relative to the working folder when inside it."""
+    executable = sys.executable or "python"
+    relative = os.path.relpath(executable) if os.path.isabs(executable) else executable
+    return relative if not relative.startswith("..") else executable
