@@ -55,6 +55,8 @@ CANCEL_POLL_S = 0.5
 LINGER_S = 1.0
 
 _ACTIVE = (TurnStatus.RUNNING, TurnStatus.WAITING)
+# Ends only the turn's own driver writes (an interrupted turn was swept by someone else).
+_FINISHED = (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
 
 
 def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bool | None]]:
@@ -94,10 +96,20 @@ def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[boo
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     seen = {
-        int(turn_id): (bool(flag), job_id == holders.get(int(turn_id)) and status in _ACTIVE)
+        int(turn_id): (bool(flag), _held(job_id, status, holders.get(int(turn_id))))
         for turn_id, job_id, status, flag in rows
     }
     return {turn_id: seen.get(turn_id, (False, None)) for turn_id in holders}
+
+
+def _held(job_id: str, status: str, holder: str | None) -> bool | None:
+    """Whether a turn row is still held by ``holder``: ``None`` when its own
+    driver has just ended it (a terminal status under the same token, seen
+    before the driver stops watching: not a lost claim), else whether it is
+    running or waiting under that token."""
+    if job_id == holder and status in _FINISHED:
+        return None
+    return job_id == holder and status in _ACTIVE
 
 
 @dataclass(frozen=True)
