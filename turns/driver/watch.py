@@ -132,6 +132,9 @@ class TurnWatcher:
         self._lock = threading.Lock()
         self._turns: dict[int, _Watched] = {}
         self._thread: threading.Thread | None = None
+        #: set while no turn is watched and the thread holds no connection
+        self._idle = threading.Event()
+        self._idle.set()
         #: statements run (a test counts them)
         self.polls = 0
 
@@ -142,6 +145,7 @@ class TurnWatcher:
         watched = _Watched(holder=holder, cancel=cancel, loop=asyncio.get_running_loop())
         with self._lock:
             self._turns[turn_id] = watched
+            self._idle.clear()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentlab-turn-watch", daemon=True)
                 self._thread.start()
@@ -156,6 +160,12 @@ class TurnWatcher:
     def __len__(self) -> int:
         with self._lock:
             return len(self._turns)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no turn is watched and the watcher's connection is
+        closed (``InlineExecutor.stop`` does, before its own connections);
+        returns whether it happened within ``timeout`` seconds."""
+        return self._idle.wait(timeout)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the thread to exit (it does ``LINGER_S`` after the last
@@ -173,6 +183,8 @@ class TurnWatcher:
             with self._lock:
                 if self._thread is threading.current_thread():
                     self._thread = None  # gone for any reason: the next add() starts one
+                if not self._turns:
+                    self._idle.set()
 
     def _watch(self) -> None:
         beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
@@ -188,6 +200,7 @@ class TurnWatcher:
                         # no connection kept while no turn runs (a test
                         # database must be droppable after its last turn)
                         connections.close_all()
+                        self._idle.set()
                     if time.monotonic() - idle_since >= LINGER_S:
                         self._thread = None
                         return
