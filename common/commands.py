@@ -9,8 +9,10 @@ table dropped in between, say).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections
@@ -90,3 +92,17 @@ def database_errors() -> Iterator[None]:
         raise CommandError(
             f"the database has no AgentLab tables yet ({exc}); {MIGRATE_HINT}", returncode=2
         ) from exc
+
+
+def json_target_check(json_path: str) -> None:
+    """Raises ``ValueError`` when a ``--json FILE`` option cannot be written:
+    a folder, a missing folder, or no write permission. Commands call it
+    before their work, so a typo costs nothing (the file is written after)."""
+    if Path(json_path).is_dir():
+        raise ValueError(f"--json {json_path} is a folder; give the path of a file to write")
+    parent = Path(json_path).resolve().parent
+    if not parent.is_dir():
+        raise ValueError(f"--json {json_path}: folder {parent} does not exist")
+    target = Path(json_path)
+    if not os.access(target if target.exists() else parent, os.W_OK):
+        raise ValueError(f"--json {json_path}: not writable")

@@ -95,7 +95,8 @@ def baseline_compare(*, run: Run, request: BaselineRequest) -> BaselineOutcome:
         if baseline is None:
             note = (
                 f"--baseline previous: no earlier finished run on dataset {run.dataset.name!r} with the "
-                "same config apart from model and code version; comparison skipped"
+                "same config apart from model, provider, code version (plugins' versions included) "
+                "and how it was executed (concurrency, price); comparison skipped"
             )
             return BaselineOutcome(None, None, note, [], None)
     else:

@@ -123,6 +123,27 @@ def test_compare_runs_refuses_runs_on_different_datasets(lab, tmp_path):
     assert excinfo.value.returncode == 2
 
 
+def test_an_unwritable_json_is_refused_before_the_comparison_is_printed(lab, tmp_path, capsys):
+    lab("base")
+    lab("cand", wrong={"q1"})
+    capsys.readouterr()
+    missing = tmp_path / "no-such-folder" / "cmp.json"
+    with pytest.raises(CommandError) as excinfo:
+        call_command("compare_runs", "base", "cand", "--json", str(missing))
+    assert excinfo.value.returncode == 2
+    assert f"folder {missing.parent} does not exist" in str(excinfo.value)
+    assert capsys.readouterr().out == ""  # nothing compared, nothing printed
+
+
+def test_run_ids_with_spaces_are_printed_quoted_by_rescore(lab, capsys):
+    lab("nightly run")
+    capsys.readouterr()
+    call_command("rescore", "nightly run", "--scorer", "exact", "--run-id", "nightly run exact")
+    captured = capsys.readouterr()
+    assert "predictions of 'nightly run' with exact" in captured.err
+    assert "run id: 'nightly run exact'" in captured.out
+
+
 def test_api_returns_the_same_comparison_as_the_service(lab, owner, tmp_path):
     lab("base", wrong={"q5"})
     lab("cand", wrong={"q1"})

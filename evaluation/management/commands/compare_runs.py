@@ -15,7 +15,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.comparison_table import format_comparison
 from evaluation.services.comparison import run_compare_ids
@@ -36,13 +36,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
-        if json_path and Path(json_path).is_dir():
-            raise CommandError(f"--json {json_path} is a folder; give the path of a file", returncode=2)
         try:
+            if json_path:
+                json_target_check(json_path)  # before the work: the file is written after it
             with database_errors():
                 database_check()
                 comparison = run_compare_ids(base_run_id=opts["base"], candidate_run_id=opts["candidate"])
-        except AgentLabError as exc:
+        except (AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_comparison(comparison))
         if json_path:

@@ -10,6 +10,7 @@ takes it up).
 
 from __future__ import annotations
 
+import shlex
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -56,7 +57,7 @@ class Command(BaseCommand):
         run = result.run
         tally = result.judge
         self.stderr.write(
-            f"re-scored {result.copied} predictions of {opts['run']} with {opts['scorer']}"
+            f"re-scored {result.copied} predictions of {shlex.quote(opts['run'])} with {opts['scorer']}"
             + (
                 f"; judge: {tally.graded} graded, {tally.cached} from the cache, {tally.calls} calls, "
                 f"{tally.unscored} unscored"
@@ -65,4 +66,4 @@ class Command(BaseCommand):
             )
         )
         self.stdout.write(format_table(run.metrics))
-        self.stdout.write(f"run id: {run.run_id}")
+        self.stdout.write(f"run id: {shlex.quote(run.run_id)}")

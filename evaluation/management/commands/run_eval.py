@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import sys
 from pathlib import Path
@@ -23,7 +22,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from tqdm import tqdm
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import database_check, database_errors
+from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.comparison_table import format_comparison
 from evaluation.datasets import DatasetFormatError
@@ -168,7 +167,7 @@ class Command(BaseCommand):
                     alpha=opts["alpha"],
                 )
                 if json_path:
-                    _check_writable(json_path)  # before the run: the file is written only after it
+                    json_target_check(json_path)  # before the run: the file is written only after it
                 database_check()
                 baseline_precheck(baseline, dataset=request.dataset)
                 result = run_eval(request=request, note=self.stderr.write, progress=_progress_bar)
@@ -206,19 +205,6 @@ class Command(BaseCommand):
 
 def _progress_bar(run_id: str, total: int) -> Progress:
     return tqdm(total=total, disable=None, desc=run_id, unit="ex", file=sys.stderr)
-
-
-def _check_writable(json_path: str) -> None:
-    """Raises ``ValueError`` when ``--json`` cannot be written: a folder, a
-    missing folder, or no write permission."""
-    if Path(json_path).is_dir():
-        raise ValueError(f"--json {json_path} is a folder; give the path of a file to write")
-    parent = Path(json_path).resolve().parent
-    if not parent.is_dir():
-        raise ValueError(f"--json {json_path}: folder {parent} does not exist")
-    target = Path(json_path)
-    if not os.access(target if target.exists() else parent, os.W_OK):
-        raise ValueError(f"--json {json_path}: not writable")
 
 
 def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) -> None:
