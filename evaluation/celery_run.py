@@ -28,6 +28,7 @@ Ctrl-C stops following; the sent turns keep running on the workers, and
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,8 +37,9 @@ from functools import partial
 from django.conf import settings
 from django.db import transaction
 
+from common.errors import StateConflict
 from turns.models import TERMINAL_STATUSES, TurnStatus
-from turns.services import turn_resume
+from turns.services import turn_cancel, turn_resume
 from turns.services.sweep import turns_sweep_stale
 
 from .models import Prediction, Run, RunStatus
@@ -80,12 +82,15 @@ def follow_run(
     queue: str,
     max_in_flight: int | None = None,
     on_done: Callable[[int], None] | None = None,
+    on_poll: Callable[[], None] | None = None,
     poll_s: float = 0.5,
     stale_s: float | None = None,
 ) -> bool:
     """Send ``planned`` to the workers on ``queue`` and follow them until every
     prediction is complete (see the module docstring). ``on_done(prediction
-    id)`` is called once per completed prediction. ``stale_s``: ``None``
+    id)`` is called once per completed prediction, ``on_poll()`` after every
+    look (a progress line that is due is written even when nothing
+    finished). ``stale_s``: ``None``
     takes ``TURN_STALE_S``. Returns whether the run was cancelled meanwhile
     (``cancel_run``: its status was set to ``cancelled``). Raises
     ``KeyboardInterrupt`` as it comes (the turns keep running) and database
@@ -97,7 +102,9 @@ def follow_run(
         cancelled = cancelled or (
             Run.objects.filter(pk=run.pk).values_list("status", flat=True).first() == RunStatus.CANCELLED
         )
-        _poll(state, stale_s=stale, on_done=on_done)
+        _poll(state, stale_s=stale, on_done=on_done, cancelled=cancelled)
+        if on_poll is not None:
+            on_poll()
         if not state.pending:
             return cancelled
         if not cancelled:
@@ -105,10 +112,13 @@ def follow_run(
         time.sleep(poll_s)
 
 
-def _poll(state: FollowState, *, stale_s: float, on_done: Callable[[int], None] | None) -> None:
+def _poll(
+    state: FollowState, *, stale_s: float, on_done: Callable[[int], None] | None, cancelled: bool = False
+) -> None:
     """One look at the open predictions: count the completed ones, complete
     those whose turn ended outside the policy, interrupt the stale turns and
-    resume the interrupted ones (they are sent again by ``_send_due``)."""
+    resume the interrupted ones (they are sent again by ``_send_due``) — or,
+    in a ``cancelled`` run, cancel those and the queued ones."""
     pending = sorted(state.pending)
     rows: list[tuple[int, object, int | None, str | None]] = []
     for start in range(0, len(pending), FOLLOW_BATCH):
@@ -120,9 +130,10 @@ def _poll(state: FollowState, *, stale_s: float, on_done: Callable[[int], None] 
         if completed_at is None and (turn_id is None or status in TERMINAL_STATUSES):
             prediction_record(prediction_id=prediction_id)  # ended outside the policy
         elif completed_at is None:
-            if status == TurnStatus.INTERRUPTED and turn_id is not None:
-                with transaction.atomic():
-                    turn_resume(turn_id=turn_id)
+            if cancelled and status in (TurnStatus.INTERRUPTED, TurnStatus.QUEUED) and turn_id is not None:
+                _quietly(turn_cancel, turn_id=turn_id)  # nothing sends it any more
+            elif status == TurnStatus.INTERRUPTED and turn_id is not None:
+                _quietly(turn_resume, turn_id=turn_id)
                 state.sent.pop(prediction_id, None)  # queued again: send it again
             elif status in (TurnStatus.RUNNING, TurnStatus.WAITING) and turn_id is not None:
                 active.append(turn_id)
@@ -132,6 +143,13 @@ def _poll(state: FollowState, *, stale_s: float, on_done: Callable[[int], None] 
             on_done(prediction_id)
     if active and turns_sweep_stale(stale_s=stale_s, turn_ids=active):
         logger.warning("run_eval --celery: a worker stopped driving some turns; they are resumed")
+
+
+def _quietly(action: Callable[..., object], *, turn_id: int) -> None:
+    """``action(turn_id=…)`` (``turn_resume``, ``turn_cancel``); a turn that
+    moved on meanwhile (``StateConflict``) is seen at the next poll."""
+    with contextlib.suppress(StateConflict):
+        action(turn_id=turn_id)
 
 
 def _send_due(state: FollowState, *, queue: str, max_in_flight: int | None, resend_s: float) -> None:

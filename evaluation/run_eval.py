@@ -258,7 +258,12 @@ def _drive_and_finish(
             asyncio.run(provider.aclose())  # the workers build their own
             try:
                 if follow_run(
-                    run, planned, queue=request.queue, max_in_flight=request.max_in_flight, on_done=done
+                    run,
+                    planned,
+                    queue=request.queue,
+                    max_in_flight=request.max_in_flight,
+                    on_done=done,
+                    on_poll=lambda: bar.update(0),  # a plain line is due every few seconds
                 ):
                     status = RunStatus.CANCELLED
             except KeyboardInterrupt:

@@ -66,3 +66,11 @@ def test_celery_options_are_checked_before_anything_runs(settings):
     settings.CELERY_BROKER_URL = ""
     with pytest.raises(ValueError, match="--celery needs a broker"):
         eval_request(dataset="demo", celery=True)
+
+
+def test_a_line_is_written_when_due_even_if_nothing_finished():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress("slow", 2, stream=out, every_s=5.0, clock=clock)
+    clock.now += 6
+    bar.update(0)  # run_eval --celery calls this after every look at the run
+    assert out.getvalue() == "run slow: 0/2 examples done (0 %), 6 s, 0.00 ex/s\n"

@@ -37,6 +37,6 @@ def test_options_that_differ_from_their_defaults_are_repeated():
     words = shlex.split(resume_command(dataset="demo", run_id="r1", options=options, defaults=DEFAULTS))
     assert words[1:] == [
         "manage.py", "run_eval", "demo", "--run-id", "r1", "--limit", "20", "--concurrency", "8",
-        "--price-in", "0.5", "--price-out", "1.5", "--queue", "nightly", "--max-in-flight", "16",
+        "--queue", "nightly", "--max-in-flight", "16", "--price-in", "0.5", "--price-out", "1.5",
         "--plugin", "a", "--plugin", "b", "--mcp", "calc=python -m x", "--no-review", "--celery",
     ]  # fmt: skip
