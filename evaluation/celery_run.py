@@ -82,7 +82,7 @@ def follow_run(
     queue: str,
     max_in_flight: int | None = None,
     on_done: Callable[[int], None] | None = None,
-    on_poll: Callable[[], None] | None = None,
+    on_poll: Callable[[], object] | None = None,
     poll_s: float = 0.5,
     stale_s: float | None = None,
 ) -> bool:

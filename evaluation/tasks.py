@@ -19,7 +19,9 @@ driver continues from the event log, so no recorded LLM reply is asked again.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import threading
 
 from celery import shared_task
 from django.conf import settings
@@ -27,6 +29,7 @@ from django.db import InterfaceError, OperationalError
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.pricing import Price
+from agentlab.agent.types import LLMProvider
 from turns.llm import get_provider
 from turns.tasks import shared_db
 
@@ -60,6 +63,28 @@ def run_extensions_of(prediction: Prediction) -> RunExtensions:
     )
 
 
+_local = threading.local()
+
+
+def _thread_loop() -> asyncio.AbstractEventLoop:
+    """This worker thread's event loop, kept between tasks (created on first use)."""
+    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
+    if loop is None or loop.is_closed():
+        loop = _local.loop = asyncio.new_event_loop()
+    return loop
+
+
+def _thread_provider(model: str | None, price: dict[str, float] | None) -> LLMProvider:
+    """This worker thread's provider for ``model`` and ``price``, kept between
+    tasks on the thread's loop: building one (an HTTP client and its
+    session) costs ~60 ms of CPU, more than the rest of a short example."""
+    providers: dict[str, LLMProvider] = _local.__dict__.setdefault("providers", {})
+    key = json.dumps([model, price], sort_keys=True)
+    if key not in providers:
+        providers[key] = get_provider(model=model, price=Price.from_dict(price))
+    return providers[key]
+
+
 async def _drive(prediction_id: int, task_id: str) -> None:
     found = await shared_db().run(_planned, prediction_id)
     if found is None:
@@ -67,22 +92,18 @@ async def _drive(prediction_id: int, task_id: str) -> None:
         return
     item, prediction = found
     config = prediction.run.config
-    provider = get_provider(model=config.get("model"), price=Price.from_dict(config.get("price")))
-    try:
-        await drive_examples(
-            [item],
-            provider=provider,
-            db=shared_db(),
-            concurrency=1,
-            review=bool(config.get("review", True)),
-            extensions=run_extensions_of(prediction),
-            run_id=prediction.run.run_id,
-            dataset=prediction.example.dataset.name,
-            job_id=lambda _: task_id,
-            record_unclaimed=False,
-        )
-    finally:
-        await provider.aclose()
+    await drive_examples(
+        [item],
+        provider=_thread_provider(config.get("model"), config.get("price")),
+        db=shared_db(),
+        concurrency=1,
+        review=bool(config.get("review", True)),
+        extensions=run_extensions_of(prediction),
+        run_id=prediction.run.run_id,
+        dataset=prediction.example.dataset.name,
+        job_id=lambda _: task_id,
+        record_unclaimed=False,
+    )
 
 
 @shared_task(
@@ -101,6 +122,7 @@ def eval_example_run(prediction_id: int) -> None:
     queued (a duplicate delivery). A database outage under the turn leaves it
     interrupted: the following ``run_eval`` resumes it."""
     try:
-        asyncio.run(_drive(prediction_id, eval_example_run.request.id or ""))
+        # the thread's own loop and provider, kept between tasks (not asyncio.run)
+        _thread_loop().run_until_complete(_drive(prediction_id, eval_example_run.request.id or ""))
     except DatabaseOutage as exc:
         logger.warning("evaluation task: prediction %s: %s", prediction_id, exc)

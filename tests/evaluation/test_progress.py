@@ -4,6 +4,7 @@ and the checks of its ``--celery`` options."""
 from __future__ import annotations
 
 import io
+from typing import Any
 
 import pytest
 
@@ -55,12 +56,13 @@ def test_celery_options_are_checked_before_anything_runs(settings):
     assert eval_request(dataset="demo", celery=True).queue == "nightly"
     assert eval_request(dataset="demo", celery=True, queue=" big ", max_in_flight=3).queue == "big"
     assert eval_request(dataset="demo").queue == ""
-    for kwargs, message in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"celery": True, "max_in_flight": 0}, "--max-in-flight must be at least 1, got 0"),
         ({"celery": True, "queue": " "}, "--queue must name a queue"),
         ({"celery": True, "mcp": ["calc=http://x/mcp"]}, "--mcp cannot be used with --celery"),
         ({"queue": "q"}, "--queue goes with --celery"),
-    ]:
+    ]
+    for kwargs, message in cases:
         with pytest.raises(ValueError, match=message):
             eval_request(dataset="demo", **kwargs)
     settings.CELERY_BROKER_URL = ""
