@@ -31,6 +31,13 @@ def _pp(value: float | None) -> str:
     return _DASH if value is None else f"{value * 100:+.1f} pp"
 
 
+def _interval(low: float | None, high: float | None) -> str:
+    """An interval of a difference in percentage points, on one line."""
+    if low is None or high is None:
+        return _DASH
+    return f"{low * 100:+.1f} to {high * 100:+.1f}"
+
+
 def _p(value: float | None) -> str:
     if value is None:
         return _DASH
@@ -50,7 +57,7 @@ def _accuracy_row(label: str, s: PairedAccuracy, *, holm: bool) -> list[str]:
         _pct(s["base_accuracy"]),
         _pct(s["candidate_accuracy"]),
         _pp(s["difference"]),
-        f"{_pp(s['ci_low'])} to {_pp(s['ci_high'])}" if s["ci_low"] is not None else _DASH,
+        _interval(s["ci_low"], s["ci_high"]),
         str(s["fixed"]),
         str(s["broken"]),
         _p(s["p_value"]),
@@ -120,7 +127,7 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
         )
 
     bootstrap = "method" in comparison  # runs with epochs: evaluation.epoch_comparison
-    confidence = f"{comparison['confidence']:.0%} CI ({'bootstrap' if bootstrap else 'Newcombe'})"
+    confidence = f"{comparison['confidence']:.0%} CI, pp ({'bootstrap' if bootstrap else 'Newcombe'})"
     accuracy = Table(title="Paired accuracy (examples both runs scored)")
     for name in ("", "examples", "base", "candidate", "difference", confidence, "fixed", "broken"):
         accuracy.add_column(name, justify="left" if not name else "right")

@@ -131,9 +131,12 @@ def comparison_chart_data(comparison: Comparison) -> dict[str, Any]:
     """What the comparison page's charts draw: ``differences``, overall then
     per task type, each a :class:`Bar` of candidate − base accuracy with its
     Newcombe interval (``n``: examples both runs scored), and
-    ``accuracies``: ``{"labels", "base", "candidate"}`` (paired accuracy)."""
+    ``accuracies``: ``{"labels", "base", "candidate"}`` (paired accuracy);
+    ``interval``: how the intervals were computed (``"Newcombe"``, or
+    ``"bootstrap"`` for runs with epochs)."""
     scopes = [("overall", comparison["overall"]), *comparison["per_task_type"].items()]
     return {
+        "interval": "bootstrap" if "method" in comparison else "Newcombe",
         "differences": [
             {
                 "label": label,

@@ -3,8 +3,9 @@
 daphne runs in a subprocess on the test database with the inline executor
 (no Celery) and a stub OpenAI-compatible LLM on loopback; Chromium is Debian's
 ``/usr/bin/chromium`` driven by playwright-python (no browser download).
-Screenshots go to ``/tmp/screens/`` (those of the streamed answer also to
-``docs/screenshots/``).
+Screenshots go to ``/tmp/screens/``; with ``AGENTLAB_DOCS_SCREENSHOTS=1``
+those of the streamed answer go to ``docs/screenshots/`` instead (the ones
+committed there).
 """
 
 from __future__ import annotations
@@ -37,7 +38,9 @@ pytestmark = [
 
 
 REVIEW = '{"verdict": "accept", "note": "the calculator agrees", "retry_instruction": null}'
-DOCS_SCREENS = ROOT / "docs" / "screenshots"
+DOCS_SCREENS = (
+    ROOT / "docs" / "screenshots" if os.environ.get("AGENTLAB_DOCS_SCREENSHOTS") == "1" else SCREENS
+)
 #: A Markdown answer with HTML that must stay text: a script, an onerror handler.
 MARKDOWN_ANSWER = (
     "The count is **done**. Here is how:\n\n"

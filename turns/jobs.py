@@ -36,6 +36,7 @@ from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
 
 from .driver.job import job_tools, make_job_provider, run_turn_job
+from .driver.watch import turn_watcher
 from .job_ids import local_job_id
 from .services.sweep import turns_sweep
 from .tasks import turn_run
@@ -162,6 +163,8 @@ class InlineExecutor:
             while self._loop.is_running() and time.monotonic() < deadline:
                 time.sleep(0.01)
             self._loop.close()
+        # the process's turn watcher closes its connection once our turns left it
+        turn_watcher().wait_idle(min(timeout, 2.0))
         self.db.close()
 
 

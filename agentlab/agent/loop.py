@@ -29,6 +29,13 @@ from typing import Any, Literal, TypeVar
 
 from agentlab.agent.messages import build_messages, step_calls
 from agentlab.agent.protocol import parse_tool_calls, step_schema
+
+# re-exported: the loop's reports have always been importable from here
+from agentlab.agent.reports import CompletionReport as CompletionReport
+from agentlab.agent.reports import OnReport as OnReport
+from agentlab.agent.reports import Report as Report
+from agentlab.agent.reports import ToolResultReport as ToolResultReport
+from agentlab.agent.reports import ToolStartReport as ToolStartReport
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.stops import LoopStop, check_stop, guarded
 from agentlab.agent.streaming import OnText, text_stream
@@ -51,41 +58,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class CompletionReport:
-    """A step's completion arrived (reported before its tools run). For
-    providers without native tools ``completion.tool_calls`` holds the calls
-    parsed from its text."""
-
-    step: int
-    completion: Completion
-
-
-@dataclass(frozen=True)
-class ToolResultReport:
-    """One tool call of step ``step`` produced ``result``."""
-
-    step: int
-    call: ToolCall
-    result: ToolResult
-
-
-@dataclass(frozen=True)
-class ToolStartReport:
-    """Tool call ``call`` of step ``step`` is about to run (reported before
-    it runs, so a resume after a crash knows it may have run). ``key`` is its
-    idempotency key (``ToolContext.for_call``); ``repeat``: the log shows it
-    started before without a result — it runs again with the same key.
-    Reported for tools that do not end the turn (those have no side effect)."""
-
-    step: int
-    call: ToolCall
-    key: str | None
-    repeat: bool
-
-
-Report = CompletionReport | ToolStartReport | ToolResultReport
-OnReport = Callable[[Report], Awaitable[None]]
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
 

@@ -16,6 +16,8 @@ from agentlab.agent.loop import (
     CompletionReport,
     LoopResult,
     Report,
+    ToolResultReport,
+    ToolStartReport,
 )
 from agentlab.agent.protocol import TOOL_HINTS, system_prompt
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
@@ -45,9 +47,9 @@ class Recorder:
         for r in self.reports:
             if isinstance(r, CompletionReport):
                 out.append(("completion", r.step, ",".join(c.name for c in r.completion.tool_calls)))
-            else:
+            elif isinstance(r, ToolResultReport):
                 out.append(("result", r.step, f"{r.call.name}={r.result.output}"))
-        return out
+        return out  # tool starts: see test_a_tool_start_is_reported_before_it_runs_with_its_key
 
 
 async def run(loop: AgentLoop, question: str = QUESTION, **kwargs: Any) -> tuple[LoopResult, Recorder]:
@@ -198,7 +200,11 @@ async def test_an_unexpected_exception_is_stop_reason_error(registry: ToolRegist
     assert result.stop_reason == "error"
     assert result.error == "RuntimeError: provider bug"
     assert result.steps_used == 1
-    assert len(recorder.reports) == 2
+    assert [type(r).__name__ for r in recorder.reports] == [
+        "CompletionReport",
+        "ToolStartReport",
+        "ToolResultReport",
+    ]
 
 
 async def test_an_exhausted_script_is_an_error_not_a_hang(registry: ToolRegistry) -> None:
@@ -694,6 +700,41 @@ async def test_resume_of_a_partial_step_runs_only_the_missing_tool(
     ]
     assert result.steps[0].results[1].call_id == "c2"
     assert result.steps_used == 2
+
+
+async def test_a_tool_start_is_reported_before_it_runs_with_its_key(
+    registry: ToolRegistry, counter: Counter
+) -> None:
+    seen: list[tuple[str, str | None, bool]] = []
+
+    async def on_report(report: Report) -> None:
+        if isinstance(report, ToolStartReport):
+            # reported before the tool ran: its effect is not there yet
+            seen.append((report.call.id, report.key, report.repeat))
+            assert counter.runs == [] if report.call.id == "c1" else counter.runs == ["first"]
+
+    provider = ScriptedProvider(
+        [tool_calls(call("count", {"label": "first"}, id="c1"), call("count", {"label": "again"}, id="c2")),
+         final("2", id="f1")]
+    )  # fmt: skip
+    context = ToolContext(idempotency_scope="turn-7/attempt-1", started_calls=frozenset({"c2"}))
+    result = await AgentLoop(provider, registry).run(QUESTION, context=context, on_report=on_report)
+    assert result.answer == "2"
+    # c2 started before without a result (a crash): run again with the same key, and said so;
+    # nothing for final_answer, which ends the turn and has no side effect
+    assert seen == [("c1", "turn-7/attempt-1/c1", False), ("c2", "turn-7/attempt-1/c2", True)]
+
+
+async def test_outside_a_turn_a_tool_gets_no_idempotency_key(registry: ToolRegistry) -> None:
+    starts: list[str | None] = []
+
+    async def on_report(report: Report) -> None:
+        if isinstance(report, ToolStartReport):
+            starts.append(report.key)
+
+    provider = ScriptedProvider([tool_call("count", {"label": "x"}, id="c1"), final("1")])
+    await AgentLoop(provider, registry).run(QUESTION, on_report=on_report)
+    assert starts == [None]
 
 
 async def test_resume_of_a_finished_turn_makes_no_call(registry: ToolRegistry) -> None:

@@ -105,6 +105,7 @@ def test_comparison_page_lists_fixed_and_broken_with_links_to_both_turns(admin_c
     assert 'id="comparison-data"' in html and 'id="chart-differences"' in html
     charts = json.loads(html.split('id="comparison-data" type="application/json">')[1].split("</script>")[0])
     assert [d["label"] for d in charts["differences"]] == ["overall", "document_qa", "math"]
+    assert charts["interval"] == "Newcombe" and "McNemar p" in html and 'id="compare-method"' not in html
     assert charts["differences"][0]["value"] == pytest.approx((1 - 2) / 7)
 
 

@@ -1,7 +1,9 @@
 """The run report and the comparison page in headless Chromium (issue 15):
 the Chart.js charts are drawn, with the data of the runs, from the vendored
-static file (no CDN). Screenshots go to ``docs/screenshots/``: the report, the comparison, and the
-candidate's wrong predictions with their answer and gold columns.
+static file (no CDN). Screenshots — the report, the comparison, and the
+candidate's wrong predictions with their answer and gold columns — go to
+``/tmp/screens``, or to ``docs/screenshots/`` with
+``AGENTLAB_SCREENSHOTS=docs/screenshots``.
 
 The live daphne comes from ``tests/test_browser.py``; the runs are written by
 a real ``run_eval`` against a stub OpenAI-compatible server before the pages
@@ -23,7 +25,9 @@ from evaluation.models import Run
 from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "docs" / "screenshots"
+#: where the screenshots go: ``/tmp/screens`` (like ``tests/test_browser.py``), or
+#: ``AGENTLAB_SCREENSHOTS=docs/screenshots`` to refresh the ones the README shows
+SHOTS = ROOT / os.environ.get("AGENTLAB_SCREENSHOTS", "/tmp/screens")
 
 pytestmark = [
     pytest.mark.browser,

@@ -17,7 +17,7 @@ from django.utils import timezone
 from turns.driver import watch as watch_module
 from turns.driver.claim import turn_claim
 from turns.driver.watch import turn_watcher, turns_poll
-from turns.models import Turn
+from turns.models import Turn, TurnStatus
 from turns.services import turn_create
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -93,3 +93,15 @@ async def test_one_watcher_serves_the_turns_of_every_event_loop(owner, db_thread
     await asyncio.to_thread(lambda: [t.join(10) for t in threads])
     assert results == {turn_id: True for turn_id in holders}  # each loop got its own cancel
     watcher.join(5)
+
+
+def test_a_turn_its_own_driver_just_ended_is_not_a_lost_claim(owner):
+    """The driver commits the terminal event before it stops watching: a poll
+    in between sees a finished turn under its own token, which is no lost
+    claim (no warning, no cancel), while a sweep by someone else still is."""
+    holders = _claimed(owner, 3)
+    done, swept, running = sorted(holders)
+    Turn.objects.filter(pk=done).update(status=TurnStatus.SUCCEEDED)
+    Turn.objects.filter(pk=swept).update(status=TurnStatus.INTERRUPTED)
+    states = turns_poll(holders=holders, beat=False)
+    assert states == {done: (False, None), swept: (False, False), running: (False, True)}

@@ -55,6 +55,8 @@ CANCEL_POLL_S = 0.5
 LINGER_S = 1.0
 
 _ACTIVE = (TurnStatus.RUNNING, TurnStatus.WAITING)
+# Ends only the turn's own driver writes (an interrupted turn was swept by someone else).
+_FINISHED = (TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED)
 
 
 def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[bool, bool | None]]:
@@ -94,10 +96,20 @@ def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[boo
         cursor.execute(sql, params)
         rows = cursor.fetchall()
     seen = {
-        int(turn_id): (bool(flag), job_id == holders.get(int(turn_id)) and status in _ACTIVE)
+        int(turn_id): (bool(flag), _held(job_id, status, holders.get(int(turn_id))))
         for turn_id, job_id, status, flag in rows
     }
     return {turn_id: seen.get(turn_id, (False, None)) for turn_id in holders}
+
+
+def _held(job_id: str, status: str, holder: str | None) -> bool | None:
+    """Whether a turn row is still held by ``holder``: ``None`` when its own
+    driver has just ended it (a terminal status under the same token, seen
+    before the driver stops watching: not a lost claim), else whether it is
+    running or waiting under that token."""
+    if job_id == holder and status in _FINISHED:
+        return None
+    return job_id == holder and status in _ACTIVE
 
 
 @dataclass(frozen=True)
@@ -120,6 +132,9 @@ class TurnWatcher:
         self._lock = threading.Lock()
         self._turns: dict[int, _Watched] = {}
         self._thread: threading.Thread | None = None
+        #: set while no turn is watched and the thread holds no connection
+        self._idle = threading.Event()
+        self._idle.set()
         #: statements run (a test counts them)
         self.polls = 0
 
@@ -130,6 +145,7 @@ class TurnWatcher:
         watched = _Watched(holder=holder, cancel=cancel, loop=asyncio.get_running_loop())
         with self._lock:
             self._turns[turn_id] = watched
+            self._idle.clear()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="agentlab-turn-watch", daemon=True)
                 self._thread.start()
@@ -144,6 +160,12 @@ class TurnWatcher:
     def __len__(self) -> int:
         with self._lock:
             return len(self._turns)
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait until no turn is watched and the watcher's connection is
+        closed (``InlineExecutor.stop`` does, before its own connections);
+        returns whether it happened within ``timeout`` seconds."""
+        return self._idle.wait(timeout)
 
     def join(self, timeout: float | None = None) -> None:
         """Wait for the thread to exit (it does ``LINGER_S`` after the last
@@ -161,6 +183,8 @@ class TurnWatcher:
             with self._lock:
                 if self._thread is threading.current_thread():
                     self._thread = None  # gone for any reason: the next add() starts one
+                if not self._turns:
+                    self._idle.set()
 
     def _watch(self) -> None:
         beat_every = max(CANCEL_POLL_S, min(float(settings.HEARTBEAT_S), float(settings.TURN_STALE_S) / 4))
@@ -176,6 +200,7 @@ class TurnWatcher:
                         # no connection kept while no turn runs (a test
                         # database must be droppable after its last turn)
                         connections.close_all()
+                        self._idle.set()
                     if time.monotonic() - idle_since >= LINGER_S:
                         self._thread = None
                         return

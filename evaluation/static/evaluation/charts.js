@@ -146,7 +146,7 @@
     const colours = data.differences.map((r) => (r.value === null || r.value >= 0 ? BLUE : "rgba(186, 33, 33, 0.75)"));
     intervalBars("chart-differences", data.differences, {
       valueLabel: "candidate − base",
-      intervalLabel: "95% interval (Newcombe)",
+      intervalLabel: "95% interval (" + data.interval + ")",
       colours: colours,
       min: -1,
       max: 1,

@@ -1,0 +1,51 @@
+"""What the agent loop reports to its driver, step by step (``AgentLoop.run``'s
+``on_report``): a completion, a tool about to run, a tool's result. Each is
+reported before the loop goes on, so the driver can persist it first
+(DESIGN.md §8). Re-exported by ``agentlab.agent.loop``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from agentlab.agent.types import Completion, ToolCall, ToolResult
+
+__all__ = ["CompletionReport", "OnReport", "Report", "ToolResultReport", "ToolStartReport"]
+
+
+@dataclass(frozen=True)
+class CompletionReport:
+    """A step's completion arrived (reported before its tools run). For
+    providers without native tools ``completion.tool_calls`` holds the calls
+    parsed from its text."""
+
+    step: int
+    completion: Completion
+
+
+@dataclass(frozen=True)
+class ToolResultReport:
+    """One tool call of step ``step`` produced ``result``."""
+
+    step: int
+    call: ToolCall
+    result: ToolResult
+
+
+@dataclass(frozen=True)
+class ToolStartReport:
+    """Tool call ``call`` of step ``step`` is about to run (reported before
+    it runs, so a resume after a crash knows it may have run). ``key`` is its
+    idempotency key (``ToolContext.for_call``); ``repeat``: the log shows it
+    started before without a result — it runs again with the same key.
+    Reported for tools that do not end the turn (those have no side effect)."""
+
+    step: int
+    call: ToolCall
+    key: str | None
+    repeat: bool
+
+
+Report = CompletionReport | ToolStartReport | ToolResultReport
+OnReport = Callable[[Report], Awaitable[None]]
