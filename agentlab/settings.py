@@ -244,6 +244,15 @@ if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
 # a turn in flight goes on after a broker loss: its redelivered message is a
 # duplicate the driver's conditional claim turns into a no-op
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
+#: The queue ``run_eval --celery`` sends a run's examples to (``--queue``
+#: overrides it); empty: Celery's default queue (CELERY_TASK_DEFAULT_QUEUE).
+AGENTLAB_EVAL_QUEUE = env.str("AGENTLAB_EVAL_QUEUE", default="")
+#: Most database threads (each with its own PostgreSQL connection) one
+#: in-process run_eval uses: min(--concurrency, this). See the README for
+#: max_connections.
+AGENTLAB_DB_THREADS_MAX = env_number("AGENTLAB_DB_THREADS_MAX", 32, minimum=1)
+#: Seconds between run_eval's plain progress lines when stderr is not a terminal.
+AGENTLAB_PROGRESS_EVERY_S = env_number("AGENTLAB_PROGRESS_EVERY_S", 10.0, positive=True)
 
 # --- agent --------------------------------------------------------------------
 AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None

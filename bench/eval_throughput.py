@@ -2,8 +2,10 @@
 
 The stub (``python -m agentlab.testing.stub_llm``) answers every request with a
 ``final_answer`` tool call after a fixed latency, so each example is one LLM
-call. For each database (SQLite, PostgreSQL), number of worker processes
-(``run_eval --workers``: 1, and 2) and concurrency (1, 8, 32, 64) the script
+call. For each database (SQLite, PostgreSQL), mode (``--celery-workers``: 0
+drives in the ``run_eval`` process; N > 0 starts N Celery worker processes,
+threads pool, ``concurrency / N`` threads each, on a queue of their own, and
+runs ``run_eval --celery``) and concurrency (1, 8, 32, 64) the script
 runs ``manage.py run_eval`` over N generated examples and prints samples/s
 (examples driven ÷ wall time of the driving phase, as stored by run_eval in
 ``metrics.throughput``), the ratio to the ideal (concurrency ÷ latency) and,
@@ -11,7 +13,8 @@ against the same stub, what the bare ``openai`` client does alone (no Django,
 no database) — the practical ceiling of one process.
 
     python bench/eval_throughput.py [--examples 500] [--latency-ms 50]
-        [--concurrency 1 8 32 64] [--workers 1 2] [--databases sqlite postgres]
+        [--concurrency 1 8 32 64] [--celery-workers 0 2] [--databases sqlite postgres]
+        [--broker redis://127.0.0.1:6379/1]
         [--pg-url postgres://postgres@127.0.0.1:5432/agentlab_bench]
 
 PostgreSQL's bench database is created (and migrated) if missing.
@@ -60,8 +63,47 @@ def ensure_pg_database(url: str) -> None:
             conn.execute(f'CREATE DATABASE "{name}"')
 
 
+def start_workers(
+    env: dict[str, str], count: int, concurrency: int, queue: str, logs: Path
+) -> list[subprocess.Popen]:
+    """``count`` Celery worker processes (threads pool) sharing ``concurrency``
+    threads, reading ``queue``, logging to ``logs``; returns once each is ready."""
+    procs = []
+    for i in range(count):
+        share = max(1, concurrency // count + (1 if i < concurrency % count else 0))
+        log = logs / f"{queue}-{i}.log"
+        with log.open("w") as out:
+            procs.append(
+                subprocess.Popen(
+                    [
+                        *(sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads"),
+                        *("--concurrency", str(share), "-Q", queue, "--hostname", f"bench{i}@{queue}"),
+                        *("--without-gossip", "--without-mingle", "--loglevel", "INFO"),
+                    ],
+                    cwd=ROOT,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                )
+            )
+    deadline = time.monotonic() + 120
+    for i, proc in enumerate(procs):
+        while " ready." not in (logs / f"{queue}-{i}.log").read_text():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise SystemExit(f"Celery worker {i} did not start: see {logs / f'{queue}-{i}.log'}")
+            time.sleep(0.2)
+    return procs
+
+
+def stop_workers(procs: list[subprocess.Popen]) -> None:
+    for proc in procs:
+        proc.terminate()
+    for proc in procs:
+        proc.wait()
+
+
 def run_eval(
-    env: dict[str, str], dataset: Path, run_id: str, concurrency: int, workers: int, out: Path
+    env: dict[str, str], dataset: Path, run_id: str, concurrency: int, celery_workers: int, out: Path
 ) -> dict:
     # one LLM call per example, as the benchmark is defined: no review call
     cmd = [
@@ -73,8 +115,7 @@ def run_eval(
         run_id,
         "--concurrency",
         str(concurrency),
-        "--workers",
-        str(workers),
+        *(["--celery"] if celery_workers else []),
         "--no-review",
         "--json",
         str(out),
@@ -118,12 +159,14 @@ def main() -> int:
     parser.add_argument("--latency-ms", type=int, default=50)
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 32, 64])
     parser.add_argument(
-        "--workers",
+        "--celery-workers",
         type=int,
         nargs="+",
-        default=[1, 2],
-        help="run_eval worker processes (each concurrency below the count is skipped)",
+        default=[0, 2],
+        help="0: in process; N: run_eval --celery with N worker processes (each concurrency "
+        "below N is skipped)",
     )
+    parser.add_argument("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/1"))
     parser.add_argument(
         "--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
     )
@@ -178,19 +221,26 @@ def main() -> int:
                     capture_output=True,
                 )
                 stamp = time.strftime("%Y%m%d-%H%M%S")
-                for workers in args.workers:
-                    name = db if workers == 1 else f"{db} ×{workers}"
+                for workers in args.celery_workers:
+                    name = db if not workers else f"{db} celery×{workers}"
+                    if workers:
+                        env = {**env, "CELERY_BROKER_URL": args.broker}
                     for c in args.concurrency:
                         if c < workers:
                             continue
-                        metrics = run_eval(
-                            env,
-                            dataset,
-                            f"bench-{db}-w{workers}-c{c}-{stamp}",
-                            c,
-                            workers,
-                            tmpdir / "out.json",
-                        )
+                        queue = f"bench-{db}-{os.getpid()}-{c}"
+                        procs = start_workers(env, workers, c, queue, tmpdir) if workers else []
+                        try:
+                            metrics = run_eval(
+                                {**env, "AGENTLAB_EVAL_QUEUE": queue},
+                                dataset,
+                                f"bench-{db}-w{workers}-c{c}-{stamp}",
+                                c,
+                                workers,
+                                tmpdir / "out.json",
+                            )
+                        finally:
+                            stop_workers(procs)
                         sps = metrics["throughput"]["samples_per_s"]
                         assert metrics["total"] == args.examples and metrics["correct"] == args.examples, (
                             metrics

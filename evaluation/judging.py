@@ -126,7 +126,7 @@ def judge_pass(
         grader.load()
 
     async def grade() -> JudgeTally:
-        with DatabaseThreads(max_workers=min(concurrency, 8)) as db:
+        with DatabaseThreads(max_workers=min(concurrency, int(settings.AGENTLAB_DB_THREADS_MAX))) as db:
             try:
                 return await judge_run(run=run, provider=grader, db=db, concurrency=concurrency)
             finally:

@@ -36,7 +36,8 @@ _REPEATED: tuple[tuple[str, str], ...] = (
     ("--max-steps", "max_steps"),
     ("--model", "model"),
     ("--fail-under", "fail_under"),
-    ("--workers", "workers"),
+    ("--queue", "queue"),
+    ("--max-in-flight", "max_in_flight"),
     ("--max-output-tokens", "max_output_tokens"),
     ("--price-in", "price_in"),
     ("--price-out", "price_out"),
@@ -52,8 +53,8 @@ def resume_command(
     """The shell command that resumes run ``run_id``: ``<python> manage.py
     run_eval DATASET --run-id ID`` and every option of ``options`` (the
     command's parsed options, by ``dest``) that differs from ``defaults``
-    (the parser's), each word ``shlex.quote``d. ``--no-review`` and
-    ``--retry-errors`` are repeated when given: a resume with review
+    (the parser's), each word ``shlex.quote``d. ``--no-review``,
+    ``--retry-errors`` and ``--celery`` are repeated when given: a resume with review
     switched is refused."""
     defaults = defaults or {}
     words: list[str] = [_python(), "manage.py", "run_eval", dataset, "--run-id", run_id]
@@ -68,6 +69,8 @@ def resume_command(
         words.append("--no-review")
     if options.get("retry_errors"):
         words.append("--retry-errors")
+    if options.get("celery"):
+        words.append("--celery")
     return shlex.join(words)
 
 

@@ -47,6 +47,10 @@ class DatabaseOutage(Exception):
         return cls(f"the database failed mid-run: {' '.join(detail.split())}")
 
 
+def _local_eval_job(number: int) -> str:
+    return local_job_id("eval", number)
+
+
 async def drive_examples(
     planned: Sequence[PlannedExample],
     *,
@@ -59,6 +63,8 @@ async def drive_examples(
     extensions: RunExtensions | None = None,
     run_id: str | None = None,
     dataset: str | None = None,
+    job_id: Callable[[int], str] | None = None,
+    record_unclaimed: bool = True,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
@@ -67,7 +73,12 @@ async def drive_examples(
     LLM call per answered example, waited for); ``tools`` replaces the
     built-in tools. ``extensions``: the run's plugins and MCP servers
     (``None``: the settings' only); plugins are told the example, ``run_id``
-    and ``dataset``. Raises ``ValueError`` for ``concurrency < 1``, and
+    and ``dataset``. ``job_id(n)``: the claim's job id of the n-th turn
+    (default ``local_job_id("eval", n)``). ``record_unclaimed``: complete the
+    prediction of a turn that could not be claimed from its row (``run_eval``
+    in process: such a turn has ended); ``False`` on a Celery worker, where
+    it may be running under another delivery — the following ``run_eval``
+    records what ends outside the policy. Raises ``ValueError`` for ``concurrency < 1``, and
     ``DatabaseOutage`` once every started example is done when the database
     failed under one of them (nothing more is started after that; what it
     hit stays resumable).
@@ -107,6 +118,7 @@ async def drive_examples(
             recorded = True
 
         error: str | None = None
+        result = None
         try:
             # a job id that names this process: another run_eval can tell
             # whether the turn's driver is still alive (run_plan)
@@ -116,7 +128,7 @@ async def drive_examples(
                 provider=provider,
                 db=db,
                 tools=tools,
-                job_id=local_job_id("eval", next(numbers)),
+                job_id=(job_id or _local_eval_job)(next(numbers)),
                 extensions=extensions.for_example(item.example.plugins or ()),
                 subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
             )
@@ -131,6 +143,8 @@ async def drive_examples(
                 # and its prediction stays open for the resume
                 outage.append(DatabaseOutage.of(result.error or "a turn was interrupted"))
                 return
+        if error is None and result is None and not record_unclaimed:
+            return  # another delivery drives it (or did): nothing of ours to record
         if not recorded:
             # not claimable (already ended) or the finish itself failed:
             # complete the row from what the turn row says now

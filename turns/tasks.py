@@ -42,7 +42,7 @@ _db: DatabaseThreads | None = None
 _db_lock = threading.Lock()
 
 
-def _shared_db() -> DatabaseThreads:
+def shared_db() -> DatabaseThreads:
     """The process's ORM thread pool, shared by every task thread (created on first use)."""
     global _db
     with _db_lock:
@@ -54,7 +54,7 @@ def _shared_db() -> DatabaseThreads:
 async def _run(turn_id: int, job_id: str) -> None:
     provider = make_job_provider()
     try:
-        await run_turn_job(turn_id, provider=provider, db=_shared_db(), job_id=job_id)
+        await run_turn_job(turn_id, provider=provider, db=shared_db(), job_id=job_id)
     finally:
         await provider.aclose()
 

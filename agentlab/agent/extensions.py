@@ -56,8 +56,8 @@ class RunExtensions:
     settings, of the dataset and of the run, and the MCP servers (the
     settings' then the run's; ``run_mcp_servers`` the run's alone). An
     example's own plugins go between the dataset's and the run's
-    (``for_example``). Frozen, picklable and free of Django: a ``run_eval
-    --workers`` process unpickles it before Django is set up."""
+    (``for_example``). Frozen and free of Django (the agent core's rule); a
+    Celery worker rebuilds a run's from its config (``evaluation.tasks``)."""
 
     settings_plugins: tuple[str, ...] = ()
     dataset_plugins: tuple[str, ...] = ()

@@ -7,9 +7,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import transaction
+from django.utils import timezone
 
-from turns.models import TurnKind, TurnStatus
+from turns.models import Turn, TurnKind, TurnStatus
 from turns.services import (
     RETRYABLE_STATUSES,
     NewTurn,
@@ -57,6 +59,7 @@ def run_plan(
     retry_errors: bool = False,
     max_output_tokens: int | None = None,
     epochs: int = 1,
+    live_ok: bool = False,
 ) -> tuple[list[PlannedExample], int]:
     """Decide what a (possibly resumed) run still has to do.
 
@@ -78,6 +81,9 @@ def run_plan(
     Every planned turn gets ``max_output_tokens`` (``None``: the setting
     when driven), a resumed or retried one included: a run resumed with more
     tokens retries its truncated answers with more.
+    With ``live_ok`` (``run_eval --celery`` following its run again), a
+    running or waiting turn whose heartbeat is younger than ``TURN_STALE_S``
+    is left to the worker driving it (planned, untouched).
     Returns the planned (example, epoch)s and the number skipped.
     Raises ``ValueError`` for ``epochs < 1``.
     """
@@ -108,6 +114,9 @@ def run_plan(
             continue
         if prediction is not None and prediction.turn is not None:
             turn = prediction.turn
+            if live_ok and _is_live(turn):
+                planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
+                continue
             if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
                 # its process is gone (the run was killed): the log is kept
                 turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
@@ -132,6 +141,13 @@ def run_plan(
     if resumed:
         turns_set_output_limit(turn_ids=resumed, max_output_tokens=max_output_tokens)
     return result, skipped
+
+
+def _is_live(turn: Turn) -> bool:
+    """A running or waiting turn with a heartbeat younger than ``TURN_STALE_S``."""
+    if turn.status not in (TurnStatus.RUNNING, TurnStatus.WAITING) or turn.heartbeat_at is None:
+        return False
+    return (timezone.now() - turn.heartbeat_at).total_seconds() <= float(settings.TURN_STALE_S)
 
 
 #: Examples queued per transaction when a run is planned.

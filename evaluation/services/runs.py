@@ -27,7 +27,7 @@ from common.errors import BadInput, StateConflict
 from turns.job_ids import local_job_id
 
 from ..models import Dataset, Run, RunStatus
-from ..selectors import run_holder, run_metrics
+from ..selectors import run_holder, run_lease_holder, run_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ def run_start(
     config: dict[str, Any],
     started_by: User | None = None,
     driver: str = "",
+    turns_on_workers: bool = False,
 ) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
 
@@ -81,7 +82,9 @@ def run_start(
     another process right now; nothing is written then. "Another process"
     means a live lease (``driver`` set, ``heartbeat_at`` younger than
     ``TURN_STALE_S``, its process not known to be gone) or a turn of the run
-    under a live driver (``evaluation.selectors.run_holder``).
+    under a live driver (``evaluation.selectors.run_holder``) — unless
+    ``turns_on_workers`` (``run_eval --celery``): its turns run on Celery
+    workers while nobody follows them, and only the lease counts.
 
     ``driver`` (``run_eval``: a job tag from ``run_lease_tag``) takes the
     run's lease in the same transaction; the caller then renews it
@@ -93,7 +96,12 @@ def run_start(
     try:
         with transaction.atomic():
             return _run_start(
-                run_id=run_id, dataset=dataset, config=config, started_by=started_by, leased=leased
+                run_id=run_id,
+                dataset=dataset,
+                config=config,
+                started_by=started_by,
+                leased=leased,
+                turns_on_workers=turns_on_workers,
             )
     except IntegrityError as exc:
         if not Run.objects.filter(run_id=run_id).exists():
@@ -111,6 +119,7 @@ def _run_start(
     config: dict[str, Any],
     started_by: User | None,
     leased: dict[str, Any],
+    turns_on_workers: bool = False,
 ) -> tuple[Run, bool]:
     run = Run.objects.select_for_update().filter(run_id=run_id).first()
     if run is None:
@@ -132,7 +141,7 @@ def _run_start(
                 f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
                 "one run measures one setup; start a new run id"
             )
-    holder = run_holder(run=run)
+    holder = run_lease_holder(run=run) if turns_on_workers else run_holder(run=run)
     if holder is not None:
         raise StateConflict(
             f"run {run_id!r} is being driven by another process right now ({holder}). Wait for that "
@@ -177,6 +186,13 @@ def run_finish(
     run.driver, run.heartbeat_at = "", None  # the lease ends with the invocation
     run.save(update_fields=["metrics", "status", "finished_at", "driver", "heartbeat_at"])
     return run
+
+
+def run_release(*, run: Run) -> None:
+    """Give up the run's lease and leave it ``started``, metrics untouched:
+    ``run_eval --celery`` stopped following (Ctrl-C) while its turns keep
+    running on the workers; the same run id follows them again."""
+    Run.objects.filter(pk=run.pk, driver=run.driver).update(driver="", heartbeat_at=None)
 
 
 # --------------------------------------------------------------------------- the lease

@@ -24,7 +24,6 @@ from agentlab.testing.stub_llm import (
 )
 from evaluation.models import Dataset, Example, Prediction, Run
 from tests.shared_data import dataset_path
-from turns.job_ids import local_job_id
 from turns.models import Turn, TurnEvent
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -218,8 +217,9 @@ def test_a_database_file_outside_the_dataset_folder_is_exit_2_and_writes_nothing
         ["--concurrency", "0"],
         ["--run-id", " "],
         ["--fail-under", "2"],
-        ["--workers", "0"],
-        ["--concurrency", "2", "--workers", "3"],
+        ["--queue", "q"],  # goes with --celery
+        ["--max-in-flight", "2"],  # goes with --celery
+        ["--celery"],  # no broker configured in the tests
     ],
 )
 def test_bad_options_are_exit_2(args):
@@ -405,65 +405,6 @@ def test_retry_errors_runs_failed_examples_again_as_a_new_attempt(endpoint):
     retried = Prediction.objects.get(run=run, example__external_id=gsm[1]["question_id"])
     assert (retried.correct, retried.error, retried.turn.attempts) == (True, "", 2)
     assert retried.turn.meta["attempts"][0]["stop_reason"] == "provider_error"
-
-
-def test_workers_split_the_run_between_processes_with_the_same_scores(endpoint):
-    """``--workers 2``: two spawned processes drive the examples (the
-    endpoint and the test database reach them from this process's settings);
-    the scores, tokens and logs are those of a single-process run."""
-    gsm = rows(GSM8K, 20)
-    right = {0, 1, 2, 3, 5, 8, 13, 17, 19}
-    with StubLLMServer(oracle(gsm, right=right)) as server:
-        endpoint(server)
-        call_command(
-            "run_eval",
-            "--no-review",
-            str(GSM8K),
-            "--run-id",
-            "two",
-            "--limit",
-            "20",
-            "--concurrency",
-            "4",
-            "--workers",
-            "2",
-        )
-        assert server.request_count == 20  # each example asked once, by one worker
-    run = Run.objects.get(run_id="two")
-    m = run.metrics
-    assert (run.status, m["total"], m["correct"], m["accuracy"]) == ("success", 20, 9, 0.45)
-    assert m["tokens"] == {"input": 200, "output": 100, "unknown_rows": 0}
-    assert m["throughput"]["examples"] == 20 and run.config["workers"] == 2
-    assert set(
-        Prediction.objects.filter(run=run, correct=True).values_list("example__external_id", flat=True)
-    ) == {gsm[i]["question_id"] for i in right}
-    assert Prediction.objects.filter(run=run, completed_at__isnull=True).count() == 0
-    for turn in Turn.objects.filter(predictions__run=run):
-        assert list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True)) == list(range(1, 9))
-    # claimed by the workers' drivers, one claim each: eval-<host>-<pid>-<n>
-    jobs = [t.job_id.split(":")[0].rsplit("-", 2) for t in Turn.objects.filter(predictions__run=run)]
-    assert {prefix for prefix, _, _ in jobs} == {local_job_id("eval", 1).rsplit("-", 2)[0]}
-    pids = {int(pid) for _, pid, _ in jobs}
-    assert len(pids) == 2 and os.getpid() not in pids  # two worker processes, not this one
-
-
-def test_workers_with_the_local_model_are_refused(settings):
-    settings.AGENTLAB_LLM_BASE_URL = None
-    with pytest.raises(CommandError) as excinfo:
-        call_command("run_eval", "--no-review", "demo", "--concurrency", "2", "--workers", "2")
-    assert excinfo.value.returncode == 2
-    assert "--workers above 1 needs an OpenAI-compatible endpoint" in str(excinfo.value)
-    assert Run.objects.count() == 0
-
-
-def test_split_deals_examples_round_robin_and_shares_concurrency():
-    from evaluation.parallel import split
-
-    parts = split(list(range(7)), workers=3, concurrency=8)
-    assert parts == [([0, 3, 6], 3), ([1, 4], 3), ([2, 5], 2)]
-    assert split([1], workers=2, concurrency=2) == [([1], 1)]  # a worker with nothing is not started
-    with pytest.raises(ValueError, match="between 1 and --concurrency"):
-        split([1, 2], workers=3, concurrency=2)
 
 
 def test_a_missing_model_file_is_exit_2_not_a_traceback(settings):

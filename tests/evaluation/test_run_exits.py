@@ -8,7 +8,7 @@ import shlex
 
 from evaluation.run_exits import resume_command
 
-DEFAULTS = {"concurrency": 4, "workers": 1, "plugins": [], "mcp": [], "review": True, "retry_errors": False}
+DEFAULTS = {"concurrency": 4, "plugins": [], "mcp": [], "review": True, "retry_errors": False}
 
 
 def test_a_run_id_with_spaces_and_quotes_pastes_back_as_it_was():
@@ -30,10 +30,13 @@ def test_options_that_differ_from_their_defaults_are_repeated():
         "review": False,
         "price_in": 0.5,
         "price_out": 1.5,
+        "celery": True,
+        "queue": "nightly",
+        "max_in_flight": 16,
     }
     words = shlex.split(resume_command(dataset="demo", run_id="r1", options=options, defaults=DEFAULTS))
     assert words[1:] == [
         "manage.py", "run_eval", "demo", "--run-id", "r1", "--limit", "20", "--concurrency", "8",
-        "--price-in", "0.5", "--price-out", "1.5", "--plugin", "a", "--plugin", "b",
-        "--mcp", "calc=python -m x", "--no-review",
+        "--queue", "nightly", "--max-in-flight", "16", "--price-in", "0.5", "--price-out", "1.5",
+        "--plugin", "a", "--plugin", "b", "--mcp", "calc=python -m x", "--no-review", "--celery",
     ]  # fmt: skip

@@ -9,7 +9,7 @@ under its row lock, so sweeping from several processes at once is safe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -25,9 +25,10 @@ from .turns import turn_interrupt
 logger = logging.getLogger(__name__)
 
 
-def turns_sweep_stale(*, stale_s: float) -> int:
+def turns_sweep_stale(*, stale_s: float, turn_ids: Collection[int] | None = None) -> int:
     """Mark running or waiting turns whose heartbeat is older than ``stale_s``
-    seconds (or missing) as interrupted, each with a ``turn.interrupted`` event.
+    seconds (or missing) as interrupted, each with a ``turn.interrupted`` event
+    (only among ``turn_ids`` when given: ``run_eval --celery`` sweeps its run's).
 
     Each candidate is re-checked under its row lock before it is marked, so a
     driver that wrote a heartbeat after the first read is left alone. Safe to
@@ -37,6 +38,8 @@ def turns_sweep_stale(*, stale_s: float) -> int:
     swept = (TurnStatus.RUNNING, TurnStatus.WAITING)
     cutoff = timezone.now() - timedelta(seconds=stale_s)
     stale = Q(status__in=swept) & (Q(heartbeat_at__lt=cutoff) | Q(heartbeat_at__isnull=True))
+    if turn_ids is not None:
+        stale &= Q(pk__in=list(turn_ids))
     return sum(
         _interrupt_if(turn_id=turn_id, still=stale, reason=f"no heartbeat for {stale_s:g} s")
         for turn_id in list(Turn.objects.filter(stale).values_list("pk", flat=True))

@@ -18,17 +18,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from tqdm import tqdm
 
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.comparison_table import format_comparison
 from evaluation.datasets import DatasetFormatError
+from evaluation.eval_request import eval_request
 from evaluation.metrics_table import format_table
+from evaluation.progress import progress_for
 from evaluation.regression_gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
-from evaluation.run_eval import EvalResult, Progress, RunInterrupted, eval_request, run_eval
+from evaluation.run_eval import EvalResult, RunInterrupted, run_eval
 from evaluation.run_exits import EXIT_TEMPFAIL, RunOutage, resume_command
 
 
@@ -59,11 +61,23 @@ class Command(BaseCommand):
             "(a provider outage, say) as a new attempt",
         )
         parser.add_argument(
-            "--workers",
+            "--celery",
+            action="store_true",
+            help="send the examples' turns to Celery workers (CELERY_BROKER_URL) and follow them; "
+            "more cores or machines means more workers",
+        )
+        parser.add_argument(
+            "--queue",
+            default=None,
+            help="with --celery: the queue the workers read (default AGENTLAB_EVAL_QUEUE, else "
+            "Celery's default queue)",
+        )
+        parser.add_argument(
+            "--max-in-flight",
             type=int,
-            default=1,
-            help="worker processes sharing --concurrency (default 1); more than one uses "
-            "more cores against an OpenAI-compatible endpoint",
+            default=None,
+            help="with --celery: at most N of this run's turns sent and not finished at once "
+            "(default: no cap, the workers' concurrency bounds it)",
         )
         parser.add_argument(
             "--max-output-tokens",
@@ -152,7 +166,9 @@ class Command(BaseCommand):
                     fail_under=opts["fail_under"],
                     review=opts["review"],
                     retry_errors=opts["retry_errors"],
-                    workers=opts["workers"],
+                    celery=opts["celery"],
+                    queue=opts["queue"],
+                    max_in_flight=opts["max_in_flight"],
                     plugins=opts["plugins"],
                     mcp=opts["mcp"],
                     max_output_tokens=opts["max_output_tokens"],
@@ -170,10 +186,18 @@ class Command(BaseCommand):
                     json_target_check(json_path)  # before the run: the file is written only after it
                 database_check()
                 baseline_precheck(baseline, dataset=request.dataset)
-                result = run_eval(request=request, note=self.stderr.write, progress=_progress_bar)
+                progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
+                result = run_eval(request=request, note=self.stderr.write, progress=progress)
                 outcome = baseline_compare(run=result.run, request=baseline)
         except RunInterrupted as exc:
-            self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
+            if exc.turns_keep_running:
+                self.stderr.write(
+                    f"\nstopped following; the turns of run {shlex.quote(exc.run_id)} keep running on "
+                    f"the workers (manage.py cancel_run {shlex.quote(exc.run_id)} stops them). "
+                    "To follow it again:"
+                )
+            else:
+                self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
             self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
             raise SystemExit(130) from None
         except RunOutage as exc:
@@ -203,8 +227,6 @@ class Command(BaseCommand):
         return resume_command(dataset=opts["dataset"], run_id=run_id, options=opts, defaults=defaults)
 
 
-def _progress_bar(run_id: str, total: int) -> Progress:
-    return tqdm(total=total, disable=None, desc=run_id, unit="ex", file=sys.stderr)
 
 
 def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) -> None:

@@ -1,0 +1,44 @@
+"""``manage.py cancel_run`` on a run nobody follows: its open turns are
+cancelled, their predictions completed, the run finished as cancelled."""
+
+from __future__ import annotations
+
+import pytest
+from django.core.management import CommandError, call_command
+
+from evaluation.models import Prediction, Run
+from evaluation.services.datasets import dataset_resolve
+from evaluation.services.plan import run_plan
+from evaluation.services.runs import run_start
+from turns.models import Turn
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def test_cancel_run_ends_the_open_turns_and_finishes_the_run(capsys):
+    dataset = dataset_resolve(name_or_path="demo")
+    run, _ = run_start(run_id="to-cancel", dataset=dataset, config={"model": "m"})
+    planned, _ = run_plan(run=run, limit=3, max_steps=2, model="m")
+    Turn.objects.filter(pk=planned[0].turn_id).update(status="running")  # a worker has it
+    call_command("cancel_run", "to-cancel")
+    assert "3 turn(s) cancelled; run finished as cancelled" in capsys.readouterr().out
+    run.refresh_from_db()
+    assert run.status == "cancelled" and run.metrics["total"] == 3
+    turns = dict(Turn.objects.filter(predictions__run=run).values_list("pk", "status"))
+    # queued ones end at once; the running one is asked to stop (its driver ends it)
+    assert turns == {
+        planned[0].turn_id: "running",
+        planned[1].turn_id: "cancelled",
+        planned[2].turn_id: "cancelled",
+    }
+    assert Turn.objects.get(pk=planned[0].turn_id).cancel_requested
+    done = Prediction.objects.filter(run=run, completed_at__isnull=False)
+    assert set(done.values_list("turn_id", flat=True)) == {planned[1].turn_id, planned[2].turn_id}
+    assert set(done.values_list("stop_reason", flat=True)) == {"cancelled"}
+
+
+def test_cancel_run_of_an_unknown_run_is_exit_2():
+    with pytest.raises(CommandError) as excinfo:
+        call_command("cancel_run", "nope")
+    assert excinfo.value.returncode == 2 and "no run 'nope'" in str(excinfo.value)
+    assert not Run.objects.exists()

@@ -1,0 +1,78 @@
+"""``run_eval``'s progress without a terminal (a plain line every few seconds),
+and the checks of its ``--celery`` options."""
+
+from __future__ import annotations
+
+import io
+from typing import Any
+
+import pytest
+
+from evaluation.eval_request import eval_request
+from evaluation.progress import PlainProgress, progress_for
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_plain_line_at_most_every_few_seconds_and_one_at_the_end():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress("nightly", 8, stream=out, every_s=5.0, clock=clock)
+    clock.now += 1
+    bar.update()  # 1 s in: too soon
+    assert out.getvalue() == ""
+    clock.now += 4
+    bar.update(3)  # 5 s in
+    clock.now += 1
+    bar.update()  # 6 s in: too soon again
+    clock.now += 2
+    bar.close()
+    bar.close()  # once
+    assert out.getvalue().splitlines() == [
+        "run nightly: 4/8 examples done (50 %), 5 s, 0.80 ex/s",
+        "run nightly: 5/8 examples done (62 %), 8 s, 0.62 ex/s",
+    ]
+
+
+def test_a_terminal_gets_a_bar_and_a_file_the_plain_lines():
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    assert isinstance(progress_for(io.StringIO(), every_s=1.0)("r", 3), PlainProgress)
+    bar = progress_for(Terminal(), every_s=1.0)("r", 3)
+    assert not isinstance(bar, PlainProgress) and type(bar).__name__ == "tqdm"
+    bar.close()
+
+
+def test_celery_options_are_checked_before_anything_runs(settings):
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+    settings.AGENTLAB_EVAL_QUEUE = "nightly"
+    assert eval_request(dataset="demo", celery=True).queue == "nightly"
+    assert eval_request(dataset="demo", celery=True, queue=" big ", max_in_flight=3).queue == "big"
+    assert eval_request(dataset="demo").queue == ""
+    cases: list[tuple[dict[str, Any], str]] = [
+        ({"celery": True, "max_in_flight": 0}, "--max-in-flight must be at least 1, got 0"),
+        ({"celery": True, "queue": " "}, "--queue must name a queue"),
+        ({"celery": True, "mcp": ["calc=http://x/mcp"]}, "--mcp cannot be used with --celery"),
+        ({"queue": "q"}, "--queue goes with --celery"),
+    ]
+    for kwargs, message in cases:
+        with pytest.raises(ValueError, match=message):
+            eval_request(dataset="demo", **kwargs)
+    settings.CELERY_BROKER_URL = ""
+    with pytest.raises(ValueError, match="--celery needs a broker"):
+        eval_request(dataset="demo", celery=True)
+
+
+def test_a_line_is_written_when_due_even_if_nothing_finished():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress("slow", 2, stream=out, every_s=5.0, clock=clock)
+    clock.now += 6
+    bar.update(0)  # run_eval --celery calls this after every look at the run
+    assert out.getvalue() == "run slow: 0/2 examples done (0 %), 6 s, 0.00 ex/s\n"
