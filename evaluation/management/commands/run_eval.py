@@ -227,8 +227,6 @@ class Command(BaseCommand):
         return resume_command(dataset=opts["dataset"], run_id=run_id, options=opts, defaults=defaults)
 
 
-
-
 def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) -> None:
     run = result.run
     document = {
