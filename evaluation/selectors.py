@@ -59,40 +59,44 @@ def run_latencies(*, run: Run) -> list[int]:
     return [ms for ms in found if ms is not None]
 
 
+#: The prediction columns a ``ComparedRow`` is built from, in ``_compared_row``'s order.
+_COMPARED_COLUMNS = (
+    "example_id",
+    "example__external_id",
+    "task_type",
+    "pk",
+    "turn_id",
+    "correct",
+    "prediction",
+    "gold_answer",
+    "error",
+    "stop_reason",
+)
+
+
+def _compared_row(row: tuple[Any, ...]) -> ComparedRow:
+    """A ``ComparedRow`` from the first ``len(_COMPARED_COLUMNS)`` values of ``row``."""
+    return ComparedRow(
+        example_key=row[0],
+        example_id=row[1],
+        task_type=row[2],
+        prediction_id=row[3],
+        turn_id=row[4],
+        correct=row[5],
+        prediction=row[6],
+        gold=gold_display(row[7]),
+        error=row[8],
+        stop_reason=row[9],
+    )
+
+
 def run_compared_rows(*, run: Run) -> list[ComparedRow]:
     """The run's predictions as ``ComparedRow`` s for a comparison, in
     example order. One query."""
     rows = (
-        Prediction.objects.filter(run=run)
-        .order_by("example__position", "pk")
-        .values_list(
-            "example_id",
-            "example__external_id",
-            "task_type",
-            "pk",
-            "turn_id",
-            "correct",
-            "prediction",
-            "gold_answer",
-            "error",
-            "stop_reason",
-        )
+        Prediction.objects.filter(run=run).order_by("example__position", "pk").values_list(*_COMPARED_COLUMNS)
     )
-    return [
-        ComparedRow(
-            example_key=row[0],
-            example_id=row[1],
-            task_type=row[2],
-            prediction_id=row[3],
-            turn_id=row[4],
-            correct=row[5],
-            prediction=row[6],
-            gold=gold_display(row[7]),
-            error=row[8],
-            stop_reason=row[9],
-        )
-        for row in rows
-    ]
+    return [_compared_row(row) for row in rows]
 
 
 def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
@@ -102,47 +106,17 @@ def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
     rows = (
         Prediction.objects.filter(run=run)
         .order_by("example__position", "epoch", "pk")
-        .values_list(
-            "example_id",
-            "example__external_id",
-            "task_type",
-            "pk",
-            "turn_id",
-            "correct",
-            "prediction",
-            "gold_answer",
-            "error",
-            "stop_reason",
-            "epoch",
-            "score",
-        )
+        .values_list(*_COMPARED_COLUMNS, "epoch", "score")
     )
-    return [
-        EpochComparedRow(
-            row=ComparedRow(
-                example_key=row[0],
-                example_id=row[1],
-                task_type=row[2],
-                prediction_id=row[3],
-                turn_id=row[4],
-                correct=row[5],
-                prediction=row[6],
-                gold=gold_display(row[7]),
-                error=row[8],
-                stop_reason=row[9],
-            ),
-            epoch=row[10],
-            score=row[11],
-        )
-        for row in rows
-    ]
+    n = len(_COMPARED_COLUMNS)
+    return [EpochComparedRow(row=_compared_row(row), epoch=row[n], score=row[n + 1]) for row in rows]
 
 
 #: Config keys that may differ between a run and its ``--baseline previous``:
 #: what is being compared (the model and the code) and how the run was
 #: executed, which does not change what is measured.
 BASELINE_FREE_KEYS = frozenset(
-    {"model", "provider", "code_version", "resumes", "concurrency", "workers", "price"}
+    {"model", "provider", "code_version", "resumes", "concurrency", "workers", "celery_queue", "price"}
 )
 
 
