@@ -6,13 +6,12 @@ Presentation only: the numbers are ``evaluation.comparison.Comparison``'s.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 
-from rich.console import Console
 from rich.table import Table
 
 from .comparison import Comparison, Delta, ExamplePair, PairedAccuracy
+from .metrics_table import text_console
 
 __all__ = ["format_comparison"]
 
@@ -190,17 +189,7 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
         _pair_table("Broken: right → wrong", comparison["broken"]),
         _pair_table("Errored in either run", comparison["errored"]),
     ]
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
-        force_terminal=False,
-        color_system=None,
-        no_color=True,
-        highlight=False,
-        emoji=False,
-        markup=False,
-    )
+    console, buffer = text_console(width)
     for table in tables:
         console.print(table)
     return buffer.getvalue()

@@ -124,17 +124,7 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     for reason, count in (metrics.get("stop_reasons") or {}).items():
         stops.add_row(reason or "(none)", str(count))
 
-    buffer = io.StringIO()
-    console = Console(
-        file=buffer,
-        width=width,
-        force_terminal=False,
-        color_system=None,
-        no_color=True,
-        highlight=False,
-        emoji=False,
-        markup=False,
-    )
+    console, buffer = text_console(width)
     epochs = epochs_table(metrics.get("epochs") or {})
     tables = [
         summary,
@@ -152,6 +142,25 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         console.width = max(width, max(len(name) for name in checks) + 70)
         console.print(checks_part)
     return buffer.getvalue()
+
+
+def text_console(width: int) -> tuple[Console, io.StringIO]:
+    """A ``rich`` console that prints plain text (no colour, markup or
+    emoji, whatever the terminal) ``width`` columns wide into the returned
+    buffer: what the printed tables of ``run_eval``, ``rescore`` and
+    ``compare_runs`` are rendered with, so a log file reads like the terminal."""
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=width,
+        force_terminal=False,
+        color_system=None,
+        no_color=True,
+        highlight=False,
+        emoji=False,
+        markup=False,
+    )
+    return console, buffer
 
 
 def checks_table(checks: Mapping[str, Mapping[str, Any]]) -> Table | None:
