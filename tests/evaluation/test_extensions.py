@@ -53,16 +53,6 @@ def researcher(rows: list[dict], *, quoting: set[int]):
     return handler
 
 
-@pytest.fixture
-def endpoint(settings):
-    def use(server: StubLLMServer) -> None:
-        settings.AGENTLAB_LLM_BASE_URL = server.base_url
-        settings.AGENTLAB_LLM_API_KEY = "test-key"
-        settings.AGENTLAB_MODEL = "stub-model"
-
-    return use
-
-
 def test_a_run_plugin_records_checks_aggregated_per_run_with_its_version_in_the_config(
     endpoint, tmp_path, capsys
 ):

@@ -42,16 +42,6 @@ def dataset_file(tmp_path: Path) -> Path:
     return path
 
 
-@pytest.fixture
-def endpoint(settings):
-    def use(server: StubLLMServer) -> None:
-        settings.AGENTLAB_LLM_BASE_URL = server.base_url
-        settings.AGENTLAB_LLM_API_KEY = "test-key"
-        settings.AGENTLAB_MODEL = "stub-model"
-
-    return use
-
-
 def is_judge_call(body: dict) -> bool:
     return str(body["messages"][0]["content"]).startswith("You grade an answer")
 

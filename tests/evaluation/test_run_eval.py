@@ -64,16 +64,6 @@ def oracle(
     return handler
 
 
-@pytest.fixture
-def endpoint(settings):
-    def use(server: StubLLMServer) -> None:
-        settings.AGENTLAB_LLM_BASE_URL = server.base_url
-        settings.AGENTLAB_LLM_API_KEY = "test-key"
-        settings.AGENTLAB_MODEL = "stub-model"
-
-    return use
-
-
 def refused_before_any_llm_call(endpoint, *argv: str) -> CommandError:
     """Run ``manage.py run_eval --no-review *argv`` against a stub endpoint;
     it must fail with ``CommandError`` before asking the LLM anything."""

@@ -51,16 +51,6 @@ def by_epoch(rows_: list[dict]):
     return handler
 
 
-@pytest.fixture
-def endpoint(settings):
-    def use(server: StubLLMServer) -> None:
-        settings.AGENTLAB_LLM_BASE_URL = server.base_url
-        settings.AGENTLAB_LLM_API_KEY = "test-key"
-        settings.AGENTLAB_MODEL = "stub-model"
-
-    return use
-
-
 def chen(n: int, c: int, k: int) -> float:
     return 1 - comb(n - c, k) / comb(n, k)
 
