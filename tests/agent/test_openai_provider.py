@@ -388,3 +388,25 @@ async def test_resume_over_http_sends_only_the_missing_request(
         {"role": "tool", "tool_call_id": "c2", "content": "counted b (2)"},
     ]
     assert result.usage.calls == 2
+
+
+async def test_request_urls_are_merged_once_and_follow_a_new_base_url(
+    stub_server: Start, connect: Any
+) -> None:
+    first = stub_server([tool_call_reply("final_answer", '{"answer": "1"}'), text_reply("two")])
+    provider = connect(first)
+    client = provider._client
+    await provider.complete([{"role": "user", "content": QUESTION}], None)
+    merged = client._prepare_url("/chat/completions")
+    await provider.complete([{"role": "user", "content": QUESTION}], None)
+    # the same URL object: merged once, reused
+    assert client._prepare_url("/chat/completions") is merged
+    assert str(merged) == f"{first.base_url}/chat/completions"
+    assert len(first.requests) == 2
+    # a new base URL is not answered from the old one's merges
+    second = stub_server([text_reply("three")])
+    client.base_url = second.base_url
+    completion = await provider.complete([{"role": "user", "content": QUESTION}], None)
+    assert completion.text == "three"
+    assert str(client._prepare_url("/chat/completions")) == f"{second.base_url}/chat/completions"
+    assert len(first.requests) == 2 and len(second.requests) == 1
