@@ -16,8 +16,9 @@
 - ``answer_type``: the JSON type the current attempt's final answer was given
   in (``turn.answered``'s ``answer_type``), for the scorer's type check;
 - ``setup``: what the model was given when the current attempt started — the
-  system prompt as sent and the tools offered (``AttemptSetup``, written by
-  the driver when the attempt starts: ``turns.driver.extensions.setup_write``).
+  system prompt as sent and the tools offered (``AttemptSetup``, taken by
+  the driver when the attempt starts and written with the turn's meta at the
+  review phase or the finish: a turn still running does not show it yet).
 
 ``Turn.usage`` is the current attempt's usage; ``meta_usage_total`` adds the
 archived attempts' — the one sum every view of a turn shows.

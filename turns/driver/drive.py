@@ -49,7 +49,6 @@ from .extensions import (
     attempt_setup_record,
     meta_after_setup,
     plugin_context,
-    setup_write,
     unavailable_result,
 )
 from .finish import finish_fields, finish_interrupted, finish_unexpected, finish_write
@@ -225,8 +224,10 @@ async def drive_turn(
             started_with = attempt_setup_record(
                 loop, question=current.question, context=tool_context, attempt=current.number
             )
+            # written with the turn's meta at its next meta write (the review
+            # phase's, else the finish's): a transaction of its own cost an
+            # evaluated example a fifth of its database time
             meta = meta_with_setup(meta, started_with)
-            await db.run(setup_write, turn_id=turn_id, setup=started_with)
             act_started = time.monotonic()
             on_text = current.recorder.stream_deltas() if policy.streams else None
             result = await loop.run(

@@ -20,8 +20,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
-from django.db import transaction
-
 from agentlab.agent.extensions import Extensions, TurnSetup, turn_setup
 from agentlab.agent.loop import AgentLoop, LoopResult
 from agentlab.agent.mcp.hub import MCPUnavailable
@@ -31,8 +29,8 @@ from agentlab.agent.usage import UsageTotals
 
 from ..event_types import CheckData
 from ..events import NewEvent
-from ..meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions, meta_with_setup
-from ..models import EventType, Turn
+from ..meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions
+from ..models import EventType
 from .claim import ClaimedTurn
 
 
@@ -105,15 +103,6 @@ def attempt_setup_record(
         tools=[OfferedTool(name=tool.name, description=tool.description) for tool in offered],
         native_tools=loop.native_tools,
     )
-
-
-def setup_write(*, turn_id: int, setup: AttemptSetup) -> None:
-    """Record ``setup`` in the turn's meta when the attempt starts, under the
-    turn's row lock: the meta is read and merged in the same transaction, so
-    a concurrent write of another key (a cancel request) is not lost."""
-    with transaction.atomic():
-        meta = Turn.objects.select_for_update().values_list("meta", flat=True).get(pk=turn_id)
-        Turn.objects.filter(pk=turn_id).update(meta=meta_with_setup(meta, setup))
 
 
 def check_events(
