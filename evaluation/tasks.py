@@ -18,10 +18,8 @@ driver continues from the event log, so no recorded LLM reply is asked again.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import threading
 
 from celery import shared_task
 from django.conf import settings
@@ -30,6 +28,7 @@ from django.db import InterfaceError, OperationalError
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.pricing import Price
 from agentlab.agent.types import LLMProvider
+from common.loop_thread import LoopThread
 from turns.llm import get_provider
 from turns.tasks import shared_db
 
@@ -44,8 +43,12 @@ EVAL_TASK = "evaluation.tasks.eval_example_run"
 
 
 def _planned(prediction_id: int) -> tuple[PlannedExample, Prediction] | None:
-    prediction = Prediction.objects.select_related("example__dataset", "run").filter(pk=prediction_id).first()
-    if prediction is None or prediction.turn_id is None:
+    try:
+        # get(), not filter().first(): no ORDER BY to compile over every selected column
+        prediction = Prediction.objects.select_related("example__dataset", "run").get(pk=prediction_id)
+    except Prediction.DoesNotExist:
+        return None
+    if prediction.turn_id is None:
         return None
     item = PlannedExample(prediction.pk, prediction.turn_id, prediction.example, True, prediction.epoch)
     return item, prediction
@@ -63,26 +66,17 @@ def run_extensions_of(prediction: Prediction) -> RunExtensions:
     )
 
 
-_local = threading.local()
+#: The worker process's event loop: every example task of the process is
+#: driven on it (``common.loop_thread``), with one provider per model and price.
+_loop = LoopThread("agentlab-eval-loop")
 
 
-def _thread_loop() -> asyncio.AbstractEventLoop:
-    """This worker thread's event loop, kept between tasks (created on first use)."""
-    loop: asyncio.AbstractEventLoop | None = getattr(_local, "loop", None)
-    if loop is None or loop.is_closed():
-        loop = _local.loop = asyncio.new_event_loop()
-    return loop
-
-
-def _thread_provider(model: str | None, price: dict[str, float] | None) -> LLMProvider:
-    """This worker thread's provider for ``model`` and ``price``, kept between
-    tasks on the thread's loop: building one (an HTTP client and its
-    session) costs ~60 ms of CPU, more than the rest of a short example."""
-    providers: dict[str, LLMProvider] = _local.__dict__.setdefault("providers", {})
+def _loop_provider(model: str | None, price: dict[str, float] | None) -> LLMProvider:
+    """The provider for ``model`` and ``price`` kept on the process's loop:
+    building one (an HTTP client and its session) costs ~60 ms of CPU, more
+    than the rest of a short example, and its connections are reused."""
     key = json.dumps([model, price], sort_keys=True)
-    if key not in providers:
-        providers[key] = get_provider(model=model, price=Price.from_dict(price))
-    return providers[key]
+    return _loop.keep(f"provider:{key}", lambda: get_provider(model=model, price=Price.from_dict(price)))
 
 
 async def _drive(prediction_id: int, task_id: str) -> None:
@@ -94,7 +88,7 @@ async def _drive(prediction_id: int, task_id: str) -> None:
     config = prediction.run.config
     await drive_examples(
         [item],
-        provider=_thread_provider(config.get("model"), config.get("price")),
+        provider=_loop_provider(config.get("model"), config.get("price")),
         db=shared_db(),
         concurrency=1,
         review=bool(config.get("review", True)),
@@ -122,7 +116,7 @@ def eval_example_run(prediction_id: int) -> None:
     queued (a duplicate delivery). A database outage under the turn leaves it
     interrupted: the following ``run_eval`` resumes it."""
     try:
-        # the thread's own loop and provider, kept between tasks (not asyncio.run)
-        _thread_loop().run_until_complete(_drive(prediction_id, eval_example_run.request.id or ""))
+        # on the process's one loop: this thread waits without the GIL
+        _loop.run(_drive(prediction_id, eval_example_run.request.id or ""))
     except DatabaseOutage as exc:
         logger.warning("evaluation task: prediction %s: %s", prediction_id, exc)
