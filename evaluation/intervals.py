@@ -20,8 +20,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from scipy import stats
-
 from .statistics import wilson_interval
 
 __all__ = ["CONFIDENCE", "accuracy_text", "mean_interval", "wilson_interval"]
@@ -40,6 +38,8 @@ def mean_interval(values: Sequence[float], *, confidence: float = CONFIDENCE) ->
         return None
     mean = math.fsum(values) / n
     sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    from scipy import stats  # lazy, as in evaluation.statistics
+
     half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
     return max(0.0, mean - half), min(1.0, mean + half)
 

@@ -20,6 +20,10 @@ base wrong        ``fixed``           ``both_wrong``
   limits of the two marginal proportions.
 - :func:`holm_adjust` — Holm's (1979) step-down adjustment of several
   p-values (the per-task-type tests of one comparison).
+
+scipy is imported when a statistic is first computed, not with the module:
+``scipy.stats`` costs about a second of start-up, and every ``manage.py``
+command imports this module through the metrics.
 """
 
 from __future__ import annotations
@@ -27,8 +31,6 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from scipy.stats import binomtest
 
 __all__ = [
     "PairedTable",
@@ -83,6 +85,8 @@ def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float,
         raise ValueError(f"k must be between 0 and n={n}, got {k}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    from scipy.stats import binomtest  # lazy: see the module docstring
+
     ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
     # scipy's float arithmetic can leave 1e-17 outside [0, 1] at k = 0 or n
     return max(0.0, float(ci.low)), min(1.0, float(ci.high))
@@ -102,6 +106,8 @@ def mcnemar_exact_p(*, fixed: int, broken: int) -> float:
     discordant = fixed + broken
     if discordant == 0:
         return 1.0
+    from scipy.stats import binomtest  # lazy: see the module docstring
+
     return float(binomtest(fixed, discordant, 0.5, alternative="two-sided").pvalue)
 
 
