@@ -10,7 +10,11 @@ runs ``manage.py run_eval`` over N generated examples and prints samples/s
 (examples driven ÷ wall time of the driving phase, as stored by run_eval in
 ``metrics.throughput``), the ratio to the ideal (concurrency ÷ latency) and,
 against the same stub, what the bare ``openai`` client does alone (no Django,
-no database) — the practical ceiling of one process.
+no database) — the practical ceiling of one process. Next to each figure:
+the CPU milliseconds per example — of the ``run_eval`` command after its
+start-up (a one-example run's CPU is subtracted) plus, on Celery, of its
+workers while the run lasted; of the bare client, per request. The last
+lines give the ratios the targets are stated in, from this one run.
 
     python bench/eval_throughput.py [--examples 500] [--latency-ms 50]
         [--concurrency 1 8 32 64] [--celery-workers 0 2] [--databases sqlite postgres]
@@ -26,6 +30,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
@@ -102,9 +107,29 @@ def stop_workers(procs: list[subprocess.Popen]) -> None:
         proc.wait()
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds process ``pid`` has used so far (``/proc``)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s() -> float:
+    """User + system CPU seconds of this process's waited-for children."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_eval(
-    env: dict[str, str], dataset: Path, run_id: str, concurrency: int, celery_workers: int, out: Path
-) -> dict:
+    env: dict[str, str],
+    dataset: Path,
+    run_id: str,
+    concurrency: int,
+    celery_workers: int,
+    out: Path,
+    limit: int | None = None,
+) -> tuple[dict, float]:
+    """``manage.py run_eval`` over ``dataset``: its metrics and the CPU
+    seconds the command itself used (start-up included)."""
     # one LLM call per example, as the benchmark is defined: no review call
     cmd = [
         sys.executable,
@@ -119,15 +144,20 @@ def run_eval(
         "--no-review",
         "--json",
         str(out),
+        *(["--limit", str(limit)] if limit else []),
     ]
+    before = children_cpu_s()
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    cpu = children_cpu_s() - before
     if proc.returncode != 0:
         raise SystemExit(f"run_eval failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
-    return json.loads(out.read_text())["metrics"]
+    return json.loads(out.read_text())["metrics"], cpu
 
 
-async def bare_client(base_url: str, n: int, concurrency: int, *, aiohttp: bool = False) -> float:
-    """Samples/s of the bare ``openai`` async client: n requests, at most
+async def bare_client(
+    base_url: str, n: int, concurrency: int, *, aiohttp: bool = False
+) -> tuple[float, float]:
+    """Samples/s and CPU ms per request of the bare ``openai`` async client: n requests, at most
     ``concurrency`` in flight, no Django, no database; with ``aiohttp``, on
     the SDK's aiohttp transport (as AgentLab's provider), else its default."""
     import openai
@@ -146,11 +176,11 @@ async def bare_client(base_url: str, n: int, concurrency: int, *, aiohttp: bool 
                 model="stub", messages=[{"role": "user", "content": f"What is {i} + 0?"}]
             )
 
-    started = time.monotonic()
+    started, cpu = time.monotonic(), time.process_time()
     await asyncio.gather(*(one(i) for i in range(n)))
-    elapsed = time.monotonic() - started
+    elapsed, cpu = time.monotonic() - started, time.process_time() - cpu
     await client.close()
-    return n / elapsed
+    return n / elapsed, cpu * 1000 / n
 
 
 def main() -> int:
@@ -194,11 +224,13 @@ def main() -> int:
     base_url = f"http://127.0.0.1:{port}/v1"
     wait_for_port(port, timeout=10, process=stub, what="the stub LLM server")
     latency = args.latency_ms / 1000
+    #: (name, concurrency, samples/s, CPU ms per example)
     rows: list[tuple[str, int, float, float]] = []
     try:
         with tempfile.TemporaryDirectory(prefix="agentlab-bench-") as tmp:
             tmpdir = Path(tmp)
-            dataset = tmpdir / "bench.jsonl"
+            # one dataset per size: a dataset name holds one set of examples
+            dataset = tmpdir / f"bench-{args.examples}.jsonl"
             write_examples(dataset, args.examples)
             base_env = {
                 k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")
@@ -221,6 +253,9 @@ def main() -> int:
                     capture_output=True,
                 )
                 stamp = time.strftime("%Y%m%d-%H%M%S")
+                # the command's own start-up and finish, to leave out of the per-example CPU
+                startup = f"bench-{db}-startup-{stamp}"
+                _, startup_cpu = run_eval(env, dataset, startup, 1, 0, tmpdir / "o.json", limit=1)
                 for workers in args.celery_workers:
                     name = db if not workers else f"{db} celery×{workers}"
                     if workers:
@@ -231,7 +266,8 @@ def main() -> int:
                         queue = f"bench-{db}-{os.getpid()}-{c}"
                         procs = start_workers(env, workers, c, queue, tmpdir) if workers else []
                         try:
-                            metrics = run_eval(
+                            workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs)
+                            metrics, command_cpu = run_eval(
                                 {**env, "AGENTLAB_EVAL_QUEUE": queue},
                                 dataset,
                                 f"bench-{db}-w{workers}-c{c}-{stamp}",
@@ -239,25 +275,29 @@ def main() -> int:
                                 workers,
                                 tmpdir / "out.json",
                             )
+                            workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs) - workers_cpu
                         finally:
                             stop_workers(procs)
                         sps = metrics["throughput"]["samples_per_s"]
                         assert metrics["total"] == args.examples and metrics["correct"] == args.examples, (
                             metrics
                         )
-                        rows.append((name, c, sps, sps / (c / latency)))
+                        cpu_ms = (command_cpu - startup_cpu + workers_cpu) * 1000 / (args.examples - 1)
+                        rows.append((name, c, sps, cpu_ms))
                         print(
                             f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  "
-                            f"({sps / (c / latency):5.1%} of ideal {c / latency:.0f}/s)",
+                            f"({sps / (c / latency):5.1%} of ideal {c / latency:.0f}/s)  "
+                            f"{cpu_ms:5.2f} ms CPU/example"
+                            + (f" ({workers_cpu * 1000 / args.examples:.2f} in workers)" if workers else ""),
                             flush=True,
                         )
             for name, aiohttp in (("bare SDK", False), ("bare aiohttp", True)):
                 for c in args.concurrency:
-                    sps = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
-                    rows.append((name, c, sps, sps / (c / latency)))
+                    sps, cpu_ms = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
+                    rows.append((name, c, sps, cpu_ms))
                     print(
                         f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
-                        "of ideal)",
+                        f"of ideal)  {cpu_ms:5.2f} ms CPU/request",
                         flush=True,
                     )
     finally:
@@ -266,13 +306,32 @@ def main() -> int:
 
     print()
     print(f"{args.examples} examples, stub latency {args.latency_ms} ms, one LLM call per example")
-    print(f"{'':<13}" + "".join(f"{'c=' + str(c):>12}" for c in args.concurrency))
+    print("samples/s (CPU ms per example: the command after its start-up, plus its Celery workers)")
+    print(f"{'':<18}" + "".join(f"{'c=' + str(c):>20}" for c in args.concurrency))
     for name in dict.fromkeys(db for db, *_ in rows):
-        cells = {c: sps for db, c, sps, _ in rows if db == name}
+        cells = {c: (sps, cpu) for db, c, sps, cpu in rows if db == name}
         print(
-            f"{name:<13}"
-            + "".join(f"{cells[c]:>10.1f}/s" if c in cells else f"{'—':>12}" for c in args.concurrency)
+            f"{name:<18}"
+            + "".join(
+                f"{cells[c][0]:>10.1f}/s ({cells[c][1]:4.2f} ms)" if c in cells else f"{'—':>20}"
+                for c in args.concurrency
+            )
         )
+    print()
+    print("ratios in this run (same stub, same machine):")
+    by = {(name, c): sps for name, c, sps, _ in rows}
+    for c in args.concurrency:
+        for db in args.databases:
+            for bare in ("bare SDK", "bare aiohttp"):
+                if (db, c) in by and (bare, c) in by:
+                    print(f"  c={c:<3} {db} in process / {bare}: {by[db, c] / by[bare, c]:.2f}×")
+            for workers in args.celery_workers:
+                name = f"{db} celery×{workers}"
+                if workers and (name, c) in by and (db, c) in by:
+                    print(f"  c={c:<3} {name} / {db} in process: {by[name, c] / by[db, c]:.2f}×")
+    for db in args.databases:
+        if (db, 32) in by and (db, 64) in by:
+            print(f"  {db} in process c=64 / c=32: {by[db, 64] / by[db, 32]:.2f}×")
     return 0
 
 
