@@ -217,7 +217,7 @@ def test_a_missing_disabled_or_broken_schedule_runs_nothing_and_says_why(lab, ca
     EvalSchedule.objects.filter(pk=schedule.pk).update(enabled=True, dataset="gone")
     with caplog.at_level(logging.ERROR, logger="evaluation.schedules"):
         outcome = scheduled_run(schedule_id=schedule.pk)
-    assert outcome.run is None and "gone" in outcome.error
+    assert outcome.run is None and "gone" in (outcome.error or "")
     assert not Run.objects.exists()
     schedule.refresh_from_db()
     assert "gone" in schedule.last_error
