@@ -114,6 +114,7 @@ def test_the_admin_form_shows_bad_options_on_their_fields_and_saves_good_ones(la
     client.force_login(superuser)
     interval = IntervalSchedule.objects.create(every=3600, period=IntervalSchedule.SECONDS)
     url = "/admin/evaluation/evalschedule/add/"
+    assert client.get(url).status_code == 200
     # eval_request stops at the first bad option: one form per option
     for values, field, text in [
         ({"concurrency": "0"}, "concurrency", "--concurrency must be between 1 and 256, got 0"),
@@ -136,7 +137,11 @@ def test_the_admin_form_shows_bad_options_on_their_fields_and_saves_good_ones(la
         schedule.periodic_task.enabled
         and json.loads(schedule.periodic_task.kwargs)["schedule_id"] == schedule.pk
     )
+    listing = client.get("/admin/evaluation/evalschedule/")
+    assert listing.status_code == 200 and [s.name for s in listing.context["cl"].result_list] == ["nightly"]
     change = f"/admin/evaluation/evalschedule/{schedule.pk}/change/"
+    page = client.get(change)
+    assert page.status_code == 200 and f"evaluation schedule #{schedule.pk}: nightly" in page.content.decode()
     response = client.post(change, {k: v for k, v in _form(interval.pk).items() if k != "enabled"})
     assert response.status_code == 302
     assert not PeriodicTask.objects.get(pk=schedule.periodic_task_id).enabled
