@@ -1,4 +1,5 @@
-"""The Celery app (DESIGN.md §2): turn jobs and the stale-turn sweeper.
+"""The Celery app (DESIGN.md §2): turn jobs, the stale-turn sweeper and the
+scheduled evaluations.
 
 Configuration comes from Django settings under the ``CELERY_`` namespace;
 tasks are found in each app's ``tasks.py``. Importing this module connects to
@@ -7,7 +8,12 @@ nothing and reads no settings, so it is safe without a broker.
 Run (see ``turns.tasks`` for why a threads pool)::
 
     celery -A agentlab worker --pool threads --concurrency 16 --loglevel INFO
-    celery -A agentlab beat --loglevel INFO
+    celery -A agentlab beat --loglevel INFO \
+        --scheduler django_celery_beat.schedulers:DatabaseScheduler
+
+Beat reads its schedule from the database (``CELERY_BEAT_SCHEDULER``): the
+sweeper below is written there at beat's start, the evaluation schedules by
+the admin (``evaluation.schedules``).
 
 ``CELERY_TASK_DEFAULT_QUEUE`` (environment, default ``celery``) names the
 queue; deployments (and the end-to-end test) sharing one broker use their own.
@@ -26,6 +32,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 app = Celery("agentlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# the scheduled evaluations' task lives beside the schedules, not in
+# evaluation/tasks.py (which run_eval imports: run_eval is what it runs)
+app.autodiscover_tasks(["evaluation.schedules"])
 # Belongs with the other CELERY_* settings; read here so that this module
 # stays the only place that must know about it.
 app.conf.task_default_queue = os.environ.get("CELERY_TASK_DEFAULT_QUEUE") or "celery"

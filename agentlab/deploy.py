@@ -6,6 +6,7 @@ so ``agentlab.settings`` can import them before Django is configured.
 from __future__ import annotations
 
 import ipaddress
+from email.utils import parseaddr
 
 #: Host names that always mean this machine (``ALLOWED_HOSTS`` entries).
 LOOPBACK_NAMES = frozenset({"localhost", "testserver", "localhost.localdomain", "ip6-localhost"})
@@ -56,3 +57,21 @@ def proxy_ssl_header(value: str) -> tuple[str, str] | None:
             f"(e.g. HTTP_X_FORWARDED_PROTO,https), got {value!r}"
         )
     return header, expected
+
+
+def admins_setting(entries: list[str]) -> list[tuple[str, str]]:
+    """Django's ``ADMINS`` (``[(name, address)]``) from the ``ADMINS``
+    environment list: ``"Ops <ops@example.com>"`` or a bare address (named
+    after its local part). Raises ``ValueError`` naming an entry that holds
+    no address."""
+    admins = []
+    for entry in (e.strip() for e in entries):
+        if not entry:
+            continue
+        name, address = parseaddr(entry)
+        if "@" not in address:
+            raise ValueError(
+                f"ADMINS: {entry!r} is not an e-mail address (use 'Name <address>' or 'address')"
+            )
+        admins.append((name or address.split("@", 1)[0], address))
+    return admins

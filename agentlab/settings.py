@@ -18,7 +18,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from agentlab.agent.mcp.config import MCPConfigError, parse_servers
-from agentlab.deploy import https_origins, is_deployment, proxy_ssl_header, public_hosts
+from agentlab.deploy import admins_setting, https_origins, is_deployment, proxy_ssl_header, public_hosts
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -105,6 +105,8 @@ INSTALLED_APPS = [
     # django-ninja's own templates and static files: /api/docs serves Swagger UI
     # from the project (no CDN), so it works without internet
     "ninja",
+    # database-backed beat schedules: the sweeper and the evaluation schedules
+    "django_celery_beat",
     "turns",
     "evaluation",
     "apikeys",
@@ -247,6 +249,13 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 #: The queue ``run_eval --celery`` sends a run's examples to (``--queue``
 #: overrides it); empty: Celery's default queue (CELERY_TASK_DEFAULT_QUEUE).
 AGENTLAB_EVAL_QUEUE = env.str("AGENTLAB_EVAL_QUEUE", default="")
+#: Celery beat reads its schedule from the database (django-celery-beat): the
+#: stale-turn sweeper and the evaluation schedules managed in the admin.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+#: The queue beat sends scheduled evaluations to (empty: Celery's default
+#: queue). A scheduled run with "celery" follows its turns from that worker
+#: slot, so its turns must go to another queue (evaluation.schedules.options).
+AGENTLAB_SCHEDULE_QUEUE = env.str("AGENTLAB_SCHEDULE_QUEUE", default="").strip()
 #: Most database threads (each with its own PostgreSQL connection) one
 #: in-process run_eval uses: min(--concurrency, this). See the README for
 #: max_connections.
@@ -299,6 +308,29 @@ if AGENTLAB_API_KEY_RATE and not re.fullmatch(
 if REDIS_URL:
     # shared by every process, so a key's rate is one count, not one per daphne
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+
+# --- e-mail -------------------------------------------------------------------------
+#: Who is told of a significant regression in a scheduled evaluation (and of
+#: server errors): comma-separated "Name <address>" or bare addresses; empty:
+#: nobody is mailed (the WARNING log line is still written).
+try:
+    ADMINS = admins_setting(env.list("ADMINS", default=[]))
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
+#: How mail is sent, as one URL (django-environ): smtp://user:password@host:587
+#: (submission with STARTTLS: smtp+tls://), consolemail:// (print it). Unset:
+#: Django's default, SMTP on localhost:25.
+_email = env.email_url("EMAIL_URL", default="smtp://localhost:25")
+EMAIL_BACKEND = _email["EMAIL_BACKEND"]
+EMAIL_HOST = _email.get("EMAIL_HOST") or "localhost"
+EMAIL_PORT = int(_email.get("EMAIL_PORT") or 25)
+EMAIL_HOST_USER = _email.get("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = _email.get("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = bool(_email.get("EMAIL_USE_TLS"))
+EMAIL_USE_SSL = bool(_email.get("EMAIL_USE_SSL"))
+SERVER_EMAIL = env.str("SERVER_EMAIL", default="agentlab@localhost")
+DEFAULT_FROM_EMAIL = env.str("DEFAULT_FROM_EMAIL", default=SERVER_EMAIL)
+EMAIL_SUBJECT_PREFIX = env.str("EMAIL_SUBJECT_PREFIX", default="[AgentLab] ")
 
 LOGGING = {
     "version": 1,

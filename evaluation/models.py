@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
+from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
 
 class Dataset(models.Model):
@@ -59,6 +60,74 @@ class Example(models.Model):
         return self.external_id
 
 
+class BaselinePolicy(models.TextChoices):
+    """What a scheduled run is compared with."""
+
+    PREVIOUS = "previous", "the previous successful run of this schedule"
+    NONE = "none", "no comparison"
+
+
+class EvalSchedule(models.Model):
+    """An evaluation that Celery beat runs on a crontab or interval (issue 17).
+
+    The options are ``run_eval``'s (``evaluation.eval_request``): blank or
+    ``None`` means the command's default. ``crontab`` or ``interval`` (exactly
+    one) is django-celery-beat's own schedule row; ``periodic_task`` is the
+    beat entry that fires ``evaluation.schedules.tasks.scheduled_eval_run``
+    with ``{"schedule_id": pk}`` — written only by
+    ``evaluation.schedules.sync`` (never edit it by hand: saving the schedule
+    rewrites it). ``last_error``: why the latest firing did not produce a
+    run, ``""`` when it did."""
+
+    name = models.CharField(max_length=100, unique=True)
+    #: a registered dataset name (``manage.py import_dataset``) or ``demo``
+    dataset = models.CharField(max_length=200)
+    #: a model name at the endpoint or a GGUF path; blank: the configured one
+    model = models.CharField(max_length=200, blank=True, default="")
+    limit = models.PositiveIntegerField(null=True, blank=True)
+    concurrency = models.PositiveIntegerField(default=4)
+    #: blank: ``AGENTLAB_MAX_STEPS``
+    max_steps = models.PositiveIntegerField(null=True, blank=True)
+    #: blank: 1
+    epochs = models.PositiveIntegerField(null=True, blank=True)
+    review = models.BooleanField(default=True)
+    celery = models.BooleanField(default=False)
+    #: with ``celery``: the queue the examples' turns go to (blank:
+    #: ``AGENTLAB_EVAL_QUEUE``, else Celery's default queue)
+    queue = models.CharField(max_length=200, blank=True, default="")
+    judge_model = models.CharField(max_length=200, blank=True, default="")
+    #: entry-point plugin names, comma-separated (``--plugin``)
+    plugins = models.CharField(max_length=500, blank=True, default="")
+    baseline_policy = models.CharField(
+        max_length=16, choices=BaselinePolicy.choices, default=BaselinePolicy.PREVIOUS
+    )
+    alpha = models.FloatField(default=0.05)
+    enabled = models.BooleanField(default=True)
+    crontab = models.ForeignKey(
+        CrontabSchedule, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    interval = models.ForeignKey(
+        IntervalSchedule, null=True, blank=True, on_delete=models.PROTECT, related_name="+"
+    )
+    periodic_task = models.OneToOneField(
+        PeriodicTask, null=True, blank=True, editable=False, on_delete=models.SET_NULL, related_name="+"
+    )
+    last_error = models.TextField(blank=True, default="", editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def plugin_names(self) -> list[str]:
+        """``plugins`` as a list of names, blanks dropped."""
+        return [name.strip() for name in self.plugins.split(",") if name.strip()]
+
+
 class RunStatus(models.TextChoices):
     STARTED = "started"
     SUCCESS = "success"
@@ -95,6 +164,17 @@ class Run(models.Model):
     rescored_from = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="rescores"
     )
+    #: the schedule that fired the run (``None``: started by hand)
+    schedule = models.ForeignKey(
+        EvalSchedule, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    #: whether the comparison with ``baseline`` found a significant regression;
+    #: ``None``: not compared (no baseline, or the run did not succeed)
+    regression = models.BooleanField(null=True, blank=True, db_index=True)
+    baseline = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    #: the significant regressions against ``baseline``, one line each
+    #: (``evaluation.comparison.regressions``); ``[]`` when none or not compared
+    regressions = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["-created_at"]

@@ -153,6 +153,27 @@ def run_previous(*, run: Run) -> Run | None:
     return None
 
 
+def schedule_previous_run(*, run: Run) -> Run | None:
+    """The latest successful run of ``run``'s schedule on ``run``'s dataset,
+    created before it — the baseline of a scheduled run — or ``None`` (no
+    schedule, or its first successful run). A failed or cancelled run is no
+    baseline: against one every answer would look like progress."""
+    if run.schedule_id is None:
+        return None
+    return (
+        Run.objects.filter(
+            schedule_id=run.schedule_id,
+            dataset_id=run.dataset_id,
+            status=RunStatus.SUCCESS,
+            created_at__lte=run.created_at,
+        )
+        .exclude(pk=run.pk)
+        .select_related("dataset")
+        .order_by("-created_at", "-pk")
+        .first()
+    )
+
+
 def run_previous_on_dataset(*, run: Run) -> Run | None:
     """The run on ``run``'s dataset created just before it, whatever its
     config or status (the admin's "compare with previous run" link), or ``None``."""

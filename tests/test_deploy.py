@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.deploy import https_origins, is_deployment, is_loopback, proxy_ssl_header
+from agentlab.deploy import admins_setting, https_origins, is_deployment, is_loopback, proxy_ssl_header
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ROOT / "deploy" / "systemd"
@@ -160,3 +160,12 @@ def test_the_systemd_units_restart_always_and_verify(tmp_path):
     )
     problems = [line for line in (out.stdout + out.stderr).splitlines() if line.strip()]
     assert out.returncode == 0 and problems == [], problems
+
+
+def test_admins_are_read_as_names_and_addresses_and_a_bad_entry_is_named():
+    assert admins_setting(["Ops Team <ops@example.com>", " dev@example.com ", ""]) == [
+        ("Ops Team", "ops@example.com"),
+        ("dev", "dev@example.com"),
+    ]
+    with pytest.raises(ValueError, match="ADMINS: 'ops' is not an e-mail address"):
+        admins_setting(["ops"])

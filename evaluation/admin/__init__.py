@@ -12,7 +12,11 @@ Counts on list pages are scalar subqueries (one per column, never a join that
 multiplies rows), so a list page costs the same number of queries whatever
 its length.
 
-Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``, and
+The evaluation schedules (``schedules``) are the one editable page: saving
+one writes the beat entry that fires it.
+
+Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
+``schedules``, and
 ``turns`` (the turn admin with a run column, field and filter, registered in
 place of ``turns.admin.TurnAdmin``).
 """
@@ -22,6 +26,15 @@ from __future__ import annotations
 from .datasets import DatasetAdmin, ExampleAdmin
 from .predictions import PredictionAdmin
 from .runs import RunAdmin
+from .schedules import EvalScheduleAdmin
 from .turns import RunFilter, RunTurnAdmin
 
-__all__ = ["DatasetAdmin", "ExampleAdmin", "PredictionAdmin", "RunAdmin", "RunFilter", "RunTurnAdmin"]
+__all__ = [
+    "DatasetAdmin",
+    "EvalScheduleAdmin",
+    "ExampleAdmin",
+    "PredictionAdmin",
+    "RunAdmin",
+    "RunFilter",
+    "RunTurnAdmin",
+]

@@ -2,7 +2,8 @@
 to its predictions and turns, pre-filtered by error, stop reason and status,
 to its report with charts and to a comparison with the previous run on its
 dataset (``evaluation.admin.report``, which also gives the list its
-"Compare" action)."""
+"Compare" action), and a scheduled run's regression flag
+(``evaluation.admin.regressions``)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ from turns.models import Turn
 from ..intervals import accuracy_text
 from ..models import Prediction, Run
 from ..selectors import run_metrics
+from .regressions import RegressionFilter, regression_badge, regression_summary
 from .report import RunReportViews
 
 
@@ -50,9 +52,10 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "started",
         "duration",
         "started_by",
+        "regression_flag",
     )
     list_select_related = ("dataset", "started_by")
-    list_filter = ("status", "dataset")
+    list_filter = ("status", RegressionFilter, "schedule", "dataset")
     date_hierarchy = "created_at"
     search_fields = ("run_id", "dataset__name")
     list_per_page = 50
@@ -78,6 +81,8 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "latency",
         "checks",
         "rescored_from",
+        "schedule",
+        "regression_summary",
     )
     fieldsets = (
         (
@@ -89,6 +94,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
                     ("started_by", "system_user"),
                     ("created_at", "finished_at", "duration"),
                     "rescored_from",
+                    ("schedule", "regression_summary"),
                     "browse",
                     "report_links",
                     "turns_by_status",
@@ -106,7 +112,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         return (
             super()
             .get_queryset(request)
-            .select_related("dataset", "started_by", "system_user")
+            .select_related("dataset", "started_by", "system_user", "schedule", "baseline")
             .annotate(
                 prediction_count=subquery_count(Prediction, "run_id"),
                 error_count=subquery_count(Prediction, "run_id", error__gt=""),
@@ -149,7 +155,15 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
             return "running" if run.status == "started" else DASH
         return fmt_ms((run.finished_at - run.created_at).total_seconds() * 1000)
 
+    @admin.display(description="regression", ordering="regression")
+    def regression_flag(self, run: Run) -> SafeString | str:
+        return regression_badge(run)
+
     # -- detail page --
+
+    @admin.display(description="regression vs baseline")
+    def regression_summary(self, run: Run) -> SafeString:
+        return regression_summary(run)
 
     def _metrics(self, run: Run) -> tuple[dict[str, Any], bool]:
         """The stored metrics, or — for a run that has not finished — computed now."""

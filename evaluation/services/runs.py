@@ -253,3 +253,12 @@ class RunLease:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(10)
+
+
+def run_regression_record(*, run: Run, baseline: Run, regressions: list[str]) -> Run:
+    """Store the comparison of ``run`` with ``baseline``: ``regression`` is
+    whether any significant regression was found, ``regressions`` their
+    lines (``evaluation.comparison.regressions``). Returns ``run`` updated."""
+    run.regression, run.baseline, run.regressions = bool(regressions), baseline, list(regressions)
+    run.save(update_fields=["regression", "baseline", "regressions"])
+    return run

@@ -1,0 +1,133 @@
+"""A schedule's options as ``run_eval``'s checked request, and the checks
+that keep a bad schedule out of the database (``schedule_check``): the admin
+form shows them on the field they concern, never as a server error."""
+
+from __future__ import annotations
+
+import re
+import secrets
+
+from celery import current_app
+from django.conf import settings
+from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
+from django.utils import timezone
+from django.utils.text import slugify
+
+from agentlab.agent.providers.local import LocalModelUnavailable
+from common.errors import AgentLabError
+
+from ..demo import DEMO_DATASET_NAME
+from ..eval_request import EvalRequest, eval_request
+from ..judging import judge_check
+from ..models import Dataset, EvalSchedule
+from ..regression_gate import baseline_request
+from ..services.runs import run_id_check
+
+#: ``run_eval``'s option (as its error messages name it) → the schedule's field.
+OPTION_FIELDS = {
+    "--limit": "limit",
+    "--concurrency": "concurrency",
+    "--max-steps": "max_steps",
+    "AGENTLAB_MAX_STEPS": "max_steps",
+    "--epochs": "epochs",
+    "--celery": "celery",
+    "--queue": "queue",
+    "--plugin": "plugins",
+    "--judge-model": "judge_model",
+    "--model": "model",
+    "--alpha": "alpha",
+}
+_OPTION = re.compile(r"--[a-z-]+|AGENTLAB_[A-Z_]+")
+
+
+def schedule_queue() -> str:
+    """The queue beat sends scheduled evaluations to: ``AGENTLAB_SCHEDULE_QUEUE``,
+    else Celery's default queue."""
+    return str(settings.AGENTLAB_SCHEDULE_QUEUE or current_app.conf.task_default_queue)
+
+
+def schedule_run_id(schedule: EvalSchedule) -> str:
+    """A new run id for one firing of ``schedule``: its slugified name, the
+    time and a random part (two firings in one second stay apart)."""
+    stem = slugify(schedule.name)[:120] or f"schedule-{schedule.pk}"
+    return f"{stem}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+
+
+def field_of(message: str) -> str:
+    """The schedule field an ``eval_request`` error message is about (the
+    first option it names), else ``NON_FIELD_ERRORS``."""
+    for option in _OPTION.findall(message):
+        if option in OPTION_FIELDS:
+            return OPTION_FIELDS[option]
+    return NON_FIELD_ERRORS
+
+
+def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> EvalRequest:
+    """``schedule``'s options as ``run_eval``'s ``EvalRequest`` (``eval_request``).
+
+    Raises ``ValidationError`` ``{field: [message]}`` on the field that an
+    option's error names (``field_of``)."""
+    try:
+        return eval_request(
+            dataset=schedule.dataset.strip(),
+            run_id=run_id,
+            limit=schedule.limit,
+            concurrency=schedule.concurrency,
+            max_steps=schedule.max_steps,
+            model=schedule.model.strip() or None,
+            review=schedule.review,
+            celery=schedule.celery,
+            queue=schedule.queue.strip() or None,
+            plugins=schedule.plugin_names,
+            epochs=schedule.epochs,
+            judge_model=schedule.judge_model.strip() or None,
+        )
+    except (ValueError, AgentLabError) as exc:
+        raise ValidationError({field_of(str(exc)): [str(exc)]}) from None
+
+
+def schedule_check(schedule: EvalSchedule) -> EvalRequest:
+    """Check everything a firing of ``schedule`` needs before it is saved and
+    return its request: exactly one of crontab and interval, a dataset that
+    is registered (or ``demo``), the options (``schedule_request``), the judge
+    model, ``alpha`` in (0, 1), and — with ``celery`` — a turn queue other
+    than the one the scheduled task itself runs from (a worker with one slot
+    would otherwise wait for itself).
+
+    Raises ``ValidationError`` with the messages keyed by field."""
+    errors: dict[str, list[str]] = {}
+    if (schedule.crontab_id is None) == (schedule.interval_id is None):
+        errors[NON_FIELD_ERRORS] = ["choose exactly one schedule: a crontab or an interval"]
+    name = schedule.dataset.strip()
+    if name != DEMO_DATASET_NAME and not Dataset.objects.filter(name=name).exists():
+        errors["dataset"] = [
+            f"no dataset named {name!r}: import it first (manage.py import_dataset FILE), "
+            f"or use {DEMO_DATASET_NAME!r}"
+        ]
+    try:
+        run_id_check(schedule_run_id(schedule))
+    except AgentLabError as exc:
+        errors["name"] = [f"its runs are named after it: {exc}"]
+    try:
+        baseline_request(baseline=None, fail_on_regression=False, alpha=schedule.alpha)
+    except ValueError as exc:
+        errors["alpha"] = [str(exc)]
+    request = None
+    try:
+        request = schedule_request(schedule)
+        judge_check(judge_model=request.judge_model, run_model=request.model)
+    except ValidationError as exc:
+        for field, messages in exc.message_dict.items():
+            errors.setdefault(field, []).extend(messages)
+    except (ValueError, LocalModelUnavailable) as exc:
+        errors.setdefault("judge_model", []).append(str(exc))
+    if request is not None and request.celery and request.queue == schedule_queue():
+        errors.setdefault("queue", []).append(
+            f"the scheduled run follows its turns from a worker slot on queue {request.queue!r} "
+            "(AGENTLAB_SCHEDULE_QUEUE): send its turns to another queue, or a worker with one slot "
+            "would wait for itself"
+        )
+    if errors:
+        raise ValidationError(errors)
+    assert request is not None
+    return request
