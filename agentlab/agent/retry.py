@@ -25,7 +25,7 @@ from tenacity import (
 )
 
 from agentlab.agent.streaming import CompletionDelta
-from agentlab.agent.text import json_safe
+from agentlab.agent.text import json_body_safe
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
 
 logger = logging.getLogger(__name__)
@@ -77,8 +77,8 @@ async def complete_with_retries(
     )
     # the one path of every LLM request: what a tool returned or a document
     # held may carry NUL or a lone surrogate, which no request body can encode
-    messages = json_safe(messages)
-    tools = json_safe(tools) if tools is not None else None
+    messages = json_body_safe(messages)
+    tools = json_body_safe(tools) if tools is not None else None
     streams = stream is not None and bool(getattr(provider, "streaming", False))
     async for attempt in retrying:
         with attempt:

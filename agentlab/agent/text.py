@@ -12,12 +12,14 @@ bytes on SQLite and PostgreSQL:
 - every prediction field (``evaluation.services.predictions``);
 - every line of a dataset file, before it is validated (``evaluation.datasets``);
 - every LLM request, the tool outputs and documents in it included
-  (``agentlab.agent.retry.complete_with_retries``, the one call path);
+  (``agentlab.agent.retry.complete_with_retries``, the one call path, by
+  ``json_body_safe``: the same rule at C speed);
 - API and form input (``turns.api``, ``evaluation.api``, ``turns.views``).
 """
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Mapping
@@ -54,6 +56,27 @@ def json_safe(value: Any) -> Any:
     if callable(to_dict):
         return json_safe(to_dict())
     return clean_text(str(value))
+
+
+def json_body_safe(value: Any) -> Any:
+    """``value`` as the JSON of a request body carries it, made safe by
+    ``json_safe``'s rules — at C speed when nothing needs replacing: the
+    JSON text of ``value`` is checked for NUL and lone surrogates and parsed
+    back (a copy of plain lists, dicts, strings and numbers); a value JSON
+    cannot encode as it is (NaN, a set, an object) or whose text holds such a
+    character goes through ``json_safe``. Differs from ``json_safe`` only in
+    the keys JSON itself renames (``True`` → ``"true"``, ``None`` →
+    ``"null"``), which is what the request would carry anyway. Walking every
+    message and tool schema in Python at each LLM call cost a tenth of an
+    evaluated example's CPU."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False)
+    except (TypeError, ValueError):
+        return json_safe(value)
+    # JSON writes NUL escaped (a literal backslash-u0000 only costs the slow path)
+    if "\\u0000" in text or _UNSTORABLE.search(text):
+        return json_safe(value)
+    return json.loads(text)
 
 
 def safe_fields(fields: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import pytest
 from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.types import ProviderError
+from agentlab.agent.text import json_body_safe, json_safe
 
 
 def _transient(n: int) -> ProviderError:
@@ -66,3 +67,35 @@ async def test_max_tokens_temperature_and_response_schema_are_passed_through() -
         {"max_tokens": 12, "temperature": 0.3, "response_schema": None},
         {"max_tokens": 5, "temperature": None, "response_schema": schema},
     ]
+
+
+class _Doc:
+    def to_dict(self) -> dict[str, object]:
+        return {"text": "a\x00b"}
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        # plain and clean: the same JSON, as a copy
+        (
+            [{"role": "user", "content": "héllo", "n": 1.5, "ok": True, "x": None}],
+            [{"role": "user", "content": "héllo", "n": 1.5, "ok": True, "x": None}],
+        ),
+        # NUL and a lone surrogate deep inside
+        ([{"content": [{"text": "a\x00b\ud800c"}]}], [{"content": [{"text": "a\ufffdb\ufffdc"}]}]),
+        ({"k\x00": "v"}, {"k\ufffd": "v"}),
+        # the six characters backslash-u0000 are text, not NUL
+        ({"s": "\\u0000"}, {"s": "\\u0000"}),
+        # what JSON cannot encode as it is goes through json_safe's rules
+        ({"nan": float("nan"), "set": {1}}, {"nan": None, "set": [1]}),
+        ({"doc": _Doc()}, {"doc": {"text": "a\ufffdb"}}),
+        # tuples and int keys as JSON carries them
+        ({"t": (1, 2), 3: "three"}, {"t": [1, 2], "3": "three"}),
+    ],
+)
+def test_json_body_safe_follows_json_safe(value: object, expected: object) -> None:
+    result = json_body_safe(value)
+    assert result == expected
+    assert result is not value
+    assert json_body_safe(value) == json_safe(value)
