@@ -410,3 +410,32 @@ async def test_request_urls_are_merged_once_and_follow_a_new_base_url(
     assert completion.text == "three"
     assert str(client._prepare_url("/chat/completions")) == f"{second.base_url}/chat/completions"
     assert len(first.requests) == 2 and len(second.requests) == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "says"),
+    [
+        ("not json at all", "not a JSON object: not json at all"),
+        ("[1, 2]", "not a JSON object: [1, 2]"),
+        ({"choices": [{"finish_reason": "stop"}]}, "no choices with a message"),
+        ({"choices": ["text"]}, "no choices with a message"),
+    ],
+)
+async def test_a_reply_that_is_not_a_chat_completion_is_a_permanent_error(
+    stub_server: Start, connect: Any, body: Any, says: str
+) -> None:
+    server = stub_server([StubReply(body)])
+    with pytest.raises(ProviderError) as info:
+        await connect(server).complete([], None)
+    assert (info.value.kind, info.value.transient) == ("invalid_response", False)
+    assert says in str(info.value)
+
+
+async def test_a_tool_call_entry_that_is_not_an_object_is_a_call_without_a_name(
+    stub_server: Start, connect: Any
+) -> None:
+    reply = tool_call_reply("calculator", '{"expression": "1"}', id="call_a")
+    reply.body["choices"][0]["message"]["tool_calls"].append("junk")
+    completion = await connect(stub_server([reply])).complete([], None)
+    assert [call.name for call in completion.tool_calls] == ["calculator", ""]
+    assert completion.tool_calls[1].error == "the tool call has no function name"

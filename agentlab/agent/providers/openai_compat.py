@@ -28,7 +28,6 @@ from typing import Any
 import aiohttp
 import httpx2  # the SDK's HTTP client library (its errors and URLs)
 import openai
-from openai.types.chat import ChatCompletion
 
 from agentlab.agent.pricing import Price, completion_cost
 from agentlab.agent.providers.openai_stream import StreamAccumulator
@@ -123,6 +122,28 @@ def parse_arguments(raw: str | None) -> tuple[dict[str, Any], str | None]:
     if not isinstance(value, dict):
         return {}, f"the arguments must be a JSON object, got {type(value).__name__}: {raw[:200]}"
     return value, None
+
+
+def _reply_json(body: bytes) -> dict[str, Any]:
+    """The JSON object of a chat-completions reply body; raises
+    ``ProviderError`` (``invalid_response``) when it is not one."""
+    try:
+        reply = json.loads(body)
+    except ValueError:
+        reply = None
+    if not isinstance(reply, dict):
+        shown = body[:200].decode("utf-8", "replace")
+        raise ProviderError(
+            f"the response is not a JSON object: {shown}", transient=False, kind="invalid_response"
+        )
+    return reply
+
+
+def _usage_field(usage: Any, name: str) -> Any:
+    """Field ``name`` of a usage JSON object or SDK usage object (``None``: absent)."""
+    if usage is None:
+        return None
+    return usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
 
 
 class _AsyncOpenAI(openai.AsyncOpenAI):
@@ -230,15 +251,17 @@ class OpenAICompatibleProvider:
             return await self._stream(kwargs, on_delta, native=bool(tools))
         try:
             # POST /chat/completions through the client's own request path:
-            # the same headers, timeout, error classes and ChatCompletion
-            # parsing as ``chat.completions.create``, minus that method's
-            # type-driven transform of the body, which is an identity for the
-            # plain JSON dicts built here (tests/agent/test_openai_provider.py
-            # checks that) but cost as much CPU as the rest of the call.
-            response = await self._client.post("/chat/completions", body=kwargs, cast_to=ChatCompletion)
+            # the same headers, timeout and error classes as
+            # ``chat.completions.create``, minus that method's type-driven
+            # transform of the body (an identity for the plain JSON dicts
+            # built here: tests/agent/test_openai_provider.py checks that)
+            # and minus the ``ChatCompletion`` model built from the reply:
+            # together they cost as much CPU as the rest of the call, and
+            # the few fields read here come straight from the JSON.
+            body = await self._client.post("/chat/completions", body=kwargs, cast_to=bytes)
         except openai.OpenAIError as exc:
             raise provider_error(exc) from exc
-        return self._to_completion(response, native=bool(tools))
+        return self._to_completion(_reply_json(body), native=bool(tools))
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: OnDelta, *, native: bool) -> Completion:
         """The streamed form of ``complete`` (see there)."""
@@ -280,32 +303,31 @@ class OpenAICompatibleProvider:
             native=native,
         )
 
-    def _to_completion(self, response: Any, *, native: bool = True) -> Completion:
-        choices = getattr(response, "choices", None)
-        if not choices:
+    def _to_completion(self, reply: dict[str, Any], *, native: bool = True) -> Completion:
+        """A ``Completion`` from a chat-completions reply's JSON object.
+        Raises ``ProviderError`` (``invalid_response``) when it has no choice
+        or its first choice is not an object with a message."""
+        choices = reply.get("choices")
+        choice = choices[0] if isinstance(choices, list) and choices else None
+        message = choice.get("message") if isinstance(choice, dict) else None
+        if not isinstance(choice, dict) or not isinstance(message, dict):
             raise ProviderError(
-                f"the response has no choices: {str(response)[:200]}",
+                f"the response has no choices with a message: {json.dumps(reply)[:200]}",
                 transient=False,
                 kind="invalid_response",
             )
-        choice = choices[0]
-        message = choice.message
         calls = []
-        for tc in getattr(message, "tool_calls", None) or ():
-            function = getattr(tc, "function", None)
-            calls.append(
-                (
-                    getattr(tc, "id", None),
-                    getattr(function, "name", None) or "",
-                    getattr(function, "arguments", None),
-                )
-            )
+        for tc in message.get("tool_calls") or ():
+            call = tc if isinstance(tc, dict) else {}  # not an object: a call without a name
+            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            calls.append((call.get("id"), function.get("name") or "", function.get("arguments")))
+        usage = reply.get("usage")
         return self._completion(
-            text=message.content,
+            text=message.get("content"),
             calls=calls,
-            usage=getattr(response, "usage", None),
-            model=getattr(response, "model", None),
-            finish_reason=choice.finish_reason,
+            usage=usage if isinstance(usage, dict) else None,
+            model=reply.get("model"),
+            finish_reason=choice.get("finish_reason"),
             native=native,
         )
 
@@ -320,8 +342,8 @@ class OpenAICompatibleProvider:
         native: bool,
     ) -> Completion:
         """A ``Completion`` from a reply's parts: ``calls`` as ``(id, name,
-        raw arguments)``, ``usage`` the endpoint's usage object (``None``:
-        unknown)."""
+        raw arguments)``, ``usage`` the endpoint's usage, a JSON object or
+        the SDK's (a stream's last chunk), ``None`` when unknown."""
         tool_calls = []
         for i, (call_id, name, raw) in enumerate(calls):
             arguments, error = parse_arguments(raw)
@@ -335,11 +357,11 @@ class OpenAICompatibleProvider:
                 )
             )
         counted = Usage(
-            input_tokens=getattr(usage, "prompt_tokens", None) if usage is not None else None,
-            output_tokens=getattr(usage, "completion_tokens", None) if usage is not None else None,
+            input_tokens=_usage_field(usage, "prompt_tokens"),
+            output_tokens=_usage_field(usage, "completion_tokens"),
         )
         model = model or self.model
-        reported = getattr(usage, "cost", None) if usage is not None else None
+        reported = _usage_field(usage, "cost")
         return Completion(
             text=text,
             tool_calls=tuple(tool_calls),
