@@ -45,6 +45,8 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "run_id",
         "dataset",
         "status",
+        # beside the status: the last columns scroll out of sight on a laptop screen
+        "regression_flag",
         "model_name",
         "accuracy",
         "total",
@@ -52,7 +54,6 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "started",
         "duration",
         "started_by",
-        "regression_flag",
     )
     list_select_related = ("dataset", "started_by")
     list_filter = ("status", RegressionFilter, "schedule", "dataset")
