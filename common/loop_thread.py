@@ -65,6 +65,28 @@ class LoopThread:
             future.cancel()
             raise
 
+    def close(self) -> None:
+        """Close what is kept (awaiting each one's ``aclose()``, if it has
+        one, on the loop), stop the loop and wait for its thread; the next
+        ``run`` starts a new one. A worker calls this at shutdown, so that
+        no HTTP session is left unclosed."""
+        with self._lock:
+            loop, thread, kept = self._loop, self._thread, list(self._kept.values())
+            self._loop, self._thread, self._kept = None, None, {}
+        if loop is None or thread is None or not thread.is_alive():
+            return
+
+        async def close_kept() -> None:
+            for value in kept:
+                aclose = getattr(value, "aclose", None)
+                if aclose is not None:
+                    await aclose()
+
+        asyncio.run_coroutine_threadsafe(close_kept(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
+
     def keep(self, key: str, build: Callable[[], T]) -> T:
         """The object kept on the current loop under ``key``, built by
         ``build()`` on first use (call it from a coroutine ``run`` runs, so

@@ -22,6 +22,7 @@ import json
 import logging
 
 from celery import shared_task
+from celery.signals import worker_process_shutdown
 from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
@@ -69,6 +70,12 @@ def run_extensions_of(prediction: Prediction) -> RunExtensions:
 #: The worker process's event loop: every example task of the process is
 #: driven on it (``common.loop_thread``), with one provider per model and price.
 _loop = LoopThread("agentlab-eval-loop")
+
+
+@worker_process_shutdown.connect
+def _close_loop(**_: object) -> None:
+    """Close the kept providers' HTTP sessions when the worker process stops."""
+    _loop.close()
 
 
 def _loop_provider(model: str | None, price: dict[str, float] | None) -> LLMProvider:

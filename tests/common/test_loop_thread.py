@@ -68,3 +68,24 @@ def test_run_from_the_loop_thread_itself_is_refused() -> None:
     runner.run(nested())
     assert len(errors) == 1 and "its own loop thread" in str(errors[0])
     assert threading.current_thread().name != "test-loop"
+
+
+def test_close_closes_what_is_kept_and_a_later_run_starts_a_new_loop() -> None:
+    runner = LoopThread("test-loop")
+    closed: list[str] = []
+
+    class Session:
+        async def aclose(self) -> None:
+            closed.append("session")
+
+    async def loop_id() -> int:
+        runner.keep("session", Session)
+        return id(asyncio.get_running_loop())
+
+    first = runner.run(loop_id())
+    runner.close()
+    assert closed == ["session"]
+    runner.close()  # nothing running: nothing to do
+    assert runner.run(loop_id()) != first
+    runner.close()
+    assert closed == ["session", "session"]

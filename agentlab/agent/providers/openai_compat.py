@@ -319,7 +319,8 @@ class OpenAICompatibleProvider:
         calls = []
         for tc in message.get("tool_calls") or ():
             call = tc if isinstance(tc, dict) else {}  # not an object: a call without a name
-            function = call.get("function") if isinstance(call.get("function"), dict) else {}
+            function = call.get("function")
+            function = function if isinstance(function, dict) else {}
             calls.append((call.get("id"), function.get("name") or "", function.get("arguments")))
         usage = reply.get("usage")
         return self._completion(
