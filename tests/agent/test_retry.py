@@ -6,8 +6,8 @@ import pytest
 
 from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.retry import complete_with_retries
-from agentlab.agent.types import ProviderError
 from agentlab.agent.text import json_body_safe, json_safe
+from agentlab.agent.types import ProviderError
 
 
 def _transient(n: int) -> ProviderError:

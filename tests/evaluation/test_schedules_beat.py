@@ -24,6 +24,7 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 from agentlab.celery import app
 from agentlab.testing.net import port_open
+from evaluation import tasks as eval_tasks
 from evaluation.models import Run
 from evaluation.schedules.sync import SCHEDULE_TASK
 from turns import tasks as turn_tasks
@@ -59,8 +60,10 @@ def worker(settings):
             yield started
     finally:
         app.conf.update(saved)
-        # the worker's ORM thread pool (eval_example_run) outlives its tasks
-        # by design; this process goes on, so close its connections now
+        # the worker's event loop (its providers' HTTP sessions) and ORM
+        # thread pool (eval_example_run) outlive its tasks by design; this
+        # process goes on, so close them now
+        eval_tasks._loop.close()
         if turn_tasks._db is not None:
             turn_tasks._db.close()
             turn_tasks._db = None
@@ -88,6 +91,21 @@ class Sent:
         task_postrun.disconnect(self.on_postrun)
 
 
+@pytest.fixture
+def beat():
+    """django-celery-beat's scheduler as ``celery beat`` runs it, closed
+    (its last sync done) while the test database still exists."""
+    schedulers: list[DatabaseScheduler] = []
+
+    def make() -> DatabaseScheduler:
+        schedulers.append(DatabaseScheduler(app=app))
+        return schedulers[-1]
+
+    yield make
+    for scheduler in schedulers:
+        scheduler.close()
+
+
 def beat_fires(scheduler: DatabaseScheduler, sent: Sent, *, count: int, timeout: float = 120) -> None:
     """Tick ``scheduler`` until it has published ``count`` scheduled tasks,
     then wait until the worker has finished them."""
@@ -101,14 +119,16 @@ def beat_fires(scheduler: DatabaseScheduler, sent: Sent, *, count: int, timeout:
         time.sleep(0.2)
 
 
-def test_a_beat_scheduled_run_flags_a_regression_and_mails_the_admins(worker, tmp_path, settings, caplog):
+def test_a_beat_scheduled_run_flags_a_regression_and_mails_the_admins(
+    worker, beat, tmp_path, settings, caplog
+):
     settings.ADMINS = [("Ops", "ops@example.com")]
     caplog.set_level(logging.INFO, logger="evaluation.schedules")
     sent = Sent()
     try:
         with stub_lab(tmp_path, settings) as oracle:
             schedule = nightly(every_s=1)
-            scheduler = DatabaseScheduler(app=app)
+            scheduler = beat()
             beat_fires(scheduler, sent, count=1)
             first = Run.objects.get(schedule=schedule)
             assert first.status == "success" and first.regression is None and first.baseline_id is None
@@ -147,13 +167,13 @@ def test_a_beat_scheduled_run_flags_a_regression_and_mails_the_admins(worker, tm
 
 
 def test_a_celery_schedule_whose_turns_no_free_slot_reads_is_refused_not_left_waiting(
-    worker, tmp_path, settings
+    worker, beat, tmp_path, settings
 ):
     sent = Sent()
     try:
         with stub_lab(tmp_path, settings):
             schedule = nightly(every_s=1, celery=True, queue=f"nobody-{uuid.uuid4().hex[:8]}")
-            beat_fires(DatabaseScheduler(app=app), sent, count=1)
+            beat_fires(beat(), sent, count=1)
     finally:
         sent.close()
     schedule.refresh_from_db()
@@ -161,13 +181,13 @@ def test_a_celery_schedule_whose_turns_no_free_slot_reads_is_refused_not_left_wa
     assert not Run.objects.exists()
 
 
-def test_a_celery_schedule_sends_its_turns_to_the_workers_and_follows_them(worker, tmp_path, settings):
+def test_a_celery_schedule_sends_its_turns_to_the_workers_and_follows_them(worker, beat, tmp_path, settings):
     sent = Sent()
     try:
         with stub_lab(tmp_path, settings):
             turns = f"{settings.AGENTLAB_SCHEDULE_QUEUE}-turns"
             schedule = nightly(every_s=1, celery=True, queue=turns)
-            beat_fires(DatabaseScheduler(app=app), sent, count=1)
+            beat_fires(beat(), sent, count=1)
     finally:
         sent.close()
     run = Run.objects.get(schedule=schedule)
