@@ -435,6 +435,7 @@ async def test_a_tool_call_entry_that_is_not_an_object_is_a_call_without_a_name(
     stub_server: Start, connect: Any
 ) -> None:
     reply = tool_call_reply("calculator", '{"expression": "1"}', id="call_a")
+    assert isinstance(reply.body, dict)
     reply.body["choices"][0]["message"]["tool_calls"].append("junk")
     completion = await connect(stub_server([reply])).complete([], None)
     assert [call.name for call in completion.tool_calls] == ["calculator", ""]
