@@ -38,17 +38,25 @@ def run_cancel(*, run_id: str, acting_user: User | None = None) -> RunCancelResu
     finishes the run as ``cancelled``; otherwise the predictions whose turns
     ended are completed here and the run finished as ``cancelled`` (a later
     ``run_eval --run-id ID --retry-errors`` runs them again). Raises
-    ``NotFound`` for an unknown run id.
+    ``NotFound`` for an unknown run id, and ``StateConflict`` (nothing
+    changed) for a run that has finished and has no turn left to cancel: a
+    finished run keeps its status (a ``success`` stays a baseline).
     """
     run = Run.objects.select_related("dataset").filter(run_id=run_id).first()
     if run is None:
         raise NotFound(f"no run {run_id!r}")
+    open_turns = list(
+        Prediction.objects.filter(
+            run=run, completed_at__isnull=True, turn__status__in=[*ACTIVE_STATUSES, TurnStatus.INTERRUPTED]
+        ).values_list("turn_id", flat=True)
+    )
+    if run.status != RunStatus.STARTED and not open_turns:
+        raise StateConflict(
+            f"run {run.run_id!r} has finished ({run.status}) and has no turn left to cancel: nothing changed"
+        )
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
-    open_turns = Prediction.objects.filter(
-        run=run, completed_at__isnull=True, turn__status__in=[*ACTIVE_STATUSES, TurnStatus.INTERRUPTED]
-    ).values_list("turn_id", flat=True)
     cancelled = 0
-    for turn_id in list(open_turns):
+    for turn_id in open_turns:
         try:
             turn_cancel(turn_id=turn_id, acting_user=acting_user)
         except StateConflict:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from evaluation.models import Prediction, Run
 from evaluation.services.datasets import dataset_resolve
@@ -42,3 +43,29 @@ def test_cancel_run_of_an_unknown_run_is_exit_2():
         call_command("cancel_run", "nope")
     assert excinfo.value.returncode == 2 and "no run 'nope'" in str(excinfo.value)
     assert not Run.objects.exists()
+
+
+def test_cancel_run_of_a_finished_run_with_nothing_left_is_refused_and_changes_nothing():
+    dataset = dataset_resolve(name_or_path="demo")
+    run, _ = run_start(run_id="done-run", dataset=dataset, config={"model": "m"})
+    planned, _ = run_plan(run=run, limit=2, max_steps=2, model="m")
+    Turn.objects.filter(pk__in=[item.turn_id for item in planned]).update(status="succeeded")
+    Prediction.objects.filter(run=run).update(completed_at=timezone.now(), correct=True)
+    Run.objects.filter(pk=run.pk).update(status="success")
+    with pytest.raises(CommandError) as excinfo:
+        call_command("cancel_run", "done-run")
+    assert excinfo.value.returncode == 2
+    assert "has finished (success) and has no turn left to cancel: nothing changed" in str(excinfo.value)
+    run.refresh_from_db()
+    assert run.status == "success"
+
+
+def test_cancel_run_of_a_failed_run_with_queued_turns_cancels_them():
+    dataset = dataset_resolve(name_or_path="demo")
+    run, _ = run_start(run_id="failed-run", dataset=dataset, config={"model": "m"})
+    run_plan(run=run, limit=2, max_steps=2, model="m")
+    Run.objects.filter(pk=run.pk).update(status="error")  # e.g. the broker went away after planning
+    call_command("cancel_run", "failed-run")
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert set(Turn.objects.filter(predictions__run=run).values_list("status", flat=True)) == {"cancelled"}

@@ -3,7 +3,8 @@
 For a ``run_eval --celery`` run whose turns run on Celery workers (Ctrl-C of
 ``run_eval`` stops following, not the turns), and for any run being driven:
 queued turns end at once, running ones within ``CANCEL_POLL_S``. Exit codes:
-0 done, 2 unknown run id or a database that cannot be reached.
+0 done; 2 an unknown run id, a run that has finished with no turn left to
+cancel (its status is kept), or a database that cannot be reached.
 """
 
 from __future__ import annotations
