@@ -36,6 +36,7 @@ from functools import partial
 
 from django.conf import settings
 from django.db import transaction
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from common.errors import StateConflict
 from turns.models import TERMINAL_STATUSES, TurnStatus
@@ -51,6 +52,31 @@ logger = logging.getLogger(__name__)
 
 #: Predictions read per query while following (the ``IN`` list of one ``SELECT``).
 FOLLOW_BATCH = 1000
+
+
+class BrokerUnavailable(Exception):
+    """The Celery broker cannot be reached (the message names it and why)."""
+
+
+def broker_check(*, timeout_s: int = 5) -> None:
+    """Raise ``BrokerUnavailable`` unless a connection to the Celery broker
+    (``CELERY_BROKER_URL``) can be made within about ``timeout_s`` seconds:
+    ``run_eval --celery`` checks this before it writes anything, so that a
+    broker that is down costs no half-written run."""
+    from celery import current_app
+
+    try:
+        with current_app.connection_for_write() as connection:
+            connection.ensure_connection(max_retries=1, interval_start=0, timeout=timeout_s)
+    except (KombuOperationalError, OSError) as exc:
+        raise BrokerUnavailable(f"the Celery broker cannot be reached ({_broker_shown()}): {exc}") from None
+
+
+def _broker_shown() -> str:
+    """``CELERY_BROKER_URL`` without its password, for messages."""
+    from kombu.utils.url import maybe_sanitize_url
+
+    return str(maybe_sanitize_url(settings.CELERY_BROKER_URL))
 
 
 def eval_send(prediction_ids: Sequence[int], *, queue: str) -> None:

@@ -95,7 +95,7 @@ def eval_request(
     ``AGENTLAB_MAX_STEPS``) below 1, ``--max-output-tokens`` below 1,
     ``--celery`` without ``CELERY_BROKER_URL`` or with ``--mcp``, ``--queue``
     or ``--max-in-flight`` without ``--celery``, ``--max-in-flight`` below 1,
-    a blank ``--queue``, ``--fail-under`` outside
+    a blank ``--queue`` or one with spaces or commas, ``--fail-under`` outside
     0..1, only one of ``--price-in``/``--price-out`` or a negative one, a bad
     run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
     ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
@@ -180,6 +180,9 @@ def _celery_check(*, celery: bool, queue: str | None, max_in_flight: int | None,
         raise ValueError(f"--max-in-flight must be at least 1, got {max_in_flight}")
     if queue is not None and not queue.strip():
         raise ValueError("--queue must name a queue")
+    if queue is not None and any(c.isspace() or c == "," for c in queue.strip()):
+        # a worker's -Q takes a comma-separated list: such a name could not be read back
+        raise ValueError(f"--queue must be one queue name, without spaces or commas, got {queue.strip()!r}")
     from celery import current_app
 
     return (queue or "").strip() or settings.AGENTLAB_EVAL_QUEUE or str(current_app.conf.task_default_queue)

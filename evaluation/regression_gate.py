@@ -66,13 +66,19 @@ def baseline_request(*, baseline: str | None, fail_on_regression: bool, alpha: f
     )
 
 
-def baseline_precheck(request: BaselineRequest, *, dataset: str) -> None:
-    """Before the run: a ``--baseline RUN_ID`` must exist (``NotFound``) and
+def baseline_precheck(request: BaselineRequest, *, dataset: str, run_id: str | None = None) -> None:
+    """Before the run: a ``--baseline RUN_ID`` must not be the run itself
+    (``run_id``, the ``--run-id`` given) and must exist (``NotFound``) and
     be on the dataset ``run_eval`` was given (a registered name, or a
     ``.jsonl`` path, registered under its file's stem) — ``BadInput``
     otherwise. Nothing to check for ``previous`` or no baseline."""
     if request.baseline is None or request.baseline == PREVIOUS:
         return
+    if request.baseline == run_id:
+        raise BadInput(
+            f"--baseline {request.baseline} is the run itself (--run-id): a run cannot be compared with "
+            "itself; name an earlier run, or --baseline previous"
+        )
     baseline = run_get(run_id=request.baseline)
     # the name run_eval will register or find (evaluation.services.datasets.dataset_resolve)
     name = dataset if Dataset.objects.filter(name=dataset).exists() else Path(dataset).stem

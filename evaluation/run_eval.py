@@ -25,6 +25,7 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import DatabaseError
 from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.providers.local import LocalGGUFProvider
@@ -33,7 +34,7 @@ from common.db import DatabaseThreads, connections_retire_broken, is_connection_
 from common.version import code_version
 from turns.llm import get_provider
 
-from .celery_run import follow_run
+from .celery_run import BrokerUnavailable, broker_check, follow_run
 from .eval_request import EvalRequest
 from .extensions import extensions_resume, extensions_snapshot, run_extensions
 from .judging import judge_check, judge_pass
@@ -110,7 +111,9 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
 
     Raises ``RunInterrupted`` on Ctrl-C (the run is finished as
     ``cancelled``; with ``celery`` the turns keep running and the run stays
-    ``started``); ``ValueError`` for ``celery`` with the local model;
+    ``started``); ``RunOutage`` when the database fails mid-run, and with
+    ``celery`` when the broker cannot be reached (checked before anything is
+    written) or fails mid-run (the run stays ``started``); ``ValueError`` for ``celery`` with the local model;
     ``BadInput`` / ``StateConflict`` / ``DatasetFormatError`` /
     ``LocalModelUnavailable`` from the steps above; anything raised while
     driving after finishing the run.
@@ -127,6 +130,11 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     dataset = dataset_resolve(name_or_path=request.dataset)
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    if request.celery:
+        try:
+            broker_check()  # before the run is written: a broker that is down costs nothing
+        except BrokerUnavailable as exc:
+            raise RunOutage(run_id, f"{exc}; nothing was written", what="broker") from None
     try:
         return _run_eval(
             request=request, note=note, progress=progress, provider=provider, dataset=dataset, run_id=run_id
@@ -270,6 +278,14 @@ def _drive_and_finish(
                 released = True
                 run_release(run=run)  # the turns keep running; the run id follows them again
                 raise RunInterrupted(run.run_id, turns_keep_running=True) from None
+            except KombuOperationalError as exc:
+                # the broker went away while turns were being sent: those sent
+                # run on; the same run id sends the rest and follows them all
+                released = True
+                run_release(run=run)
+                raise RunOutage(
+                    run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker"
+                ) from None
         else:
             asyncio.run(
                 _drive(
@@ -292,7 +308,7 @@ def _drive_and_finish(
                 run_model=request.model,
                 concurrency=request.concurrency,
             )
-    except RunInterrupted:
+    except (RunInterrupted, RunOutage):
         raise
     except KeyboardInterrupt:
         status = RunStatus.CANCELLED

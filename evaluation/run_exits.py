@@ -2,7 +2,8 @@
 run, and the command line that resumes it (DESIGN.md §10).
 
 Exit codes (``manage.py run_eval``): 75 — ``EX_TEMPFAIL`` of sysexits.h, try
-again later — when the database failed mid-run (``RunOutage``), 130 after
+again later — when the database failed mid-run or the Celery broker cannot
+be reached (``RunOutage``), 130 after
 Ctrl-C; both print ``resume_command``, quoted for a POSIX shell with
 ``shlex``, so a run id with spaces or quotes pastes back as it was.
 """
@@ -20,12 +21,15 @@ EXIT_TEMPFAIL = 75
 
 
 class RunOutage(Exception):
-    """The database failed mid-run (a restart, a network cut): the run stays
-    resumable with the same run id ``run_id``; the message says what failed."""
+    """The database failed mid-run (a restart, a network cut), or with
+    ``--celery`` the Celery broker could not be reached (``what``:
+    ``"database"`` or ``"broker"``): the run stays resumable with the same
+    run id ``run_id``; the message says what failed."""
 
-    def __init__(self, run_id: str, detail: str) -> None:
+    def __init__(self, run_id: str, detail: str, *, what: str = "database") -> None:
         super().__init__(detail)
         self.run_id = run_id
+        self.what = what
 
 
 #: ``(option, dest)`` of the ``run_eval`` options a resume repeats when given;

@@ -59,6 +59,11 @@ def test_celery_options_are_checked_before_anything_runs(settings):
     cases: list[tuple[dict[str, Any], str]] = [
         ({"celery": True, "max_in_flight": 0}, "--max-in-flight must be at least 1, got 0"),
         ({"celery": True, "queue": " "}, "--queue must name a queue"),
+        (
+            {"celery": True, "queue": "a b"},
+            "--queue must be one queue name, without spaces or commas, got 'a b'",
+        ),
+        ({"celery": True, "queue": "a,b"}, "without spaces or commas, got 'a,b'"),
         ({"celery": True, "mcp": ["calc=http://x/mcp"]}, "--mcp cannot be used with --celery"),
         ({"queue": "q"}, "--queue goes with --celery"),
     ]

@@ -1,12 +1,21 @@
 """The command that resumes a run (issue 18): every word shell-quoted, the
-options a resume must repeat repeated. (Exit 75 itself, across a real
-database restart: ``tests/faults/test_restarts.py``.)"""
+options a resume must repeat repeated; exit 75 for a Celery broker that is
+down, and a baseline that is the run itself refused before the run. (Exit 75
+across a real database restart: ``tests/faults/test_restarts.py``.)"""
 
 from __future__ import annotations
 
 import shlex
 
+import pytest
+from django.core.management import CommandError, call_command
+
+from agentlab.celery import app
+from agentlab.testing.net import free_port
+from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
+from evaluation.models import Run
 from evaluation.run_exits import resume_command
+from turns.models import Turn
 
 DEFAULTS = {"concurrency": 4, "plugins": [], "mcp": [], "review": True, "retry_errors": False}
 
@@ -40,3 +49,71 @@ def test_options_that_differ_from_their_defaults_are_repeated():
         "--queue", "nightly", "--max-in-flight", "16", "--price-in", "0.5", "--price-out", "1.5",
         "--plugin", "a", "--plugin", "b", "--mcp", "calc=python -m x", "--no-review", "--celery",
     ]  # fmt: skip
+
+
+@pytest.mark.django_db(transaction=True)
+def test_celery_with_a_broker_that_is_down_is_exit_75_and_writes_nothing(endpoint, settings, capsys):
+    server = StubLLMServer(lambda body: final_answer_reply("1"))
+    endpoint(server)
+    dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    settings.CELERY_BROKER_URL = dead
+    saved = app.conf.broker_url
+    app.conf.broker_url = dead
+    try:
+        with pytest.raises(SystemExit) as exited:
+            call_command("run_eval", "demo", "--celery", "--run-id", "no broker", "--no-review")
+    finally:
+        app.conf.broker_url = saved
+        server.stop()
+    assert exited.value.code == 75
+    err = capsys.readouterr().err
+    assert f"the Celery broker cannot be reached (redis://127.0.0.1:{dead.split(':')[2]}" in err
+    assert "nothing was written" in err and "once the broker is back, resume run 'no broker':" in err
+    assert err.rstrip().endswith("manage.py run_eval demo --run-id 'no broker' --no-review --celery")
+    assert not Run.objects.exists() and not Turn.objects.exists()
+    assert server.request_count == 0
+
+
+@pytest.mark.django_db
+def test_a_baseline_that_is_the_run_itself_is_refused_before_the_run(endpoint):
+    server = StubLLMServer(lambda body: final_answer_reply("1"))
+    endpoint(server)
+    try:
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "demo", "--run-id", "selfy", "--baseline", "selfy", "--no-review")
+    finally:
+        server.stop()
+    assert excinfo.value.returncode == 2
+    assert "--baseline selfy is the run itself (--run-id)" in str(excinfo.value)
+    assert server.request_count == 0 and not Run.objects.exists()
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
+    endpoint, settings, capsys, monkeypatch
+):
+    from kombu.exceptions import OperationalError as KombuOperationalError
+
+    from evaluation import celery_run, run_eval
+
+    def send_fails(*args, **kwargs):
+        raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
+
+    server = StubLLMServer(lambda body: final_answer_reply("1"))
+    endpoint(server)
+    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+    monkeypatch.setattr(run_eval, "broker_check", lambda: None)  # it answered before the run
+    monkeypatch.setattr(celery_run.eval_example_run, "apply_async", send_fails)
+    try:
+        with pytest.raises(SystemExit) as exited:
+            call_command("run_eval", "demo", "--celery", "--run-id", "cut", "--no-review", "--limit", "2")
+    finally:
+        server.stop()
+    assert exited.value.code == 75
+    err = capsys.readouterr().err
+    assert "the Celery broker failed mid-run: Error 111" in err
+    assert "once the broker is back, resume run cut:" in err
+    run = Run.objects.get(run_id="cut")
+    # not finished as an error: the same run id sends what is left and follows it
+    assert run.status == "started" and run.driver == ""
+    assert set(Turn.objects.filter(predictions__run=run).values_list("status", flat=True)) == {"queued"}

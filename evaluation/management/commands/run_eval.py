@@ -185,7 +185,7 @@ class Command(BaseCommand):
                 if json_path:
                     json_target_check(json_path)  # before the run: the file is written only after it
                 database_check()
-                baseline_precheck(baseline, dataset=request.dataset)
+                baseline_precheck(baseline, dataset=request.dataset, run_id=request.run_id)
                 progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
                 result = run_eval(request=request, note=self.stderr.write, progress=progress)
                 outcome = baseline_compare(run=result.run, request=baseline)
@@ -203,7 +203,7 @@ class Command(BaseCommand):
         except RunOutage as exc:
             self.stderr.write(f"\n{exc}")
             self.stderr.write(
-                f"the run is kept; once the database is back, resume run {shlex.quote(exc.run_id)}:"
+                f"the run is kept; once the {exc.what} is back, resume run {shlex.quote(exc.run_id)}:"
             )
             self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
             raise SystemExit(EXIT_TEMPFAIL) from None
