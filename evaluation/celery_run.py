@@ -72,6 +72,16 @@ def broker_check(*, timeout_s: int = 5) -> None:
         raise BrokerUnavailable(f"the Celery broker cannot be reached ({_broker_shown()}): {exc}") from None
 
 
+def queue_readers(queue: str, *, timeout_s: float = 1.0) -> int:
+    """How many live workers read ``queue`` (Celery's remote control,
+    ``active_queues``; a worker that does not answer within ``timeout_s``
+    seconds — busy in its only slot — is not counted)."""
+    from celery import current_app
+
+    replies = current_app.control.inspect(timeout=timeout_s).active_queues() or {}
+    return sum(1 for queues in replies.values() if queue in {q.get("name") for q in queues})
+
+
 def _broker_shown() -> str:
     """``CELERY_BROKER_URL`` without its password, for messages."""
     from kombu.utils.url import maybe_sanitize_url

@@ -34,7 +34,7 @@ from common.db import DatabaseThreads, connections_retire_broken, is_connection_
 from common.version import code_version
 from turns.llm import get_provider
 
-from .celery_run import BrokerUnavailable, broker_check, follow_run
+from .celery_run import BrokerUnavailable, broker_check, follow_run, queue_readers
 from .eval_request import EvalRequest
 from .extensions import extensions_resume, extensions_snapshot, run_extensions
 from .judging import judge_check, judge_pass
@@ -189,6 +189,12 @@ def _run_eval(
         fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
         if fallback:
             note(fallback)
+        if request.celery and planned and not queue_readers(request.queue):
+            note(
+                f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
+                f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
+                "Ctrl-C stops waiting"
+            )
         run = _drive_and_finish(
             run, planned, request=request, provider=provider, progress=progress, extensions=extensions
         )

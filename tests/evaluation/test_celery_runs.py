@@ -219,6 +219,7 @@ def test_two_workers_share_a_run_and_a_killed_worker_costs_nothing_twice(cluster
         assert cluster.completed("shared") < 20  # mid-run
         one.send_signal(signal.SIGKILL)
         assert proc.wait(timeout=120) == 0, cluster.log("run.log")
+        assert "no Celery worker reads queue" not in cluster.log("run.log")  # two do
 
     status, metrics, _ = run_row(cluster.dbname, "shared")
     assert (status, metrics["total"], metrics["correct"], metrics["errors"]) == ("success", 24, 8, 0)

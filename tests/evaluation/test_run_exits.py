@@ -104,6 +104,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
     settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
     monkeypatch.setattr(run_eval, "broker_check", lambda: None)  # it answered before the run
     monkeypatch.setattr(celery_run.eval_example_run, "apply_async", send_fails)
+    monkeypatch.setattr(run_eval, "queue_readers", lambda queue: 0)  # no worker answers
     try:
         with pytest.raises(SystemExit) as exited:
             call_command("run_eval", "demo", "--celery", "--run-id", "cut", "--no-review", "--limit", "2")
@@ -111,6 +112,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
         server.stop()
     assert exited.value.code == 75
     err = capsys.readouterr().err
+    assert "no Celery worker reads queue 'celery' now: the run waits until one does" in err
     assert "the Celery broker failed mid-run: Error 111" in err
     assert "once the broker is back, resume run cut:" in err
     run = Run.objects.get(run_id="cut")
