@@ -4,6 +4,7 @@ bar redrawn with carriage returns is noise there)."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from typing import IO
@@ -16,7 +17,9 @@ from .run_eval import Progress
 class PlainProgress:
     """Writes ``run ID: N/TOTAL examples done (P %), S s, R ex/s`` to
     ``stream`` at most once every ``every_s`` seconds while examples finish,
-    and once more when closed. ``clock``: seconds, monotonic (tests pass their own)."""
+    and once more when closed unless that count was just written (the run id
+    quoted for a shell, as everywhere). ``clock``: seconds, monotonic (tests
+    pass their own)."""
 
     def __init__(
         self,
@@ -31,6 +34,8 @@ class PlainProgress:
         self.done = 0
         self.started = self.last = clock()
         self.closed = False
+        #: the ``done`` count of the last line written (``None``: none yet)
+        self.written: int | None = None
 
     def line(self) -> str:
         """The progress line for now."""
@@ -38,7 +43,7 @@ class PlainProgress:
         percent = 100.0 * self.done / self.total if self.total else 100.0
         rate = f"{self.done / elapsed:.2f}" if elapsed > 0 else "-"
         return (
-            f"run {self.run_id}: {self.done}/{self.total} examples done ({percent:.0f} %), "
+            f"run {shlex.quote(self.run_id)}: {self.done}/{self.total} examples done ({percent:.0f} %), "
             f"{elapsed:.0f} s, {rate} ex/s"
         )
 
@@ -49,15 +54,16 @@ class PlainProgress:
             self._write()
 
     def _write(self) -> None:
-        self.last = self.clock()
+        self.last, self.written = self.clock(), self.done
         self.stream.write(self.line() + "\n")
         self.stream.flush()
 
     def close(self) -> None:
-        """Write the last line (once)."""
+        """Write the last line (once; not again when it was just written)."""
         if not self.closed:
             self.closed = True
-            self._write()
+            if self.written != self.done:
+                self._write()
 
 
 def progress_for(stream: IO[str], *, every_s: float) -> Callable[[str, int], Progress]:

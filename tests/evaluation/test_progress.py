@@ -39,6 +39,15 @@ def test_a_plain_line_at_most_every_few_seconds_and_one_at_the_end():
     ]
 
 
+def test_the_last_line_is_not_written_twice_and_the_run_id_is_quoted():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress("ctrl c 2", 2, stream=out, every_s=5.0, clock=clock)
+    clock.now += 6
+    bar.update(2)  # the last example, and a line is due
+    bar.close()  # the same count: nothing more
+    assert out.getvalue().splitlines() == ["run 'ctrl c 2': 2/2 examples done (100 %), 6 s, 0.33 ex/s"]
+
+
 def test_a_terminal_gets_a_bar_and_a_file_the_plain_lines():
     class Terminal(io.StringIO):
         def isatty(self) -> bool:
