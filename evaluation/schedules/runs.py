@@ -12,14 +12,20 @@ schedule's ``last_error``, and a run that had started is finished with status
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
+from django_celery_beat.models import PeriodicTask
+
+from common.errors import AgentLabError
 
 from ..comparison import regressions
+from ..datasets import DatasetFormatError
 from ..models import BaselinePolicy, EvalSchedule, Run, RunStatus
 from ..run_eval import run_eval
+from ..run_exits import RunOutage
 from ..selectors import schedule_previous_run
 from ..services.comparison import run_compare
 from ..services.runs import run_regression_record
@@ -74,7 +80,16 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
     Raises nothing on purpose (see the module docstring)."""
     schedule = EvalSchedule.objects.select_related("crontab", "interval").filter(pk=schedule_id).first()
     if schedule is None:
-        logger.warning("scheduled evaluation #%s does not exist (deleted?): nothing run", schedule_id)
+        # its beat entry outlived it (beat saved the entry back while it was
+        # being deleted): delete it, or it fires every period for ever
+        orphans, _ = PeriodicTask.objects.filter(
+            task=SCHEDULE_TASK, kwargs=json.dumps({"schedule_id": schedule_id})
+        ).delete()
+        logger.warning(
+            "scheduled evaluation #%s does not exist (deleted?): nothing run; %s",
+            schedule_id,
+            "its beat entry is deleted too" if orphans else "it has no beat entry left",
+        )
         return None
     if not schedule.enabled:
         logger.info("scheduled evaluation %r is disabled: nothing run", schedule.name)
@@ -88,7 +103,11 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
                 raise ScheduleRefused(problem)
         result = run_eval(request=request, note=_note, progress=lambda run_id, total: _NoProgress())
     except Exception as exc:
-        expected = isinstance(exc, ValidationError | ScheduleRefused | ValueError)
+        # bad input and refusals are said in one line; anything else with its traceback
+        expected = isinstance(
+            exc,
+            ValidationError | ScheduleRefused | ValueError | AgentLabError | DatasetFormatError | RunOutage,
+        )
         message = (
             "; ".join(exc.messages) if isinstance(exc, ValidationError) else str(exc) or type(exc).__name__
         )

@@ -50,7 +50,9 @@ def schedule_save(*, schedule: EvalSchedule) -> EvalSchedule:
     task.one_off = False
     task.enabled = schedule.enabled
     task.queue = settings.AGENTLAB_SCHEDULE_QUEUE or None
-    task.description = f"Runs evaluation schedule {schedule.name!r}; edit it under Evaluation › Schedules."
+    task.description = (
+        f"Runs evaluation schedule {schedule.name!r}; edit it under Evaluation › Eval schedules."
+    )
     task.save()  # django-celery-beat's save tells beat its schedule changed
     if schedule.periodic_task_id != task.pk:
         schedule.periodic_task = task

@@ -58,12 +58,12 @@ def test_celery_with_a_broker_that_is_down_is_exit_75_and_writes_nothing(endpoin
     dead = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     settings.CELERY_BROKER_URL = dead
     saved = app.conf.broker_url
-    app.conf.broker_url = dead
+    app.conf.update(broker_url=dead)
     try:
         with pytest.raises(SystemExit) as exited:
             call_command("run_eval", "demo", "--celery", "--run-id", "no broker", "--no-review")
     finally:
-        app.conf.broker_url = saved
+        app.conf.update(broker_url=saved)
         server.stop()
     assert exited.value.code == 75
     err = capsys.readouterr().err

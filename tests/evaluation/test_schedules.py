@@ -226,7 +226,24 @@ def test_a_missing_disabled_or_broken_schedule_runs_nothing_and_says_why(lab, ca
     assert not Run.objects.exists()
     schedule.refresh_from_db()
     assert "gone" in schedule.last_error
-    assert any("failed" in r.getMessage() for r in caplog.records)
+    failed = [r for r in caplog.records if "failed" in r.getMessage()]
+    # bad input is said in one line, without a traceback
+    assert len(failed) == 1 and not failed[0].exc_info
+
+
+def test_a_beat_entry_that_outlived_its_schedule_is_deleted_when_it_fires(lab, caplog):
+    schedule = nightly()
+    entry = PeriodicTask.objects.get(task=SCHEDULE_TASK)
+    # beat saved the entry back while the schedule was being deleted
+    EvalSchedule.objects.filter(pk=schedule.pk).delete()
+    assert PeriodicTask.objects.filter(pk=entry.pk).exists()
+    with caplog.at_level(logging.WARNING, logger="evaluation.schedules"):
+        assert scheduled_run(schedule_id=schedule.pk) is None
+    assert not PeriodicTask.objects.filter(task=SCHEDULE_TASK).exists()
+    assert [r.getMessage() for r in caplog.records] == [
+        f"scheduled evaluation #{schedule.pk} does not exist (deleted?): nothing run; "
+        "its beat entry is deleted too"
+    ]
 
 
 def test_free_slots_count_the_slots_not_held_by_scheduled_runs():
