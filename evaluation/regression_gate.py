@@ -18,7 +18,7 @@ from pathlib import Path
 from common.errors import BadInput
 
 from .comparison import Comparison, regressions
-from .models import Dataset, Run
+from .models import Dataset, Run, RunStatus
 from .selectors import run_get, run_previous
 from .services.comparison import run_compare
 
@@ -68,8 +68,8 @@ def baseline_request(*, baseline: str | None, fail_on_regression: bool, alpha: f
 
 def baseline_precheck(request: BaselineRequest, *, dataset: str, run_id: str | None = None) -> None:
     """Before the run: a ``--baseline RUN_ID`` must not be the run itself
-    (``run_id``, the ``--run-id`` given) and must exist (``NotFound``) and
-    be on the dataset ``run_eval`` was given (a registered name, or a
+    (``run_id``, the ``--run-id`` given), must exist (``NotFound``), have
+    finished with status ``success`` and be on the dataset ``run_eval`` was given (a registered name, or a
     ``.jsonl`` path, registered under its file's stem) — ``BadInput``
     otherwise. Nothing to check for ``previous`` or no baseline."""
     if request.baseline is None or request.baseline == PREVIOUS:
@@ -80,6 +80,11 @@ def baseline_precheck(request: BaselineRequest, *, dataset: str, run_id: str | N
             "itself; name an earlier run, or --baseline previous"
         )
     baseline = run_get(run_id=request.baseline)
+    if baseline.status != RunStatus.SUCCESS:
+        raise BadInput(
+            f"--baseline {baseline.run_id} ended {baseline.status}: a baseline must be a run that "
+            "finished (status success); its examples that did not run would count as wrong"
+        )
     # the name run_eval will register or find (evaluation.services.datasets.dataset_resolve)
     name = dataset if Dataset.objects.filter(name=dataset).exists() else Path(dataset).stem
     if baseline.dataset.name != name:

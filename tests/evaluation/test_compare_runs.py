@@ -238,3 +238,23 @@ def test_baseline_options_are_checked_before_the_run(lab, tmp_path):
     error = lab("x", "--baseline", "elsewhere")
     assert error.returncode == 2 and "on dataset 'other', not 'pairs'" in str(error)
     assert not Run.objects.filter(run_id="x").exists()
+    lab("stopped")
+    Run.objects.filter(run_id="stopped").update(status="cancelled")
+    error = lab("x", "--baseline", "stopped")
+    assert error.returncode == 2 and "--baseline stopped ended cancelled: a baseline must be" in str(error)
+    assert not Run.objects.filter(run_id="x").exists()
+
+
+def test_a_comparison_with_a_run_that_did_not_finish_says_so(lab, capsys):
+    lab("base")
+    lab("cand")
+    Run.objects.filter(run_id="cand").update(status="cancelled")
+    capsys.readouterr()
+    call_command("compare_runs", "base", "cand")
+    out = " ".join(capsys.readouterr().out.split())  # rich wraps the caption
+    assert (
+        "warning: the candidate run cand ended cancelled: its examples that did not run count as "
+        "errored (wrong) in the pairs below" in out
+    )
+    call_command("compare_runs", "cand", "base")
+    assert "warning: the base run cand ended cancelled" in " ".join(capsys.readouterr().out.split())
