@@ -62,6 +62,22 @@ def field_of(message: str) -> str:
     return NON_FIELD_ERRORS
 
 
+def form_wording(message: str) -> str:
+    """An ``eval_request`` message as the schedule form says it: each
+    ``run_eval`` option it names becomes the field's name (``--max-steps
+    must be at least 1`` → ``max steps must be at least 1``)."""
+
+    def word(match: re.Match[str]) -> str:
+        option = match.group()
+        if option == "--plugin":
+            return "plugin"
+        if option.startswith("--") and option in OPTION_FIELDS:
+            return OPTION_FIELDS[option].replace("_", " ")
+        return option  # a setting (AGENTLAB_MAX_STEPS) keeps its name
+
+    return _OPTION.sub(word, message)
+
+
 def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> EvalRequest:
     """``schedule``'s options as ``run_eval``'s ``EvalRequest`` (``eval_request``).
 
@@ -83,7 +99,7 @@ def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> Ev
             judge_model=schedule.judge_model.strip() or None,
         )
     except (ValueError, AgentLabError) as exc:
-        raise ValidationError({field_of(str(exc)): [str(exc)]}) from None
+        raise ValidationError({field_of(str(exc)): [form_wording(str(exc))]}) from None
 
 
 def schedule_check(schedule: EvalSchedule) -> EvalRequest:
@@ -111,7 +127,7 @@ def schedule_check(schedule: EvalSchedule) -> EvalRequest:
     try:
         baseline_request(baseline=None, fail_on_regression=False, alpha=schedule.alpha)
     except ValueError as exc:
-        errors["alpha"] = [str(exc)]
+        errors["alpha"] = [form_wording(str(exc))]
     request = None
     try:
         request = schedule_request(schedule)
