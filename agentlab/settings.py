@@ -249,6 +249,9 @@ CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 #: The queue ``run_eval --celery`` sends a run's examples to (``--queue``
 #: overrides it); empty: Celery's default queue (CELERY_TASK_DEFAULT_QUEUE).
 AGENTLAB_EVAL_QUEUE = env.str("AGENTLAB_EVAL_QUEUE", default="")
+#: Examples per Celery message of ``run_eval --celery``: a worker slot drives a
+#: message's examples at once, so a worker runs up to --concurrency × this many turns.
+AGENTLAB_EVAL_BATCH = env_number("AGENTLAB_EVAL_BATCH", 4, positive=True)
 #: Celery beat reads its schedule from the database (django-celery-beat): the
 #: stale-turn sweeper and the evaluation schedules managed in the admin.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"

@@ -4,8 +4,9 @@ The stub (``python -m agentlab.testing.stub_llm``) answers every request with a
 ``final_answer`` tool call after a fixed latency, so each example is one LLM
 call. For each database (SQLite, PostgreSQL), mode (``--celery-workers``: 0
 drives in the ``run_eval`` process; N > 0 starts N Celery worker processes,
-threads pool, ``concurrency / N`` threads each, on a queue of their own, and
-runs ``run_eval --celery``) and concurrency (1, 8, 32, 64) the script
+threads pool, ``concurrency / N / --eval-batch`` threads each — a thread
+drives a message of ``--eval-batch`` examples at once — on a queue of their
+own, and runs ``run_eval --celery``) and concurrency (1, 8, 32, 64) the script
 runs ``manage.py run_eval`` over N generated examples and prints samples/s
 (examples driven ÷ wall time of the driving phase, as stored by run_eval in
 ``metrics.throughput``), the ratio to the ideal (concurrency ÷ latency) and,
@@ -69,13 +70,16 @@ def ensure_pg_database(url: str) -> None:
 
 
 def start_workers(
-    env: dict[str, str], count: int, concurrency: int, queue: str, logs: Path
+    env: dict[str, str], count: int, concurrency: int, queue: str, logs: Path, batch: int
 ) -> list[subprocess.Popen]:
     """``count`` Celery worker processes (threads pool) sharing ``concurrency``
-    threads, reading ``queue``, logging to ``logs``; returns once each is ready."""
+    turns in flight — ``concurrency / count / batch`` threads each, as each
+    thread drives a message of ``batch`` examples at once — reading
+    ``queue``, logging to ``logs``; returns once each is ready."""
     procs = []
     for i in range(count):
-        share = max(1, concurrency // count + (1 if i < concurrency % count else 0))
+        turns = max(1, concurrency // count + (1 if i < concurrency % count else 0))
+        share = max(1, -(-turns // batch))
         log = logs / f"{queue}-{i}.log"
         with log.open("w") as out:
             procs.append(
@@ -196,6 +200,12 @@ def main() -> int:
         help="0: in process; N: run_eval --celery with N worker processes (each concurrency "
         "below N is skipped)",
     )
+    parser.add_argument(
+        "--eval-batch",
+        type=int,
+        default=4,
+        help="examples per Celery message (AGENTLAB_EVAL_BATCH); the workers' threads are sized to it",
+    )
     parser.add_argument("--broker", default=os.environ.get("BENCH_BROKER_URL", "redis://127.0.0.1:6379/1"))
     parser.add_argument(
         "--databases", nargs="+", default=["sqlite", "postgres"], choices=["sqlite", "postgres"]
@@ -259,12 +269,18 @@ def main() -> int:
                 for workers in args.celery_workers:
                     name = db if not workers else f"{db} celery×{workers}"
                     if workers:
-                        env = {**env, "CELERY_BROKER_URL": args.broker}
+                        env = {
+                            **env,
+                            "CELERY_BROKER_URL": args.broker,
+                            "AGENTLAB_EVAL_BATCH": str(args.eval_batch),
+                        }
                     for c in args.concurrency:
                         if c < workers:
                             continue
                         queue = f"bench-{db}-{os.getpid()}-{c}"
-                        procs = start_workers(env, workers, c, queue, tmpdir) if workers else []
+                        procs = (
+                            start_workers(env, workers, c, queue, tmpdir, args.eval_batch) if workers else []
+                        )
                         try:
                             workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs)
                             metrics, command_cpu = run_eval(

@@ -89,12 +89,18 @@ def _broker_shown() -> str:
     return str(maybe_sanitize_url(settings.CELERY_BROKER_URL))
 
 
-def eval_send(prediction_ids: Sequence[int], *, queue: str) -> None:
-    """Send ``eval_example_run`` for each prediction id to ``queue`` once the
-    current transaction commits (at once outside one): a worker must find
-    the turn row it is to claim (what ``DjangoTask.apply_async_on_commit`` does)."""
-    for prediction_id in prediction_ids:
-        transaction.on_commit(partial(eval_example_run.apply_async, (prediction_id,), queue=queue))
+def eval_send(prediction_ids: Sequence[int], *, queue: str, batch: int | None = None) -> None:
+    """Send ``eval_example_run`` for ``prediction_ids`` to ``queue``, ``batch``
+    ids per message (``None``: ``AGENTLAB_EVAL_BATCH``), once the current
+    transaction commits (at once outside one): a worker must find the turn
+    rows it is to claim (what ``DjangoTask.apply_async_on_commit`` does). A
+    message's examples are driven at once by one worker slot: fewer
+    messages, one database read and one loop hand-over per batch."""
+    size = max(1, int(settings.AGENTLAB_EVAL_BATCH if batch is None else batch))
+    ids = list(prediction_ids)
+    for start in range(0, len(ids), size):
+        chunk = ids[start : start + size]
+        transaction.on_commit(partial(eval_example_run.apply_async, (chunk,), queue=queue))
 
 
 class FollowState:

@@ -1,10 +1,11 @@
-"""Celery task: drive one example of a run (``run_eval --celery``). Thin by design.
+"""Celery task: drive a few examples of a run (``run_eval --celery``). Thin by design.
 
 ``run_eval --celery`` plans the run as in process (``evaluation.services.plan``)
-and sends ``evaluation.tasks.eval_example_run`` with the prediction's id only,
-after the commit, to the run's queue (``evaluation.celery_run``). A worker —
-on any machine, ``celery -A agentlab worker --pool threads -Q QUEUE`` — drives
-the example's turn with the same code as the in-process run
+and sends ``evaluation.tasks.eval_example_run`` with prediction ids only —
+``AGENTLAB_EVAL_BATCH`` of them per message — after the commit, to the run's
+queue (``evaluation.celery_run``). A worker — on any machine, ``celery -A
+agentlab worker --pool threads -Q QUEUE`` — drives a message's examples at
+once on its process's event loop, with the same code as the in-process run
 (``evaluation.runner.drive_examples``: the shared driver, the evaluation
 policy, the prediction completed in the terminal event's transaction).
 
@@ -18,6 +19,7 @@ driver continues from the event log, so no recorded LLM reply is asked again.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 
@@ -43,16 +45,15 @@ logger = logging.getLogger(__name__)
 EVAL_TASK = "evaluation.tasks.eval_example_run"
 
 
-def _planned(prediction_id: int) -> tuple[PlannedExample, Prediction] | None:
-    try:
-        # get(), not filter().first(): no ORDER BY to compile over every selected column
-        prediction = Prediction.objects.select_related("example__dataset", "run").get(pk=prediction_id)
-    except Prediction.DoesNotExist:
-        return None
-    if prediction.turn_id is None:
-        return None
-    item = PlannedExample(prediction.pk, prediction.turn_id, prediction.example, True, prediction.epoch)
-    return item, prediction
+def _planned(prediction_ids: list[int]) -> list[tuple[PlannedExample, Prediction]]:
+    """The planned examples of ``prediction_ids`` that exist and have a turn,
+    with their predictions (example, dataset and run joined), in one query."""
+    # no ORDER BY: the model's ordering would be compiled over every joined column
+    joined = Prediction.objects.select_related("example__dataset", "run")
+    rows = joined.filter(pk__in=prediction_ids).order_by()
+    return [
+        (PlannedExample(p.pk, p.turn_id, p.example, True, p.epoch), p) for p in rows if p.turn_id is not None
+    ]
 
 
 def run_extensions_of(prediction: Prediction) -> RunExtensions:
@@ -86,18 +87,27 @@ def _loop_provider(model: str | None, price: dict[str, float] | None) -> LLMProv
     return _loop.keep(f"provider:{key}", lambda: get_provider(model=model, price=Price.from_dict(price)))
 
 
-async def _drive(prediction_id: int, task_id: str) -> None:
-    found = await shared_db().run(_planned, prediction_id)
-    if found is None:
-        logger.warning("evaluation task: prediction %s (or its turn) does not exist", prediction_id)
-        return
-    item, prediction = found
+async def _drive(prediction_ids: list[int], task_id: str) -> None:
+    found = await shared_db().run(_planned, prediction_ids)
+    missing = set(prediction_ids) - {item.prediction_id for item, _ in found}
+    if missing:
+        logger.warning("evaluation task: prediction(s) %s (or their turns) do not exist", sorted(missing))
+    by_run: dict[int, list[tuple[PlannedExample, Prediction]]] = {}
+    for item, prediction in found:
+        by_run.setdefault(prediction.run_id, []).append((item, prediction))
+    # one message holds examples of one run (evaluation.celery_run); by run all the same
+    await asyncio.gather(*(_drive_run(rows, task_id) for rows in by_run.values()))
+
+
+async def _drive_run(rows: list[tuple[PlannedExample, Prediction]], task_id: str) -> None:
+    """Drive ``rows`` — examples of one run — at once, under the run's config."""
+    prediction = rows[0][1]
     config = prediction.run.config
     await drive_examples(
-        [item],
+        [item for item, _ in rows],
         provider=_loop_provider(config.get("model"), config.get("price")),
         db=shared_db(),
-        concurrency=1,
+        concurrency=len(rows),
         review=bool(config.get("review", True)),
         extensions=run_extensions_of(prediction),
         run_id=prediction.run.run_id,
@@ -117,13 +127,15 @@ async def _drive(prediction_id: int, task_id: str) -> None:
     retry_backoff_max=30,
     max_retries=12,
 )
-def eval_example_run(prediction_id: int) -> None:
-    """Drive the turn of prediction ``prediction_id`` (an id, never a model
-    instance) and complete the prediction; nothing when the turn is not
-    queued (a duplicate delivery). A database outage under the turn leaves it
+def eval_example_run(prediction_ids: int | list[int]) -> None:
+    """Drive the turns of predictions ``prediction_ids`` (ids, never model
+    instances: one, or a batch of one run's, ``AGENTLAB_EVAL_BATCH``) at
+    once and complete the predictions; nothing for a turn that is not queued
+    (a duplicate delivery). A database outage under a turn leaves it
     interrupted: the following ``run_eval`` resumes it."""
+    ids = [prediction_ids] if isinstance(prediction_ids, int) else list(prediction_ids)
     try:
         # on the process's one loop: this thread waits without the GIL
-        _loop.run(_drive(prediction_id, eval_example_run.request.id or ""))
+        _loop.run(_drive(ids, eval_example_run.request.id or ""))
     except DatabaseOutage as exc:
-        logger.warning("evaluation task: prediction %s: %s", prediction_id, exc)
+        logger.warning("evaluation task: predictions %s: %s", ids, exc)

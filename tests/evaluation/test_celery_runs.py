@@ -76,6 +76,8 @@ def _env(dbname: str) -> dict[str, str]:
         "TURN_STALE_S": "2",
         "AGENTLAB_REVIEW": "0",
         "AGENTLAB_PROGRESS_EVERY_S": "0.5",
+        # two examples per message: a worker slot drives both at once
+        "AGENTLAB_EVAL_BATCH": "2",
         "AGENTLAB_LLM_API_KEY": "k",
         "AGENTLAB_MODEL": "stub-model",
         "PYTHONUNBUFFERED": "1",
@@ -208,7 +210,7 @@ def test_two_workers_share_a_run_and_a_killed_worker_costs_nothing_twice(cluster
     script = CountingOracle(gsm, right=right, latency=0.4)
     with StubLLMServer(script) as stub:
         cluster = cluster_for(stub)
-        one, _two = cluster.worker("one"), cluster.worker("two")
+        one, _two = cluster.worker("one", concurrency=2), cluster.worker("two", concurrency=2)
         proc = cluster.run_eval(str(GSM8K), "--celery", "--run-id", "shared", "--limit", "24", log="run.log")
         # both workers drive some of the examples
         cluster.wait_for(
