@@ -134,7 +134,9 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         try:
             broker_check()  # before the run is written: a broker that is down costs nothing
         except BrokerUnavailable as exc:
-            raise RunOutage(run_id, f"{exc}; nothing was written", what="broker") from None
+            raise RunOutage(
+                run_id, f"{str(exc).rstrip('.')}; nothing was written", what="broker", written=False
+            ) from None
     try:
         return _run_eval(
             request=request, note=note, progress=progress, provider=provider, dataset=dataset, run_id=run_id

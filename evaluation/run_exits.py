@@ -26,10 +26,13 @@ class RunOutage(Exception):
     ``"database"`` or ``"broker"``): the run stays resumable with the same
     run id ``run_id``; the message says what failed."""
 
-    def __init__(self, run_id: str, detail: str, *, what: str = "database") -> None:
+    def __init__(self, run_id: str, detail: str, *, what: str = "database", written: bool = True) -> None:
         super().__init__(detail)
         self.run_id = run_id
         self.what = what
+        #: whether the run was stored (``False``: nothing was written; the
+        #: same command starts it)
+        self.written = written
 
 
 #: ``(option, dest)`` of the ``run_eval`` options a resume repeats when given;

@@ -204,6 +204,8 @@ class Command(BaseCommand):
             self.stderr.write(f"\n{exc}")
             self.stderr.write(
                 f"the run is kept; once the {exc.what} is back, resume run {shlex.quote(exc.run_id)}:"
+                if exc.written
+                else f"once the {exc.what} is back, start run {shlex.quote(exc.run_id)} with:"
             )
             self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
             raise SystemExit(EXIT_TEMPFAIL) from None
