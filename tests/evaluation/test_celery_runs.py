@@ -265,6 +265,9 @@ def test_ctrl_c_stops_following_the_turns_go_on_and_the_same_run_id_follows_agai
     script = CountingOracle(gsm, right=set(range(16)), latency=1.0)
     with StubLLMServer(script) as stub:
         cluster = cluster_for(stub)
+        # one example per message: the run lasts long enough after the
+        # first answers for Ctrl-C to land mid-run on a loaded machine
+        cluster.env["AGENTLAB_EVAL_BATCH"] = "1"
         cluster.worker("solo", concurrency=2)
         args = (str(GSM8K), "--celery", "--run-id", "followed", "--limit", "16", "--queue", cluster.queue)
         proc = cluster.run_eval(*args, log="first.log")
