@@ -84,6 +84,12 @@ def _env(dbname: str) -> dict[str, str]:
     }
 
 
+def _sigint_default() -> None:
+    """In the child before exec: SIGINT back to its default, so Python turns it
+    into KeyboardInterrupt (it leaves an inherited "ignore" alone)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 class Cluster:
     """Workers and commands of one test, all against ``stub`` and ``database``;
     everything still running is stopped at the end."""
@@ -96,7 +102,16 @@ class Cluster:
 
     def start(self, args: list[str], log: str) -> subprocess.Popen:
         with open(self.tmp / log, "w") as out:
-            proc = subprocess.Popen(args, cwd=ROOT, env=self.env, stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                args,
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                # Ctrl-C must reach the command even when this test runs as a
+                # shell's background job, whose children inherit SIGINT ignored
+                preexec_fn=_sigint_default,
+            )
         self.procs.append(proc)
         return proc
 
@@ -265,8 +280,8 @@ def test_ctrl_c_stops_following_the_turns_go_on_and_the_same_run_id_follows_agai
     script = CountingOracle(gsm, right=set(range(16)), latency=1.0)
     with StubLLMServer(script) as stub:
         cluster = cluster_for(stub)
-        # one example per message: the run lasts long enough after the
-        # first answers for Ctrl-C to land mid-run on a loaded machine
+        # one example per message: the run outlasts the first answers by
+        # seconds, so Ctrl-C lands mid-run
         cluster.env["AGENTLAB_EVAL_BATCH"] = "1"
         cluster.worker("solo", concurrency=2)
         args = (str(GSM8K), "--celery", "--run-id", "followed", "--limit", "16", "--queue", cluster.queue)
