@@ -90,6 +90,27 @@ class DriveResult:
     error: str | None
     latency_ms: int
 
+    @classmethod
+    def errored(
+        cls, *, turn_id: int, status: str, outcome: str, recorder: Recorder, error: str, latency_ms: int
+    ) -> DriveResult:
+        """The result of a turn the driver could not finish (it raised, or
+        the database failed under it): stop reason ``error``, no answer, the
+        steps and usage ``recorder`` had."""
+        return cls(
+            turn_id=turn_id,
+            status=status,
+            outcome=outcome,
+            stop_reason="error",
+            answer="",
+            evidence="",
+            reasoning="",
+            steps=recorder.steps,
+            usage=recorder.usage.to_dict(),
+            error=error,
+            latency_ms=latency_ms,
+        )
+
 
 async def drive_turn(
     turn_id: int,
@@ -357,16 +378,11 @@ async def drive_turn(
             )
         except Exception:
             logger.exception("turn %s: could not record the failure", turn_id)
-        return DriveResult(
+        return DriveResult.errored(
             turn_id=turn_id,
             status=TurnStatus.FAILED,
             outcome=TurnOutcome.FAILED,
-            stop_reason="error",
-            answer="",
-            evidence="",
-            reasoning="",
-            steps=recorder.steps,
-            usage=recorder.usage.to_dict(),
+            recorder=recorder,
             error=error,
             latency_ms=timings["total_ms"],
         )
@@ -421,16 +437,11 @@ async def _interrupted_by_outage(
             if not is_connection_error(again):
                 logger.exception("turn %s: could not record the interruption", turn_id)
                 break
-    return DriveResult(
+    return DriveResult.errored(
         turn_id=turn_id,
         status=TurnStatus.INTERRUPTED,
         outcome="",
-        stop_reason="error",
-        answer="",
-        evidence="",
-        reasoning="",
-        steps=recorder.steps,
-        usage=recorder.usage.to_dict(),
+        recorder=recorder,
         error=error,
         latency_ms=timings.get("total_ms", 0),
     )
