@@ -26,14 +26,13 @@ import logging
 from celery import shared_task
 from celery.signals import worker_process_shutdown
 from django.conf import settings
-from django.db import InterfaceError, OperationalError
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.pricing import Price
 from agentlab.agent.types import LLMProvider
 from common.loop_thread import LoopThread
 from turns.llm import get_provider
-from turns.tasks import shared_db
+from turns.tasks import DRIVER_TASK_OPTIONS, shared_db
 
 from .models import Prediction
 from .runner import DatabaseOutage, drive_examples
@@ -117,16 +116,7 @@ async def _drive_run(rows: list[tuple[PlannedExample, Prediction]], task_id: str
     )
 
 
-@shared_task(
-    name=EVAL_TASK,
-    acks_late=True,
-    ignore_result=True,
-    # the database failed before the claim: nothing was written, try the same delivery later
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    max_retries=12,
-)
+@shared_task(name=EVAL_TASK, **DRIVER_TASK_OPTIONS)
 def eval_example_run(prediction_ids: int | list[int]) -> None:
     """Drive the turns of predictions ``prediction_ids`` (ids, never model
     instances: one, or a batch of one run's, ``AGENTLAB_EVAL_BATCH``) at

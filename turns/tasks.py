@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Any
 
 from celery import shared_task
 from django.conf import settings
@@ -59,19 +60,23 @@ async def _run(turn_id: int, job_id: str) -> None:
         await provider.aclose()
 
 
-@shared_task(
-    name="turns.tasks.turn_run",
-    acks_late=True,
-    ignore_result=True,
-    # The database failed before the claim (a restart): nothing was written,
-    # so the same delivery is tried again later rather than the turn left
-    # queued until the sweeper hands it over again. After the claim the
-    # driver ends the turn interrupted itself and does not raise.
-    autoretry_for=(OperationalError, InterfaceError),
-    retry_backoff=1,
-    retry_backoff_max=30,
-    max_retries=12,
-)
+#: The delivery policy of a task that drives turns (``turn_run`` here,
+#: ``evaluation.tasks.eval_example_run``): acknowledged when it returns, and
+#: when the database failed before the claim (a restart) — nothing was
+#: written — the same delivery is tried again later rather than the turn left
+#: queued until the sweeper hands it over again. After the claim the driver
+#: ends the turn interrupted itself and does not raise.
+DRIVER_TASK_OPTIONS: dict[str, Any] = {
+    "acks_late": True,
+    "ignore_result": True,
+    "autoretry_for": (OperationalError, InterfaceError),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "max_retries": 12,
+}
+
+
+@shared_task(name="turns.tasks.turn_run", **DRIVER_TASK_OPTIONS)
 def turn_run(turn_id: int) -> None:
     """Drive turn ``turn_id`` (an id, never a model instance) to a terminal event."""
     asyncio.run(_run(turn_id, job_id=turn_run.request.id or ""))
