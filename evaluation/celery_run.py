@@ -31,12 +31,15 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import OperationalError as KombuOperationalError
+from kombu.utils.url import maybe_sanitize_url
 
 from common.errors import StateConflict
 from turns.models import TERMINAL_STATUSES, TurnStatus
@@ -63,8 +66,6 @@ def broker_check(*, timeout_s: int = 5) -> None:
     (``CELERY_BROKER_URL``) can be made within about ``timeout_s`` seconds:
     ``run_eval --celery`` checks this before it writes anything, so that a
     broker that is down costs no half-written run."""
-    from celery import current_app
-
     try:
         with current_app.connection_for_write() as connection:
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=timeout_s)
@@ -72,20 +73,21 @@ def broker_check(*, timeout_s: int = 5) -> None:
         raise BrokerUnavailable(f"the Celery broker cannot be reached ({_broker_shown()}): {exc}") from None
 
 
-def queue_readers(queue: str, *, timeout_s: float = 1.0) -> int:
-    """How many live workers read ``queue`` (Celery's remote control,
-    ``active_queues``; a worker that does not answer within ``timeout_s``
-    seconds — busy in its only slot — is not counted)."""
-    from celery import current_app
+def workers_reading(queue: str, active_queues: Mapping[str, Sequence[Mapping[str, Any]]]) -> list[str]:
+    """The workers that read ``queue``, from their ``active_queues`` replies
+    (``{worker: [{"name": queue, …}]}``, Celery's remote control)."""
+    return [worker for worker, queues in active_queues.items() if queue in {q.get("name") for q in queues}]
 
-    replies = current_app.control.inspect(timeout=timeout_s).active_queues() or {}
-    return sum(1 for queues in replies.values() if queue in {q.get("name") for q in queues})
+
+def queue_readers(queue: str, *, timeout_s: float = 1.0) -> int:
+    """How many live workers read ``queue`` (``workers_reading``; a worker
+    that does not answer within ``timeout_s`` seconds — busy in its only
+    slot — is not counted)."""
+    return len(workers_reading(queue, current_app.control.inspect(timeout=timeout_s).active_queues() or {}))
 
 
 def _broker_shown() -> str:
     """``CELERY_BROKER_URL`` without its password, for messages."""
-    from kombu.utils.url import maybe_sanitize_url
-
     return str(maybe_sanitize_url(settings.CELERY_BROKER_URL))
 
 

@@ -22,6 +22,8 @@ from typing import Any
 
 from celery import current_app
 
+from ..celery_run import workers_reading
+
 #: Seconds to wait for the workers' replies.
 INSPECT_TIMEOUT_S = 2.0
 
@@ -39,9 +41,7 @@ def free_slots(
     ``stats`` ``{worker: {"pool": {"max-concurrency": n}}}`` (a worker that
     gave none counts as 1), ``active`` ``{worker: [{"name": task}]}``."""
     total = 0
-    for worker, queues in active_queues.items():
-        if queue not in {q.get("name") for q in queues}:
-            continue
+    for worker in workers_reading(queue, active_queues):
         pool = (stats.get(worker) or {}).get("pool") or {}
         slots = int(pool.get("max-concurrency") or 1)
         following = sum(1 for task in active.get(worker) or () if task.get("name") == follower_task)
