@@ -12,12 +12,10 @@ schedule's ``last_error``, and a run that had started is finished with status
 
 from __future__ import annotations
 
-import json
 import logging
 from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
-from django_celery_beat.models import PeriodicTask
 
 from common.errors import AgentLabError
 
@@ -32,7 +30,7 @@ from ..services.runs import run_regression_record
 from .alerts import regression_alert
 from .capacity import capacity_problem
 from .options import schedule_request, schedule_run_id
-from .sync import SCHEDULE_TASK
+from .sync import SCHEDULE_TASK, schedule_orphans_delete
 
 logger = logging.getLogger("evaluation.schedules")
 
@@ -82,9 +80,7 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
     if schedule is None:
         # its beat entry outlived it (beat saved the entry back while it was
         # being deleted): delete it, or it fires every period for ever
-        orphans, _ = PeriodicTask.objects.filter(
-            task=SCHEDULE_TASK, kwargs=json.dumps({"schedule_id": schedule_id})
-        ).delete()
+        orphans = schedule_orphans_delete(schedule_id=schedule_id)
         logger.warning(
             "scheduled evaluation #%s does not exist (deleted?): nothing run; %s",
             schedule_id,

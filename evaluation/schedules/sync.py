@@ -15,6 +15,7 @@ import json
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import QuerySet
 from django_celery_beat.models import PeriodicTask
 
 from ..models import EvalSchedule
@@ -22,6 +23,11 @@ from .options import schedule_check
 
 #: The registered name of the task beat sends (``evaluation.schedules.tasks``).
 SCHEDULE_TASK = "evaluation.schedules.tasks.scheduled_eval_run"
+
+
+def periodic_task_kwargs(schedule_id: int) -> str:
+    """The ``PeriodicTask.kwargs`` of schedule ``schedule_id`` (JSON text)."""
+    return json.dumps({"schedule_id": schedule_id})
 
 
 def periodic_task_name(schedule: EvalSchedule) -> str:
@@ -43,7 +49,7 @@ def schedule_save(*, schedule: EvalSchedule) -> EvalSchedule:
     task.name = periodic_task_name(schedule)
     task.task = SCHEDULE_TASK
     task.args = "[]"
-    task.kwargs = json.dumps({"schedule_id": schedule.pk})
+    task.kwargs = periodic_task_kwargs(schedule.pk)
     task.crontab = schedule.crontab
     task.interval = schedule.interval
     task.solar = task.clocked = None
@@ -67,6 +73,21 @@ def schedule_delete(*, schedule: EvalSchedule) -> None:
     task_id = schedule.periodic_task_id
     schedule.delete()
     if task_id is not None:
-        # PeriodicTask.delete(), not a queryset delete: it tells beat
-        for task in PeriodicTask.objects.filter(pk=task_id):
-            task.delete()
+        _periodic_tasks_delete(PeriodicTask.objects.filter(pk=task_id))
+
+
+def schedule_orphans_delete(*, schedule_id: int) -> int:
+    """Delete the beat entries of schedule ``schedule_id``, which no longer
+    exists (beat saved its entry back while the schedule was being
+    deleted); returns how many there were."""
+    return _periodic_tasks_delete(
+        PeriodicTask.objects.filter(task=SCHEDULE_TASK, kwargs=periodic_task_kwargs(schedule_id))
+    )
+
+
+def _periodic_tasks_delete(tasks: QuerySet[PeriodicTask]) -> int:
+    # PeriodicTask.delete(), not a queryset delete: it tells beat
+    found = list(tasks)
+    for task in found:
+        task.delete()
+    return len(found)
