@@ -105,18 +105,18 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     Then the dataset is resolved (``dataset_resolve``), the run started or
     resumed under this process's lease (``run_start``, renewed by
     ``RunLease`` until the end), planned (``run_plan``), driven in this
-    process or in ``request.workers`` processes, and finished with its
+    process or on Celery workers (``request.celery``), and finished with its
     metrics (``run_finish``) — on every path, errors included (status
     ``error``).
 
     Raises ``RunInterrupted`` on Ctrl-C (the run is finished as
     ``cancelled``; with ``celery`` the turns keep running and the run stays
     ``started``); ``RunOutage`` when the database fails mid-run, and with
-    ``celery`` when the broker cannot be reached (checked before anything is
-    written) or fails mid-run (the run stays ``started``); ``ValueError`` for ``celery`` with the local model;
-    ``BadInput`` / ``StateConflict`` / ``DatasetFormatError`` /
-    ``LocalModelUnavailable`` from the steps above; anything raised while
-    driving after finishing the run.
+    ``celery`` when the broker cannot be reached (checked before the run is
+    written) or fails mid-run (the run stays ``started``); ``ValueError``
+    for ``celery`` with the local model; ``BadInput`` / ``StateConflict`` /
+    ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps above;
+    anything raised while driving after finishing the run.
     """
     provider = get_provider(model=request.model, price=request.price)
     if request.celery and provider.name == "local":
@@ -135,7 +135,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             broker_check()  # before the run is written: a broker that is down costs nothing
         except BrokerUnavailable as exc:
             raise RunOutage(
-                run_id, f"{str(exc).rstrip('.')}; nothing was written", what="broker", written=False
+                run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
             ) from None
     try:
         return _run_eval(

@@ -30,7 +30,7 @@ class RunOutage(Exception):
         super().__init__(detail)
         self.run_id = run_id
         self.what = what
-        #: whether the run was stored (``False``: nothing was written; the
+        #: whether the run was stored (``False``: it was not started; the
         #: same command starts it)
         self.written = written
 

@@ -68,7 +68,7 @@ def test_celery_with_a_broker_that_is_down_is_exit_75_and_writes_nothing(endpoin
     assert exited.value.code == 75
     err = capsys.readouterr().err
     assert f"the Celery broker cannot be reached (redis://127.0.0.1:{dead.split(':')[2]}" in err
-    assert "Connection refused; nothing was written" in err
+    assert "Connection refused; the run was not started" in err
     assert "once the broker is back, start run 'no broker' with:" in err
     assert err.rstrip().endswith("manage.py run_eval demo --run-id 'no broker' --no-review --celery")
     assert not Run.objects.exists() and not Turn.objects.exists()
