@@ -384,6 +384,25 @@ def _by_example(rows: Iterable[ComparedRow], which: str) -> dict[int, ComparedRo
     return found
 
 
+def unfinished_warning(comparison: Comparison) -> str | None:
+    """The warning a comparison with a run that did not finish (status other
+    than ``success``) carries, or ``None``: such a run's examples that never
+    ran are errored, so wrong, and its fixed/broken counts are no verdict on
+    the agent. The CLI table and the admin page both show it."""
+    unfinished = [
+        f"{label} run {side['run_id']} ended {side['status']}"
+        for label, side in (("the base", comparison["base"]), ("the candidate", comparison["candidate"]))
+        if side["status"] != "success"
+    ]
+    if not unfinished:
+        return None
+    return (
+        "warning: "
+        + " and ".join(unfinished)
+        + ": its examples that did not run count as errored (wrong) in the pairs below"
+    )
+
+
 def regressions(comparison: Comparison, *, alpha: float) -> list[str]:
     """Why the candidate is significantly worse than the base, one line per
     finding (``[]``: no significant regression).

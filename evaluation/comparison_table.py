@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from .comparison import Comparison, Delta, ExamplePair, PairedAccuracy
+from .comparison import Comparison, Delta, ExamplePair, PairedAccuracy, unfinished_warning
 from .metrics_table import text_console
 
 __all__ = ["format_comparison"]
@@ -172,19 +172,7 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
             for key, d in comparison["review"].items()
         ],
     )
-    unfinished = [
-        f"{label} run {side['run_id']} ended {side['status']}"
-        for label, side in (("the base", base), ("the candidate", candidate))
-        if side["status"] != "success"
-    ]
-    if unfinished:
-        # a cancelled run's examples that never ran are errored, so wrong:
-        # its fixed/broken counts are not a verdict on the agent
-        runs.caption = (
-            "warning: "
-            + " and ".join(unfinished)
-            + ": its examples that did not run count as errored (wrong) in the pairs below"
-        )
+    runs.caption = unfinished_warning(comparison)
     tables = [runs, accuracy, figures, stops, review]
     if comparison["checks"]:
         checks = _delta_table("Checks: pass rate")

@@ -28,7 +28,7 @@ from django.utils.safestring import SafeString
 from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
 
-from ..comparison import ExamplePair, PairSide
+from ..comparison import ExamplePair, PairSide, unfinished_warning
 from ..models import Run
 from ..report import comparison_chart_data, run_report_data
 from ..selectors import dataset_accuracy_trend, run_latencies, run_previous_on_dataset, run_stored_metrics
@@ -143,6 +143,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             comparison=comparison,
             charts=comparison_chart_data(comparison),
             swap_url=compare_url(candidate.pk, base.pk),
+            unfinished=unfinished_warning(comparison),
             pair_lists=[
                 ("Fixed: wrong → right", pair_rows(comparison["fixed"]), "fixed"),
                 ("Broken: right → wrong", pair_rows(comparison["broken"]), "broken"),

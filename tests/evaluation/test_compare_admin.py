@@ -109,6 +109,18 @@ def test_comparison_page_lists_fixed_and_broken_with_links_to_both_turns(admin_c
     assert charts["differences"][0]["value"] == pytest.approx((1 - 2) / 7)
 
 
+def test_comparison_page_warns_when_a_run_did_not_finish(admin_client, runs):
+    base, cand = runs["base"], runs["cand"]
+    url = reverse("admin:evaluation_run_compare", args=[base.pk, cand.pk])
+    assert "did not run count as errored" not in admin_client.get(url).content.decode()
+    Run.objects.filter(pk=cand.pk).update(status="cancelled")
+    html = admin_client.get(url).content.decode()
+    assert (
+        '<p class="errornote">warning: the candidate run cand ended cancelled: its examples that did '
+        "not run count as errored (wrong) in the pairs below</p>"
+    ) in html
+
+
 def test_comparison_page_of_two_datasets_says_why_with_400(admin_client, runs):
     response = admin_client.get(
         reverse("admin:evaluation_run_compare", args=[runs["base"].pk, runs["other"].pk])
