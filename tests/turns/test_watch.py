@@ -85,6 +85,11 @@ async def test_one_watcher_serves_the_turns_of_every_event_loop(owner, db_thread
         thread.start()
     while len(watcher) < 4:
         await asyncio.sleep(0.01)
+    # a watcher thread left by an earlier test may be in a sleep of the
+    # default CANCEL_POLL_S (0.5 s): count from its first tick at 0.05 s
+    started = watcher.polls
+    while watcher.polls < started + 2:
+        await asyncio.sleep(0.01)
     polls = watcher.polls
     await asyncio.sleep(0.3)
     ticks = watcher.polls - polls
