@@ -38,7 +38,7 @@ from .celery_run import BrokerUnavailable, broker_check, follow_run, queue_reade
 from .eval_request import EvalRequest
 from .extensions import extensions_resume, extensions_snapshot, run_extensions
 from .judging import judge_check, judge_pass
-from .models import Dataset, Run, RunStatus
+from .models import Dataset, Prediction, Run, RunStatus
 from .run_exits import RunOutage
 from .runner import DatabaseOutage, drive_examples
 from .selectors import dataset_fallback_task_types, fallback_note
@@ -203,7 +203,8 @@ def _run_eval(
     finally:
         lease.stop()
     failure = (
-        f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run)"
+        f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
+        "run again with --retry-errors"
         if run.status == RunStatus.CANCELLED
         else gate_failure(run.metrics, request.fail_under)
     )
@@ -306,7 +307,11 @@ def _drive_and_finish(
                     dataset=run.dataset.name,
                 )
             )
-        if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists():
+        if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
+            # examples cancel_run ended before they ran, not driven again
+            # (--retry-errors does): the run stays cancelled, never a baseline
+            Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
+        ):
             status = RunStatus.CANCELLED  # manage.py cancel_run
         # the LLM judge grades the answers it is to score once the turns are done
         if status != RunStatus.CANCELLED:

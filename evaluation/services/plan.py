@@ -76,7 +76,8 @@ def run_plan(
     one transaction (for up to ``PLAN_BATCH`` examples at a time), so a
     prediction exists even if the turn never finishes.
     With ``retry_errors``, a completed prediction that recorded an error (a
-    provider outage, say) is planned again: its turn gets a new attempt
+    provider outage, say) or was cancelled (``manage.py cancel_run``) is
+    planned again: its turn gets a new attempt
     (``turn_retry``, the failed one archived) and the row is completed anew.
     Every planned turn gets ``max_output_tokens`` (``None``: the setting
     when driven), a resumed or retried one included: a run resumed with more
@@ -100,7 +101,8 @@ def run_plan(
             retry_errors
             and prediction is not None
             and prediction.completed_at is not None
-            and prediction.error
+            # an error, or cancelled (manage.py cancel_run): neither is an answer
+            and (prediction.error or prediction.stop_reason == "cancelled")
             and prediction.turn is not None
             and prediction.turn.status in RETRYABLE_STATUSES
         ):

@@ -69,3 +69,26 @@ def test_cancel_run_of_a_failed_run_with_queued_turns_cancels_them():
     run.refresh_from_db()
     assert run.status == "cancelled"
     assert set(Turn.objects.filter(predictions__run=run).values_list("status", flat=True)) == {"cancelled"}
+
+
+def test_a_resumed_cancelled_run_stays_cancelled_until_retry_errors_drives_its_examples(endpoint):
+    from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
+
+    dataset = dataset_resolve(name_or_path="demo")
+    run, _ = run_start(run_id="half", dataset=dataset, config={"model": "stub-model"})
+    run_plan(run=run, limit=2, max_steps=2, model="stub-model")
+    call_command("cancel_run", "half")  # both end before they ran
+    with StubLLMServer(lambda body: final_answer_reply("7")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "demo", "--run-id", "half", "--limit", "2", "--no-review")
+        run.refresh_from_db()
+        # nothing driven: the run is not passed off as a finished success
+        assert excinfo.value.returncode == 1 and server.request_count == 0
+        assert "its cancelled examples run again with --retry-errors" in str(excinfo.value)
+        assert run.status == "cancelled"
+        call_command("run_eval", "demo", "--run-id", "half", "--limit", "2", "--no-review", "--retry-errors")
+        assert server.request_count == 2
+    run.refresh_from_db()
+    assert run.status == "success" and run.metrics["errors"] == 0
+    assert not Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
