@@ -25,6 +25,7 @@ import pytest
 
 from agentlab.testing.net import port_open
 from agentlab.testing.stub_llm import StubLLMServer, last_user_text
+from tests.redis_support import BROKER_URL, REDIS
 from tests.shared_data import dataset_path
 
 from .test_run_eval import oracle, rows
@@ -33,7 +34,6 @@ pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 PG = ("127.0.0.1", 5432)
-REDIS = ("127.0.0.1", 6379)
 GSM8K = dataset_path("gsm8k-test-200.jsonl")
 
 
@@ -69,7 +69,7 @@ def _env(dbname: str) -> dict[str, str]:
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
         "DJANGO_SETTINGS_MODULE": "agentlab.settings",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/1",
+        "CELERY_BROKER_URL": BROKER_URL,
         # our own queue: named after our database
         "CELERY_TASK_DEFAULT_QUEUE": f"eval-{dbname}",
         "HEARTBEAT_S": "0.5",

@@ -10,6 +10,7 @@ import pytest
 
 from evaluation.eval_request import eval_request
 from evaluation.progress import PlainProgress, progress_for
+from tests.redis_support import BROKER_URL
 
 
 class Clock:
@@ -60,7 +61,7 @@ def test_a_terminal_gets_a_bar_and_a_file_the_plain_lines():
 
 
 def test_celery_options_are_checked_before_anything_runs(settings):
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+    settings.CELERY_BROKER_URL = BROKER_URL
     settings.AGENTLAB_EVAL_QUEUE = "nightly"
     assert eval_request(dataset="demo", celery=True).queue == "nightly"
     assert eval_request(dataset="demo", celery=True, queue=" big ", max_in_flight=3).queue == "big"

@@ -15,6 +15,7 @@ from agentlab.testing.net import free_port
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
 from evaluation.models import Run
 from evaluation.run_exits import resume_command
+from tests.redis_support import BROKER_URL
 from turns.models import Turn
 
 DEFAULTS = {"concurrency": 4, "plugins": [], "mcp": [], "review": True, "retry_errors": False}
@@ -102,7 +103,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
 
     server = StubLLMServer(lambda body: final_answer_reply("1"))
     endpoint(server)
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+    settings.CELERY_BROKER_URL = BROKER_URL
     monkeypatch.setattr(run_eval, "broker_check", lambda: None)  # it answered before the run
     monkeypatch.setattr(celery_run.eval_example_run, "apply_async", send_fails)
     monkeypatch.setattr(run_eval, "queue_readers", lambda queue: 0)  # no worker answers

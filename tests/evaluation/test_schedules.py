@@ -21,6 +21,7 @@ from evaluation.schedules.capacity import free_slots
 from evaluation.schedules.options import schedule_check
 from evaluation.schedules.runs import scheduled_run
 from evaluation.schedules.sync import SCHEDULE_TASK, schedule_delete, schedule_save
+from tests.redis_support import BROKER_URL
 
 from .schedule_support import ALL_MATH, nightly, stub_lab
 
@@ -79,7 +80,7 @@ def test_a_bad_schedule_is_refused_with_errors_on_its_fields(lab):
 
 
 def test_a_celery_schedule_may_not_send_its_turns_to_its_own_queue(lab, settings):
-    settings.CELERY_BROKER_URL = "redis://127.0.0.1:6379/1"
+    settings.CELERY_BROKER_URL = BROKER_URL
     settings.AGENTLAB_SCHEDULE_QUEUE = "schedules"
     interval = IntervalSchedule.objects.create(every=60, period=IntervalSchedule.SECONDS)
     schedule = EvalSchedule(name="c", dataset="pairs", celery=True, queue="schedules", interval=interval)

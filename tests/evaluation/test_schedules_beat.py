@@ -27,13 +27,14 @@ from agentlab.testing.net import port_open
 from evaluation import tasks as eval_tasks
 from evaluation.models import Run
 from evaluation.schedules.sync import SCHEDULE_TASK
+from tests.redis_support import BROKER_URL, REDIS
 from turns import tasks as turn_tasks
 
 from .schedule_support import ALL_MATH, nightly, stub_lab
 
 pytestmark = [pytest.mark.e2e, pytest.mark.django_db(transaction=True)]
 
-BROKER = "redis://127.0.0.1:6379/1"
+BROKER = BROKER_URL
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def worker(settings):
     """A Celery worker in this process on Redis with two slots, reading only
     its own queues: the one beat sends scheduled evaluations to
     (``AGENTLAB_SCHEDULE_QUEUE``) and ``<it>-turns`` for a celery schedule's turns."""
-    if not port_open("127.0.0.1", 6379):
+    if not port_open(*REDIS):
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     queue = f"schedules-{uuid.uuid4().hex[:8]}"
     settings.CELERY_BROKER_URL = BROKER

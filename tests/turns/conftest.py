@@ -12,6 +12,7 @@ from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
 
 from agentlab.testing.net import port_open
+from tests.redis_support import LAYER_URL, REDIS
 
 
 @pytest.fixture
@@ -27,15 +28,13 @@ def stream_settings(settings):
 
 @pytest.fixture
 def redis_layer(stream_settings):
-    if not port_open("127.0.0.1", 6379):
+    if not port_open(*REDIS):
         pytest.skip("Redis is not reachable on 127.0.0.1:6379")
     stream_settings.CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [
-                    {"address": "redis://127.0.0.1:6379/0", **stream_settings.REDIS_CHANNEL_HOST_OPTIONS}
-                ],
+                "hosts": [{"address": LAYER_URL, **stream_settings.REDIS_CHANNEL_HOST_OPTIONS}],
                 "capacity": 100,
                 "prefix": f"test-{uuid.uuid4().hex[:8]}",
             },

@@ -31,12 +31,12 @@ import pytest
 
 from agentlab.testing.net import free_port, port_open
 from agentlab.testing.stub_llm import StubLLMServer, StubReply, final_answer_reply, tool_call_reply
+from tests.redis_support import BROKER_URL, LAYER_URL, REDIS
 
 pytestmark = pytest.mark.e2e
 
 ROOT = Path(__file__).resolve().parents[2]
 PG = ("127.0.0.1", 5432)
-REDIS = ("127.0.0.1", 6379)
 
 SETUP = """
 import json, django
@@ -108,8 +108,8 @@ def e2e_env(tmp_path):
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
         "DJANGO_SETTINGS_MODULE": "agentlab.settings",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
-        "REDIS_URL": "redis://127.0.0.1:6379/0",
-        "CELERY_BROKER_URL": "redis://127.0.0.1:6379/1",
+        "REDIS_URL": LAYER_URL,
+        "CELERY_BROKER_URL": BROKER_URL,
         # a queue of our own: other runs sharing this broker neither take our turn nor give us theirs
         "CELERY_TASK_DEFAULT_QUEUE": f"e2e-{dbname}",
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
