@@ -187,7 +187,11 @@ async def bare_client(
     return n / elapsed, cpu * 1000 / n
 
 
-def main() -> int:
+#: one measured configuration: (name, concurrency, samples/s, CPU ms per example)
+Row = tuple[str, int, float, float]
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=500)
     parser.add_argument("--latency-ms", type=int, default=50)
@@ -214,8 +218,12 @@ def main() -> int:
         "--pg-url",
         default=os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/agentlab_bench"),
     )
-    args = parser.parse_args()
+    return parser.parse_args()
 
+
+def start_stub(latency_ms: int) -> tuple[subprocess.Popen, str]:
+    """The stub LLM server on a free port, answering after ``latency_ms``;
+    returns the process and its OpenAI-compatible base URL."""
     port = free_port()
     stub = subprocess.Popen(
         [
@@ -225,101 +233,102 @@ def main() -> int:
             "--port",
             str(port),
             "--latency-ms",
-            str(args.latency_ms),
+            str(latency_ms),
         ],
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    base_url = f"http://127.0.0.1:{port}/v1"
     wait_for_port(port, timeout=10, process=stub, what="the stub LLM server")
-    latency = args.latency_ms / 1000
-    #: (name, concurrency, samples/s, CPU ms per example)
-    rows: list[tuple[str, int, float, float]] = []
-    try:
-        with tempfile.TemporaryDirectory(prefix="agentlab-bench-") as tmp:
-            tmpdir = Path(tmp)
-            # one dataset per size: a dataset name holds one set of examples
-            dataset = tmpdir / f"bench-{args.examples}.jsonl"
-            write_examples(dataset, args.examples)
-            base_env = {
-                k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")
-            }
-            base_env.update(
-                AGENTLAB_LLM_BASE_URL=base_url, AGENTLAB_LLM_API_KEY="bench", AGENTLAB_MODEL="stub"
-            )
-            for db in args.databases:
-                env = dict(base_env)
-                if db == "sqlite":
-                    env["AGENTLAB_SQLITE_PATH"] = str(tmpdir / "bench.sqlite3")
-                else:
-                    ensure_pg_database(args.pg_url)
-                    env["DATABASE_URL"] = args.pg_url
-                subprocess.run(
-                    [sys.executable, "manage.py", "migrate", "--noinput"],
-                    cwd=ROOT,
-                    env=env,
-                    check=True,
-                    capture_output=True,
-                )
-                stamp = time.strftime("%Y%m%d-%H%M%S")
-                # the command's own start-up and finish, to leave out of the per-example CPU
-                startup = f"bench-{db}-startup-{stamp}"
-                _, startup_cpu = run_eval(env, dataset, startup, 1, 0, tmpdir / "o.json", limit=1)
-                for workers in args.celery_workers:
-                    name = db if not workers else f"{db} celery×{workers}"
-                    if workers:
-                        env = {
-                            **env,
-                            "CELERY_BROKER_URL": args.broker,
-                            "AGENTLAB_EVAL_BATCH": str(args.eval_batch),
-                        }
-                    for c in args.concurrency:
-                        if c < workers:
-                            continue
-                        queue = f"bench-{db}-{os.getpid()}-{c}"
-                        procs = (
-                            start_workers(env, workers, c, queue, tmpdir, args.eval_batch) if workers else []
-                        )
-                        try:
-                            workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs)
-                            metrics, command_cpu = run_eval(
-                                {**env, "AGENTLAB_EVAL_QUEUE": queue},
-                                dataset,
-                                f"bench-{db}-w{workers}-c{c}-{stamp}",
-                                c,
-                                workers,
-                                tmpdir / "out.json",
-                            )
-                            workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs) - workers_cpu
-                        finally:
-                            stop_workers(procs)
-                        sps = metrics["throughput"]["samples_per_s"]
-                        assert metrics["total"] == args.examples and metrics["correct"] == args.examples, (
-                            metrics
-                        )
-                        cpu_ms = (command_cpu - startup_cpu + workers_cpu) * 1000 / (args.examples - 1)
-                        rows.append((name, c, sps, cpu_ms))
-                        print(
-                            f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  "
-                            f"({sps / (c / latency):5.1%} of ideal {c / latency:.0f}/s)  "
-                            f"{cpu_ms:5.2f} ms CPU/example"
-                            + (f" ({workers_cpu * 1000 / args.examples:.2f} in workers)" if workers else ""),
-                            flush=True,
-                        )
-            for name, aiohttp in (("bare SDK", False), ("bare aiohttp", True)):
-                for c in args.concurrency:
-                    sps, cpu_ms = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
-                    rows.append((name, c, sps, cpu_ms))
-                    print(
-                        f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
-                        f"of ideal)  {cpu_ms:5.2f} ms CPU/request",
-                        flush=True,
-                    )
-    finally:
-        stub.terminate()
-        stub.wait()
+    return stub, f"http://127.0.0.1:{port}/v1"
 
+
+def database_env(base_env: dict[str, str], db: str, args: argparse.Namespace, tmpdir: Path) -> dict[str, str]:
+    """The environment of the commands on database ``db`` (``sqlite`` or
+    ``postgres``), migrated."""
+    env = dict(base_env)
+    if db == "sqlite":
+        env["AGENTLAB_SQLITE_PATH"] = str(tmpdir / "bench.sqlite3")
+    else:
+        ensure_pg_database(args.pg_url)
+        env["DATABASE_URL"] = args.pg_url
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+    )
+    return env
+
+
+def measure_one(
+    args: argparse.Namespace, env: dict[str, str], *, db: str, workers: int, c: int, run: str, tmpdir: Path
+) -> tuple[float, float, float]:
+    """One ``run_eval`` at concurrency ``c`` (on ``workers`` Celery workers,
+    0: in process): samples/s, the command's CPU seconds and its workers'."""
+    queue = f"bench-{db}-{os.getpid()}-{c}"
+    procs = start_workers(env, workers, c, queue, tmpdir, args.eval_batch) if workers else []
+    try:
+        workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs)
+        metrics, command_cpu = run_eval(
+            {**env, "AGENTLAB_EVAL_QUEUE": queue}, args.dataset, run, c, workers, tmpdir / "out.json"
+        )
+        workers_cpu = sum(process_cpu_s(proc.pid) for proc in procs) - workers_cpu
+    finally:
+        stop_workers(procs)
+    assert metrics["total"] == args.examples and metrics["correct"] == args.examples, metrics
+    return metrics["throughput"]["samples_per_s"], command_cpu, workers_cpu
+
+
+def measure_database(args: argparse.Namespace, env: dict[str, str], db: str, tmpdir: Path) -> list[Row]:
+    """Every mode and concurrency of ``args`` on database ``db``, printed as measured."""
+    rows: list[Row] = []
+    latency = args.latency_ms / 1000
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    # the command's own start-up and finish, to leave out of the per-example CPU
+    _, startup_cpu = run_eval(
+        env, args.dataset, f"bench-{db}-startup-{stamp}", 1, 0, tmpdir / "o.json", limit=1
+    )
+    for workers in args.celery_workers:
+        name = db if not workers else f"{db} celery×{workers}"
+        if workers:
+            env = {**env, "CELERY_BROKER_URL": args.broker, "AGENTLAB_EVAL_BATCH": str(args.eval_batch)}
+        for c in (c for c in args.concurrency if c >= workers):
+            run = f"bench-{db}-w{workers}-c{c}-{stamp}"
+            sps, command_cpu, workers_cpu = measure_one(
+                args, env, db=db, workers=workers, c=c, run=run, tmpdir=tmpdir
+            )
+            cpu_ms = (command_cpu - startup_cpu + workers_cpu) * 1000 / (args.examples - 1)
+            rows.append((name, c, sps, cpu_ms))
+            print(
+                f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  "
+                f"({sps / (c / latency):5.1%} of ideal {c / latency:.0f}/s)  "
+                f"{cpu_ms:5.2f} ms CPU/example"
+                + (f" ({workers_cpu * 1000 / args.examples:.2f} in workers)" if workers else ""),
+                flush=True,
+            )
+    return rows
+
+
+def measure_bare(args: argparse.Namespace, base_url: str) -> list[Row]:
+    """The bare ``openai`` client, on its default transport and on aiohttp, at every concurrency."""
+    rows: list[Row] = []
+    latency = args.latency_ms / 1000
+    for name, aiohttp in (("bare SDK", False), ("bare aiohttp", True)):
+        for c in args.concurrency:
+            sps, cpu_ms = asyncio.run(bare_client(base_url, args.examples, c, aiohttp=aiohttp))
+            rows.append((name, c, sps, cpu_ms))
+            print(
+                f"{name:<12} concurrency {c:>3}: {sps:7.1f} samples/s  ({sps / (c / latency):5.1%} "
+                f"of ideal)  {cpu_ms:5.2f} ms CPU/request",
+                flush=True,
+            )
+    return rows
+
+
+def print_table(args: argparse.Namespace, rows: list[Row]) -> None:
+    """Samples/s and CPU per example of every configuration, one line per name."""
     print()
     print(f"{args.examples} examples, stub latency {args.latency_ms} ms, one LLM call per example")
     print("samples/s (CPU ms per example: the command after its start-up, plus its Celery workers)")
@@ -333,6 +342,10 @@ def main() -> int:
                 for c in args.concurrency
             )
         )
+
+
+def print_ratios(args: argparse.Namespace, rows: list[Row]) -> None:
+    """The ratios the targets are stated in, from this one run."""
     print()
     print("ratios in this run (same stub, same machine):")
     by = {(name, c): sps for name, c, sps, _ in rows}
@@ -348,6 +361,32 @@ def main() -> int:
     for db in args.databases:
         if (db, 32) in by and (db, 64) in by:
             print(f"  {db} in process c=64 / c=32: {by[db, 64] / by[db, 32]:.2f}×")
+
+
+def main() -> int:
+    args = parse_args()
+    stub, base_url = start_stub(args.latency_ms)
+    rows: list[Row] = []
+    try:
+        with tempfile.TemporaryDirectory(prefix="agentlab-bench-") as tmp:
+            tmpdir = Path(tmp)
+            # one dataset per size: a dataset name holds one set of examples
+            args.dataset = tmpdir / f"bench-{args.examples}.jsonl"
+            write_examples(args.dataset, args.examples)
+            base_env = {
+                k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")
+            }
+            base_env.update(
+                AGENTLAB_LLM_BASE_URL=base_url, AGENTLAB_LLM_API_KEY="bench", AGENTLAB_MODEL="stub"
+            )
+            for db in args.databases:
+                rows += measure_database(args, database_env(base_env, db, args, tmpdir), db, tmpdir)
+            rows += measure_bare(args, base_url)
+    finally:
+        stub.terminate()
+        stub.wait()
+    print_table(args, rows)
+    print_ratios(args, rows)
     return 0
 
 

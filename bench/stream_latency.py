@@ -293,7 +293,7 @@ async def run(args: argparse.Namespace, port: int, daphne_pid: int, session: str
     await run_streamed(args, port, session)
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=200, help="events per single-turn scenario")
     parser.add_argument("--interval", type=float, default=0.05, help="seconds between appends")
@@ -305,16 +305,12 @@ def main() -> int:
     parser.add_argument("--tokens-per-s", type=float, default=50.0, help="how fast the answer streams")
     parser.add_argument("--subscribers", type=int, default=100, help="sockets on the streamed turn")
     parser.add_argument("--streamed-only", action="store_true", help="run only the streamed-answer case")
-    args = parser.parse_args()
+    return parser.parse_args()
 
-    import psycopg
 
-    # 1,000 sockets on each side: raise the open-file limit (daphne inherits it).
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
-    dbname = f"agentlab_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as conn:
-        conn.execute(f'CREATE DATABASE "{dbname}"')
+def bench_env(dbname: str) -> dict[str, str]:
+    """The environment of daphne and of this process: database ``dbname``,
+    Redis's channel layer, no Celery (turns are driven here), quiet logs."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "CELERY_"))}
     env.update(
         {
@@ -328,53 +324,82 @@ def main() -> int:
             "AGENTLAB_REVIEW": "false",
         }
     )
+    return env
+
+
+def prepare_database(env: dict[str, str], dbname: str) -> str:
+    """Migrate ``dbname``, start its turn ids at a random number (so a
+    subscriber of an earlier run cannot mistake one for its own), and log a
+    user in: returns the session key."""
+    import psycopg
+
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname=dbname, autocommit=True) as conn:
+        conn.execute(f"ALTER SEQUENCE turns_turn_id_seq RESTART WITH {random.randint(10**6, 10**9)}")
+    sys.path.insert(0, str(ROOT))
+    import django
+
+    django.setup()
+    from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+    from django.contrib.sessions.backends.db import SessionStore
+
+    user = get_user_model().objects.create_user("bench", password="pw-bench-123")
+    store = SessionStore()
+    store[SESSION_KEY] = str(user.pk)
+    store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+    store[HASH_SESSION_KEY] = user.get_session_auth_hash()
+    store.create()
+    assert store.session_key is not None
+    return store.session_key
+
+
+def start_daphne(env: dict[str, str]) -> tuple[subprocess.Popen, int]:
+    """daphne serving ``bench.asgi_bench`` on a free port; returns it and the port."""
+    port = free_port()
+    # -v 0: no access log; a line per websocket event on stdout is work
+    # for daphne's loop that neither a forwarder nor the stream is about
+    daphne = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "daphne",
+            "-v",
+            "0",
+            "-b",
+            "127.0.0.1",
+            "-p",
+            str(port),
+            "bench.asgi_bench:application",
+        ],
+        cwd=ROOT,
+        env=env,
+    )
+    wait_for_port(port, timeout=30, process=daphne, what="daphne")
+    return daphne, port
+
+
+def main() -> int:
+    args = parse_args()
+    import psycopg
+
+    # 1,000 sockets on each side: raise the open-file limit (daphne inherits it).
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 8192)), hard))
+    dbname = f"agentlab_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(host="127.0.0.1", user="postgres", dbname="postgres", autocommit=True) as conn:
+        conn.execute(f'CREATE DATABASE "{dbname}"')
+    env = bench_env(dbname)
     os.environ.update(env)
     for key in [k for k in os.environ if k.startswith("CELERY_")]:
         del os.environ[key]
     daphne = None
     try:
-        subprocess.run([sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True)
-        with psycopg.connect(host="127.0.0.1", user="postgres", dbname=dbname, autocommit=True) as conn:
-            conn.execute(f"ALTER SEQUENCE turns_turn_id_seq RESTART WITH {random.randint(10**6, 10**9)}")
-        sys.path.insert(0, str(ROOT))
-        import django
-
-        django.setup()
-        from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-        from django.contrib.sessions.backends.db import SessionStore
-
-        user = get_user_model().objects.create_user("bench", password="pw-bench-123")
-        store = SessionStore()
-        store[SESSION_KEY] = str(user.pk)
-        store[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-        store[HASH_SESSION_KEY] = user.get_session_auth_hash()
-        store.create()
-
-        port = free_port()
-        # -v 0: no access log; a line per websocket event on stdout is work
-        # for daphne's loop that neither a forwarder nor the stream is about
-        daphne = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "daphne",
-                "-v",
-                "0",
-                "-b",
-                "127.0.0.1",
-                "-p",
-                str(port),
-                "bench.asgi_bench:application",
-            ],
-            cwd=ROOT,
-            env=env,
-        )
-        wait_for_port(port, timeout=30, process=daphne, what="daphne")
-        assert store.session_key is not None
+        session = prepare_database(env, dbname)
+        daphne, port = start_daphne(env)
         if args.streamed_only:
-            asyncio.run(run_streamed(args, port, store.session_key))
+            asyncio.run(run_streamed(args, port, session))
         else:
-            asyncio.run(run(args, port, daphne.pid, store.session_key, dbname))
+            asyncio.run(run(args, port, daphne.pid, session, dbname))
     finally:
         if daphne is not None:
             daphne.terminate()
