@@ -357,7 +357,11 @@ def stream_reads():
         return execute(sql, params, many, context)
 
     def install(sender, connection, **kwargs):
-        connection.execute_wrappers.append(record)
+        # The signal fires again when a pool thread's connection reconnects
+        # (an idle check retired it): one wrapper per connection, or every
+        # read after a reconnect would be recorded twice.
+        if record not in connection.execute_wrappers:
+            connection.execute_wrappers.append(record)
 
     connection_created.connect(install, weak=False)
     yield seen
