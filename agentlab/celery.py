@@ -32,8 +32,9 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 app = Celery("agentlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
-# the scheduled evaluations' task lives beside the schedules, not in
-# evaluation/tasks.py (which run_eval imports: run_eval is what it runs)
+# evaluation's tasks live beside what they run: the examples' task with the
+# run (evaluation/run/worker.py), the schedules' with the schedules
+app.autodiscover_tasks(["evaluation.run"], related_name="worker")
 app.autodiscover_tasks(["evaluation.schedules"])
 # Belongs with the other CELERY_* settings; read here so that this module
 # stays the only place that must know about it.

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     import django
 
     django.setup()
-    from evaluation.metrics_table import format_table
+    from evaluation.metrics.metrics_table import format_table
     from evaluation.models import Run
 
     runs = [Run.objects.get(run_id=r) for r in (args.run_a, args.run_b)]

@@ -17,12 +17,11 @@ from agentlab.agent.text import clean_text
 from apikeys.auth import api_key_auth, session_auth
 from apikeys.throttle import api_key_throttle
 from common.api import ERRORS, AuthedRequest, Pagination
-
-from . import selectors
-from .comparison import Comparison
-from .intervals import CONFIDENCE, wilson_interval
-from .models import Prediction, Run, RunStatus
-from .services.comparison import run_compare_ids
+from evaluation import selectors
+from evaluation.compare.pairing import Comparison
+from evaluation.compare.services import run_compare_ids
+from evaluation.metrics.intervals import CONFIDENCE, wilson_interval
+from evaluation.models import Prediction, Run, RunStatus
 
 # API keys are rate-limited per key (AGENTLAB_API_KEY_RATE); sessions are not
 router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth], throttle=[api_key_throttle])

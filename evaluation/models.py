@@ -33,7 +33,7 @@ class Example(models.Model):
     """One question with its gold answer. ``scorer`` empty means: by task type.
 
     ``answer`` is JSON: a string, or a list of alias strings any one of which
-    is correct (``evaluation.datasets.gold_answer``)."""
+    is correct (``evaluation.datasets.jsonl.gold_answer``)."""
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="examples")
     external_id = models.CharField(max_length=200)
@@ -70,7 +70,7 @@ class BaselinePolicy(models.TextChoices):
 class EvalSchedule(models.Model):
     """An evaluation that Celery beat runs on a crontab or interval (issue 17).
 
-    The options are ``run_eval``'s (``evaluation.eval_request``): blank or
+    The options are ``run_eval``'s (``evaluation.run.request``): blank or
     ``None`` means the command's default. ``crontab`` or ``interval`` (exactly
     one) is django-celery-beat's own schedule row; ``periodic_task`` is the
     beat entry that fires ``evaluation.schedules.tasks.scheduled_eval_run``
@@ -173,7 +173,7 @@ class Run(models.Model):
     regression = models.BooleanField(null=True, blank=True, db_index=True)
     baseline = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     #: the significant regressions against ``baseline``, one line each
-    #: (``evaluation.comparison.regressions``); ``[]`` when none or not compared
+    #: (``evaluation.compare.pairing.regressions``); ``[]`` when none or not compared
     regressions = models.JSONField(default=list, blank=True)
 
     class Meta:
@@ -237,7 +237,7 @@ class Prediction(models.Model):
     epoch = models.PositiveIntegerField(default=1)
     #: what the scorer said it compared, or why it could not score
     score_explanation = models.TextField(blank=True, default="")
-    #: the LLM judge's grading (``evaluation.scoring.judge.Judgement``:
+    #: the LLM judge's grading (``evaluation.judge.grader.Judgement``:
     #: model, grade, cached, usage of its call), ``{}`` for other scorers
     judgement = models.JSONField(blank=True, default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -259,7 +259,7 @@ class JudgeCacheEntry(models.Model):
     """One LLM judge's grade, cached: re-scoring the same (question,
     prediction text, gold, rubric, judge model) does not call the judge again.
 
-    ``key`` is ``evaluation.scoring.judge.JudgeRequest.cache_key()`` (SHA-256
+    ``key`` is ``evaluation.judge.grader.JudgeRequest.cache_key()`` (SHA-256
     hex of those five values); only readable grades are cached — a judge
     error or an unreadable grade is asked again next time."""
 

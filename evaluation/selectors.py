@@ -2,7 +2,7 @@
 
 Runs are team-wide: any logged-in user and any API key may read them. Who is
 driving a run right now (its lease, or its turns' heartbeats) is read here;
-``evaluation.services.runs`` writes the lease.
+``evaluation.run.lifecycle`` writes the lease.
 """
 
 from __future__ import annotations
@@ -17,16 +17,12 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from common.errors import NotFound
+from evaluation.metrics.checks import CheckRow, check_metrics, check_row
+from evaluation.metrics.compute import PredictionRow, compute_metrics
+from evaluation.models import Dataset, Prediction, Run, RunStatus
+from evaluation.scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 from turns.job_ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
-
-from .checks import CheckRow, check_metrics, check_row
-from .comparison import ComparedRow
-from .datasets import gold_display
-from .epoch_comparison import EpochComparedRow
-from .metrics import PredictionRow, compute_metrics
-from .models import Dataset, Prediction, Run, RunStatus
-from .scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
 
 
 def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
@@ -57,132 +53,6 @@ def run_latencies(*, run: Run) -> list[int]:
     """The known latencies (ms) of the run's predictions. One query."""
     found = Prediction.objects.filter(run=run, latency_ms__isnull=False).values_list("latency_ms", flat=True)
     return [ms for ms in found if ms is not None]
-
-
-#: The prediction columns a ``ComparedRow`` is built from, in ``_compared_row``'s order.
-_COMPARED_COLUMNS = (
-    "example_id",
-    "example__external_id",
-    "task_type",
-    "pk",
-    "turn_id",
-    "correct",
-    "prediction",
-    "gold_answer",
-    "error",
-    "stop_reason",
-)
-
-
-def _compared_row(row: tuple[Any, ...]) -> ComparedRow:
-    """A ``ComparedRow`` from the first ``len(_COMPARED_COLUMNS)`` values of ``row``."""
-    return ComparedRow(
-        example_key=row[0],
-        example_id=row[1],
-        task_type=row[2],
-        prediction_id=row[3],
-        turn_id=row[4],
-        correct=row[5],
-        prediction=row[6],
-        gold=gold_display(row[7]),
-        error=row[8],
-        stop_reason=row[9],
-    )
-
-
-def run_compared_rows(*, run: Run) -> list[ComparedRow]:
-    """The run's predictions as ``ComparedRow`` s for a comparison, in
-    example order. One query."""
-    rows = (
-        Prediction.objects.filter(run=run).order_by("example__position", "pk").values_list(*_COMPARED_COLUMNS)
-    )
-    return [_compared_row(row) for row in rows]
-
-
-def run_compared_epoch_rows(*, run: Run) -> list[EpochComparedRow]:
-    """The run's predictions, every epoch, as ``EpochComparedRow`` s for the
-    comparison of runs with epochs (``evaluation.epoch_comparison``), in
-    example and epoch order. One query."""
-    rows = (
-        Prediction.objects.filter(run=run)
-        .order_by("example__position", "epoch", "pk")
-        .values_list(*_COMPARED_COLUMNS, "epoch", "score")
-    )
-    n = len(_COMPARED_COLUMNS)
-    return [EpochComparedRow(row=_compared_row(row), epoch=row[n], score=row[n + 1]) for row in rows]
-
-
-#: Config keys that may differ between a run and its ``--baseline previous``:
-#: what is being compared (the model and the code) and how the run was
-#: executed, which does not change what is measured.
-BASELINE_FREE_KEYS = frozenset(
-    {"model", "provider", "code_version", "resumes", "concurrency", "workers", "celery_queue", "price"}
-)
-
-
-def baseline_config(config: dict[str, Any]) -> dict[str, Any]:
-    """The part of a run's config that ``--baseline previous`` requires to be
-    equal: all but ``BASELINE_FREE_KEYS``, and the plugins without their
-    versions (a plugin's version is code)."""
-    kept = {k: v for k, v in config.items() if k not in BASELINE_FREE_KEYS}
-    if isinstance(kept.get("plugins"), list):
-        kept["plugins"] = [
-            {k: v for k, v in p.items() if k != "version"} if isinstance(p, dict) else p
-            for p in kept["plugins"]
-        ]
-    return kept
-
-
-def run_previous(*, run: Run) -> Run | None:
-    """The latest finished (``success``) run on ``run``'s dataset, created
-    before it, whose config equals ``run``'s apart from the model and code
-    version (``baseline_config``) — ``run_eval --baseline previous`` — or
-    ``None``. Reads the dataset's earlier runs newest first."""
-    wanted = baseline_config(run.config or {})
-    earlier = (
-        Run.objects.filter(
-            dataset_id=run.dataset_id, status=RunStatus.SUCCESS, created_at__lte=run.created_at
-        )
-        .exclude(pk=run.pk)
-        .select_related("dataset", "started_by")
-        .order_by("-created_at", "-pk")
-    )
-    for candidate in earlier.iterator(chunk_size=50):
-        if baseline_config(candidate.config or {}) == wanted:
-            return candidate
-    return None
-
-
-def schedule_previous_run(*, run: Run) -> Run | None:
-    """The latest successful run of ``run``'s schedule on ``run``'s dataset,
-    created before it — the baseline of a scheduled run — or ``None`` (no
-    schedule, or its first successful run). A failed or cancelled run is no
-    baseline: against one every answer would look like progress."""
-    if run.schedule_id is None:
-        return None
-    return (
-        Run.objects.filter(
-            schedule_id=run.schedule_id,
-            dataset_id=run.dataset_id,
-            status=RunStatus.SUCCESS,
-            created_at__lte=run.created_at,
-        )
-        .exclude(pk=run.pk)
-        .select_related("dataset")
-        .order_by("-created_at", "-pk")
-        .first()
-    )
-
-
-def run_previous_on_dataset(*, run: Run) -> Run | None:
-    """The run on ``run``'s dataset created just before it, whatever its
-    config or status (the admin's "compare with previous run" link), or ``None``."""
-    return (
-        Run.objects.filter(dataset_id=run.dataset_id, created_at__lte=run.created_at)
-        .exclude(pk=run.pk)
-        .order_by("-created_at", "-pk")
-        .first()
-    )
 
 
 def dataset_accuracy_trend(*, dataset_id: int, limit: int = 50) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from channels.testing import WebsocketCommunicator
 
 from apikeys.services import apikey_create
 from evaluation.models import Dataset
-from evaluation.services.runs import run_start
+from evaluation.run.lifecycle import run_start
 from tests.api_support import ApiClient
 from tests.turns.conftest import _close_process_pools, stream_settings, ws_app  # noqa: F401 - fixtures
 from turns.models import Approval

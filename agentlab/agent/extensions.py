@@ -57,7 +57,7 @@ class RunExtensions:
     settings' then the run's; ``run_mcp_servers`` the run's alone). An
     example's own plugins go between the dataset's and the run's
     (``for_example``). Frozen and free of Django (the agent core's rule); a
-    Celery worker rebuilds a run's from its config (``evaluation.tasks``)."""
+    Celery worker rebuilds a run's from its config (``evaluation.run.worker``)."""
 
     settings_plugins: tuple[str, ...] = ()
     dataset_plugins: tuple[str, ...] = ()

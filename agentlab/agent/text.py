@@ -9,8 +9,8 @@ bytes on SQLite and PostgreSQL:
 
 - every event payload and every turn field (``turns.events``), a turn's
   question and context when it is created;
-- every prediction field (``evaluation.services.predictions``);
-- every line of a dataset file, before it is validated (``evaluation.datasets``);
+- every prediction field (``evaluation.run.record``);
+- every line of a dataset file, before it is validated (``evaluation.datasets.jsonl``);
 - every LLM request, the tool outputs and documents in it included
   (``agentlab.agent.retry.complete_with_retries``, the one call path, by
   ``json_body_safe``: the same rule at C speed);

@@ -18,7 +18,7 @@ from typing import Any, Literal
 from agentlab.agent.types import Completion
 
 #: Which call a completion was: a step of the agent loop, the reviewer's, or
-#: the LLM judge's (a scorer: ``evaluation.scoring.judge``), kept apart so the
+#: the LLM judge's (a scorer: ``evaluation.judge.grader``), kept apart so the
 #: cost of grading is never read as the agent's.
 UsageRole = Literal["agent", "review", "judge"]
 USAGE_ROLES: tuple[str, ...] = ("agent", "review", "judge")

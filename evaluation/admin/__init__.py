@@ -2,7 +2,7 @@
 run of an evaluation turn in the turn admin.
 
 Read-only like the turn admin (``common.admin.StaffReadOnlyAdmin``): rows are
-written by ``evaluation.services`` and ``manage.py run_eval``. The path from a
+written by the evaluation services and ``manage.py run_eval``. The path from a
 run to what went wrong is made of links: the run page counts its predictions
 by error and stop reason and its turns by status, each count a link to the
 pre-filtered list; a prediction links to the turn that produced it, whose page
@@ -23,11 +23,11 @@ place of ``turns.admin.TurnAdmin``).
 
 from __future__ import annotations
 
-from .datasets import DatasetAdmin, ExampleAdmin
-from .predictions import PredictionAdmin
-from .runs import RunAdmin
-from .schedules import EvalScheduleAdmin
-from .turns import RunFilter, RunTurnAdmin
+from evaluation.admin.datasets import DatasetAdmin, ExampleAdmin
+from evaluation.admin.predictions import PredictionAdmin
+from evaluation.admin.runs import RunAdmin
+from evaluation.admin.schedules import EvalScheduleAdmin
+from evaluation.admin.turns import RunFilter, RunTurnAdmin
 
 __all__ = [
     "DatasetAdmin",

@@ -12,14 +12,13 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
+from evaluation.datasets.jsonl import gold_display
+from evaluation.models import Example, Prediction, Run
+from evaluation.selectors import predictions_failing, run_check_names
 from turns.admin import status_badge
 from turns.admin.display import review_text, stop_reason_text, usage_html
 from turns.meta import meta_last_review
 from turns.models import Turn
-
-from ..datasets import gold_display
-from ..models import Example, Prediction, Run
-from ..selectors import predictions_failing, run_check_names
 
 
 class ErroredFilter(admin.SimpleListFilter):

@@ -13,9 +13,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link, badge
-
-from ..models import Run
-from .report import compare_url
+from evaluation.admin.report import compare_url
+from evaluation.models import Run
 
 #: What ``Run.regression`` says, as the filter's and the column's words.
 FLAG_TEXT = {True: "significant regression", False: "no regression", None: "not compared"}

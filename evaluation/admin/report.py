@@ -5,8 +5,8 @@ the run admin; the "Compare" action on two selected runs.
 ``<pk>/report/`` and ``compare/<base_pk>/<candidate_pk>/``, the "Compare"
 list action (the older selected run is the base) and the run page's links
 ("report with charts", "compare with the previous run on this dataset").
-The numbers come from ``evaluation.report`` and
-``evaluation.services.comparison``; the templates
+The numbers come from ``evaluation.metrics.report_data`` and
+``evaluation.compare.services``; the templates
 (``templates/admin/evaluation/run/report.html``, ``compare.html``) draw them
 with Chart.js 4.6.1, vendored under ``evaluation/static/evaluation/vendor/``
 (no CDN).
@@ -27,12 +27,13 @@ from django.utils.safestring import SafeString
 
 from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
-
-from ..comparison import ExamplePair, PairSide, unfinished_warning
-from ..models import Run
-from ..report import comparison_chart_data, run_report_data
-from ..selectors import dataset_accuracy_trend, run_latencies, run_previous_on_dataset, run_stored_metrics
-from ..services.comparison import run_compare
+from evaluation.compare.charts import comparison_chart_data
+from evaluation.compare.pairing import ExamplePair, PairSide, unfinished_warning
+from evaluation.compare.selectors import run_previous_on_dataset
+from evaluation.compare.services import run_compare
+from evaluation.metrics.report_data import run_report_data
+from evaluation.models import Run
+from evaluation.selectors import dataset_accuracy_trend, run_latencies, run_stored_metrics
 
 #: The vendored Chart.js (``evaluation/static/evaluation/vendor/chartjs/README.md``).
 CHARTJS_VERSION = "4.6.1"

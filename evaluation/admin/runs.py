@@ -29,14 +29,13 @@ from common.admin import (
     subquery_count,
     url_query,
 )
+from evaluation.admin.regressions import RegressionFilter, regression_badge, regression_summary
+from evaluation.admin.report import RunReportViews
+from evaluation.metrics.intervals import accuracy_text
+from evaluation.models import Prediction, Run
+from evaluation.selectors import run_metrics
 from turns.admin import status_badge
 from turns.models import Turn
-
-from ..intervals import accuracy_text
-from ..models import Prediction, Run
-from ..selectors import run_metrics
-from .regressions import RegressionFilter, regression_badge, regression_summary
-from .report import RunReportViews
 
 
 @admin.register(Run)

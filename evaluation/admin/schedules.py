@@ -21,11 +21,10 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link, url_query
-
-from ..models import EvalSchedule, Run
-from ..schedules.options import schedule_check
-from ..schedules.sync import schedule_delete, schedule_save
-from .regressions import regression_badge
+from evaluation.admin.regressions import regression_badge
+from evaluation.models import EvalSchedule, Run
+from evaluation.schedules.options import schedule_check
+from evaluation.schedules.sync import schedule_delete, schedule_save
 
 
 class EvalScheduleForm(forms.ModelForm):

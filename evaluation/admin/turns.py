@@ -21,10 +21,9 @@ from django.http import HttpRequest
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link
+from evaluation.models import Prediction, Run
 from turns.admin import StopReasonFilter, TurnAdmin
 from turns.models import Turn
-
-from ..models import Prediction, Run
 
 #: Runs offered by the turn list's "run" filter (newest first).
 RUN_FILTER_LIMIT = 30

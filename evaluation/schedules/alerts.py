@@ -10,7 +10,7 @@ from django.conf import settings
 from django.core.mail import mail_admins
 from django.urls import reverse
 
-from ..models import EvalSchedule, Run
+from evaluation.models import EvalSchedule, Run
 
 logger = logging.getLogger("evaluation.schedules")
 

@@ -2,7 +2,7 @@
 
 A scheduled run with ``celery`` sends its examples' turns to a queue and
 follows them from the worker slot its own task holds (``run_eval`` →
-``evaluation.celery_run.follow_run``). If every slot that reads that queue
+``evaluation.run.on_workers.follow_run``). If every slot that reads that queue
 is held by such a follower — one worker with one slot, say — no turn is
 ever taken and the follower waits forever. Before it sends anything, the
 scheduled run asks the workers (Celery's remote control: ``active_queues``,
@@ -22,7 +22,7 @@ from typing import Any
 
 from celery import current_app
 
-from ..celery_run import workers_reading
+from evaluation.run.on_workers import workers_reading
 
 #: Seconds to wait for the workers' replies.
 INSPECT_TIMEOUT_S = 2.0

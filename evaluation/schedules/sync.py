@@ -18,8 +18,8 @@ from django.db import transaction
 from django.db.models import QuerySet
 from django_celery_beat.models import PeriodicTask
 
-from ..models import EvalSchedule
-from .options import schedule_check
+from evaluation.models import EvalSchedule
+from evaluation.schedules.options import schedule_check
 
 #: The registered name of the task beat sends (``evaluation.schedules.tasks``).
 SCHEDULE_TASK = "evaluation.schedules.tasks.scheduled_eval_run"

@@ -1,6 +1,6 @@
 """The Celery task beat sends for a schedule (``evaluation.schedules.sync``
 writes the ``PeriodicTask`` naming it). Thin by design: the work is
-``evaluation.schedules.runs.scheduled_run``.
+``evaluation.schedules.firing.scheduled_run``.
 
 Found by the workers through ``agentlab.celery`` (``autodiscover_tasks``
 over ``evaluation.schedules``). No retries and no late acknowledgement: a
@@ -15,8 +15,8 @@ from __future__ import annotations
 from celery import shared_task
 from django.db import connections
 
-from .runs import scheduled_run
-from .sync import SCHEDULE_TASK
+from evaluation.schedules.firing import scheduled_run
+from evaluation.schedules.sync import SCHEDULE_TASK
 
 
 @shared_task(name=SCHEDULE_TASK, ignore_result=True, acks_late=False, max_retries=0)

@@ -63,9 +63,9 @@ public names from here.
 
 from __future__ import annotations
 
-from .base import Score, ScorerFn
-from .choice import extract_choice, score_choice
-from .dispatch import (
+from evaluation.scoring.base import Score, ScorerFn
+from evaluation.scoring.choice import extract_choice, score_choice
+from evaluation.scoring.dispatch import (
     DEFAULT_SCORER_BY_TASK_TYPE,
     EXPECTED_ANSWER_TYPES,
     FALLBACK_SCORER,
@@ -77,9 +77,9 @@ from .dispatch import (
     score,
     scorer_for,
 )
-from .numeric import ABS_TOL, REL_TOL, extract_last_number, parse_number, score_numeric
-from .sql_result import score_sql_result
-from .text import normalize_answer, score_contains, score_exact
+from evaluation.scoring.numeric import ABS_TOL, REL_TOL, extract_last_number, parse_number, score_numeric
+from evaluation.scoring.sql_result import score_sql_result
+from evaluation.scoring.text import normalize_answer, score_contains, score_exact
 
 __all__ = [
     "ABS_TOL",

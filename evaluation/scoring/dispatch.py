@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Score, ScorerFn
-from .choice import score_choice
-from .numeric import score_numeric
-from .sql_result import score_sql_result
-from .text import score_contains, score_exact
+from evaluation.scoring.base import Score, ScorerFn
+from evaluation.scoring.choice import score_choice
+from evaluation.scoring.numeric import score_numeric
+from evaluation.scoring.sql_result import score_sql_result
+from evaluation.scoring.text import score_contains, score_exact
 
 #: Scorer name → function. Names are stored on examples and runs; do not rename.
 SCORERS: dict[str, ScorerFn] = {
@@ -126,7 +126,7 @@ def score(
 
     Returns a :class:`Score`; never raises for odd predictions. Raises
     ``ValueError`` for an unknown scorer name, and for ``judge``, which needs
-    a grading model (:func:`evaluation.scoring.judge.judge`)."""
+    a grading model (:func:`evaluation.judge.grader.judge`)."""
     if check_scorer(scorer) in MODEL_GRADED_SCORERS:
         raise ValueError(f"scorer {scorer!r} needs a grading model; it is not a pure scorer")
     fn = SCORERS[scorer]

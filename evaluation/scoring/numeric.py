@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Score
+from evaluation.scoring.base import Score
 
 #: Relative and absolute tolerance of every numeric comparison in the scorers.
 REL_TOL = 1e-4

@@ -19,9 +19,9 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Score
-from .numeric import extract_last_number, format_number, is_close, parse_number
-from .text import normalize_answer
+from evaluation.scoring.base import Score
+from evaluation.scoring.numeric import extract_last_number, format_number, is_close, parse_number
+from evaluation.scoring.text import normalize_answer
 
 _CODE_FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 _MAX_LITERAL_CHARS = 200_000

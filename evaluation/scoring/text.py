@@ -20,7 +20,7 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-from .base import Score
+from evaluation.scoring.base import Score
 
 _PUNCTUATION = frozenset(string.punctuation)
 _ARTICLES_RE = re.compile(r"\b(a|an|the)\b")

@@ -12,9 +12,9 @@ from pathlib import Path
 from django_celery_beat.models import IntervalSchedule
 
 from agentlab.testing.stub_llm import StubLLMServer
+from evaluation.datasets.services import dataset_resolve
 from evaluation.models import EvalSchedule
 from evaluation.schedules.sync import schedule_save
-from evaluation.services.datasets import dataset_resolve
 
 from .test_compare_runs import ROWS, Oracle
 

@@ -15,12 +15,12 @@ from django.urls import reverse
 from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from common.db import DatabaseThreads
-from evaluation.datasets import ExampleSpec
+from evaluation.datasets.jsonl import ExampleSpec
+from evaluation.datasets.services import dataset_import
 from evaluation.models import Prediction, Run
-from evaluation.services.datasets import dataset_import
-from evaluation.services.plan import run_plan
-from evaluation.services.predictions import prediction_record
-from evaluation.services.runs import run_finish, run_start
+from evaluation.run.lifecycle import run_finish, run_start
+from evaluation.run.plan import run_plan
+from evaluation.run.record import prediction_record
 from tests.turns.test_admin import TestThreadDb, drive
 from turns.driver import EVALUATION, drive_turn, turn_claim
 from turns.events import NewEvent, event_append_many

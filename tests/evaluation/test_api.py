@@ -11,7 +11,7 @@ from django.core.management import call_command
 from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text
 from apikeys.models import ApiKey
 from apikeys.services import apikey_create
-from evaluation.intervals import wilson_interval
+from evaluation.metrics.intervals import wilson_interval
 from tests.api_support import ApiClient, assert_error
 
 pytestmark = pytest.mark.django_db(transaction=True)

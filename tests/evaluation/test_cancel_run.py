@@ -7,10 +7,10 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
+from evaluation.datasets.services import dataset_resolve
 from evaluation.models import Prediction, Run
-from evaluation.services.datasets import dataset_resolve
-from evaluation.services.plan import run_plan
-from evaluation.services.runs import run_start
+from evaluation.run.lifecycle import run_start
+from evaluation.run.plan import run_plan
 from turns.models import Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,4 +1,4 @@
-"""``evaluation.celery_run.eval_send``: prediction ids in messages of
+"""``evaluation.run.on_workers.eval_send``: prediction ids in messages of
 ``AGENTLAB_EVAL_BATCH``, sent once the transaction commits."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 from django.db import transaction
 
-from evaluation import celery_run
+from evaluation.run import on_workers as celery_run
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ import io
 
 from rich.console import Console
 
-from evaluation.checks import CheckRow, check_metrics, check_row, checks_side_by_side
-from evaluation.metrics_table import checks_table, format_table
+from evaluation.metrics.checks import CheckRow, check_metrics, check_row, checks_side_by_side
+from evaluation.metrics.metrics_table import checks_table, format_table
 
 
 def rows() -> list[CheckRow]:

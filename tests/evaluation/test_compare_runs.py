@@ -11,9 +11,9 @@ from django.core.management import CommandError, call_command
 
 from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text
 from apikeys.services import apikey_create
+from evaluation.compare.services import run_compare_ids
+from evaluation.compare.statistics import mcnemar_exact_p
 from evaluation.models import Prediction, Run
-from evaluation.services.comparison import run_compare_ids
-from evaluation.statistics import mcnemar_exact_p
 from tests.api_support import ApiClient, assert_error
 
 pytestmark = pytest.mark.django_db(transaction=True)

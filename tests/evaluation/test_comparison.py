@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from evaluation.comparison import ComparedRow, RunSide, compare_rows, regressions
-from evaluation.metrics import PredictionRow, compute_metrics
-from evaluation.statistics import holm_adjust, mcnemar_exact_p
+from evaluation.compare.pairing import ComparedRow, RunSide, compare_rows, regressions
+from evaluation.compare.statistics import holm_adjust, mcnemar_exact_p
+from evaluation.metrics.compute import PredictionRow, compute_metrics
 
 
 def side(run_id: str) -> RunSide:

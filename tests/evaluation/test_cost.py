@@ -10,8 +10,8 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
-from evaluation.eval_request import eval_request
 from evaluation.models import Prediction, Run
+from evaluation.run.request import eval_request
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from evaluation.datasets import DatasetFormatError, ExampleSpec, parse_jsonl, parse_records
-from evaluation.demo import DEMO_DATASET_NAME, demo_examples
+from evaluation.datasets.demo import DEMO_DATASET_NAME, demo_examples
+from evaluation.datasets.jsonl import DatasetFormatError, ExampleSpec, parse_jsonl, parse_records
 from evaluation.scoring import score, scorer_for
 from tests.shared_data import dataset_path
 

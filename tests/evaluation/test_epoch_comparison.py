@@ -7,10 +7,10 @@ import pytest
 from django.core.management import call_command
 
 from agentlab.testing.stub_llm import StubLLMServer
-from evaluation.bootstrap import paired_bootstrap
-from evaluation.comparison import ComparedRow
-from evaluation.epoch_comparison import BOOTSTRAP_METHOD, EpochComparedRow, majority_rows
-from evaluation.services.comparison import run_compare_ids
+from evaluation.compare.bootstrap import paired_bootstrap
+from evaluation.compare.over_epochs import BOOTSTRAP_METHOD, EpochComparedRow, majority_rows
+from evaluation.compare.pairing import ComparedRow
+from evaluation.compare.services import run_compare_ids
 from tests.evaluation.test_run_eval import GSM8K, oracle, rows
 from tests.evaluation.test_run_eval_epochs import PATTERN, by_epoch
 

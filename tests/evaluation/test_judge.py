@@ -10,8 +10,7 @@ import pytest
 
 from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.types import ProviderError
-from evaluation.scoring import score
-from evaluation.scoring.judge import (
+from evaluation.judge.grader import (
     DEFAULT_RUBRIC,
     JUDGE_SCHEMA,
     JudgeRequest,
@@ -19,6 +18,7 @@ from evaluation.scoring.judge import (
     judge,
     parse_grade,
 )
+from evaluation.scoring import score
 
 
 def request(**changes: object) -> JudgeRequest:

@@ -9,9 +9,9 @@ import pytest
 
 from agentlab.agent.types import Completion, Usage
 from agentlab.agent.usage import UsageTotals
-from evaluation.intervals import wilson_interval
-from evaluation.metrics import PredictionRow, compute_metrics, percentile
-from evaluation.metrics_table import format_table
+from evaluation.metrics.compute import PredictionRow, compute_metrics, percentile
+from evaluation.metrics.intervals import wilson_interval
+from evaluation.metrics.metrics_table import format_table
 
 
 def _row(

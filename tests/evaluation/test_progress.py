@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from evaluation.eval_request import eval_request
-from evaluation.progress import PlainProgress, progress_for
+from evaluation.run.progress import PlainProgress, progress_for
+from evaluation.run.request import eval_request
 from tests.redis_support import BROKER_URL
 
 

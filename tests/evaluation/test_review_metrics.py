@@ -14,12 +14,12 @@ from agentlab.agent.review import REVIEW_SYSTEM_PROMPT
 from agentlab.agent.types import Completion
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
 from common.db import DatabaseThreads
-from evaluation.datasets import ExampleSpec
+from evaluation.datasets.jsonl import ExampleSpec
+from evaluation.datasets.services import dataset_import
 from evaluation.models import Prediction, Run
-from evaluation.runner import drive_examples
-from evaluation.services.datasets import dataset_import
-from evaluation.services.plan import run_plan
-from evaluation.services.runs import run_finish, run_start
+from evaluation.run.inprocess import drive_examples
+from evaluation.run.lifecycle import run_finish, run_start
+from evaluation.run.plan import run_plan
 from tests.turns.test_review_and_approvals import counting_tools
 from turns.driver import ChatPolicy, drive_turn
 from turns.selectors import events_after

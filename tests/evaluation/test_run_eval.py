@@ -432,7 +432,7 @@ def test_a_dataset_name_that_cannot_make_a_run_id_is_refused_at_import(tmp_path)
 def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
     from django.db import ProgrammingError
 
-    import evaluation.run_eval as command
+    import evaluation.run.evaluate as command
 
     def unmigrated(**_):
         raise ProgrammingError('relation "evaluation_dataset" does not exist')
@@ -508,8 +508,8 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
 def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_process_is_gone(endpoint):
     import subprocess as sp
 
-    from evaluation.services.plan import run_plan
-    from evaluation.services.runs import run_start
+    from evaluation.run.lifecycle import run_start
+    from evaluation.run.plan import run_plan
     from turns.driver import turn_claim
     from turns.job_ids import local_job_id
 
@@ -668,7 +668,7 @@ def test_a_run_leased_by_a_live_run_eval_is_refused_and_resumed_once_the_lease_i
 
     from django.utils import timezone
 
-    from evaluation.services.runs import run_lease_tag
+    from evaluation.run.lifecycle import run_lease_tag
 
     call_command("import_dataset", str(GSM8K), "--name", "gsm-lease")
     argv = ["run_eval", "gsm-lease", "--run-id", "lease", "--limit", "2", "--no-review"]
@@ -714,7 +714,7 @@ def test_the_lease_is_renewed_while_held_and_its_thread_stops_when_taken_over():
 
     from django.utils import timezone
 
-    from evaluation.services.runs import RunLease, run_start
+    from evaluation.run.lifecycle import RunLease, run_start
 
     ds = Dataset.objects.create(name="lease-ds")
     run, _ = run_start(run_id="renewed", dataset=ds, config={}, driver="eval-h-1-0:run")

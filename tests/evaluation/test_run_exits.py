@@ -14,7 +14,7 @@ from agentlab.celery import app
 from agentlab.testing.net import free_port
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
 from evaluation.models import Run
-from evaluation.run_exits import resume_command
+from evaluation.run.exits import resume_command
 from tests.redis_support import BROKER_URL
 from turns.models import Turn
 
@@ -96,7 +96,8 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
 ):
     from kombu.exceptions import OperationalError as KombuOperationalError
 
-    from evaluation import celery_run, run_eval
+    from evaluation.run import evaluate as run_eval
+    from evaluation.run import on_workers as celery_run
 
     def send_fails(*args, **kwargs):
         raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")

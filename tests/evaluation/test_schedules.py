@@ -18,8 +18,8 @@ from django_celery_beat.models import CrontabSchedule, IntervalSchedule, Periodi
 
 from evaluation.models import EvalSchedule, Run
 from evaluation.schedules.capacity import free_slots
+from evaluation.schedules.firing import scheduled_run
 from evaluation.schedules.options import schedule_check
-from evaluation.schedules.runs import scheduled_run
 from evaluation.schedules.sync import SCHEDULE_TASK, schedule_delete, schedule_save
 from tests.redis_support import BROKER_URL
 

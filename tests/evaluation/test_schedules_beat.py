@@ -24,8 +24,8 @@ from django_celery_beat.schedulers import DatabaseScheduler
 
 from agentlab.celery import app
 from agentlab.testing.net import port_open
-from evaluation import tasks as eval_tasks
 from evaluation.models import Run
+from evaluation.run import worker as eval_tasks
 from evaluation.schedules.sync import SCHEDULE_TASK
 from tests.redis_support import BROKER_URL, REDIS
 from turns import tasks as turn_tasks

@@ -15,12 +15,12 @@ import pytest
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from agentlab.agent.types import Completion
 from common.db import DatabaseThreads
-from evaluation.datasets import parse_jsonl
+from evaluation.datasets.jsonl import parse_jsonl
+from evaluation.datasets.services import dataset_import
 from evaluation.models import Prediction
-from evaluation.runner import drive_examples
-from evaluation.services.datasets import dataset_import
-from evaluation.services.plan import run_plan
-from evaluation.services.runs import run_finish, run_start
+from evaluation.run.inprocess import drive_examples
+from evaluation.run.lifecycle import run_finish, run_start
+from evaluation.run.plan import run_plan
 from tests.shared_data import dataset_path
 from turns.models import TurnEvent
 

@@ -17,7 +17,7 @@ import math
 
 import pytest
 
-from evaluation.statistics import (
+from evaluation.compare.statistics import (
     PairedTable,
     holm_adjust,
     mcnemar_exact_p,

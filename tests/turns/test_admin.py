@@ -426,10 +426,10 @@ def test_turn_page_of_5000_events_reads_one_page_in_pinned_queries(
 
 
 def test_turn_page_of_an_evaluation_turn_links_its_run(staff_client, staff):
-    from evaluation.datasets import ExampleSpec
-    from evaluation.services.datasets import dataset_import
-    from evaluation.services.plan import run_plan
-    from evaluation.services.runs import run_start
+    from evaluation.datasets.jsonl import ExampleSpec
+    from evaluation.datasets.services import dataset_import
+    from evaluation.run.lifecycle import run_start
+    from evaluation.run.plan import run_plan
 
     dataset = dataset_import(
         name="tiny", examples=[ExampleSpec(external_id="e1", question="1+1?", answer="2", task_type="math")]

@@ -37,7 +37,7 @@ class ToolContext:
     "text": str}`` (searched by ``search_documents``). ``metadata``: free-form
     values from the driver — the turn's context object; for an SQL example
     ``metadata["database_path"]`` is the absolute path of its SQLite file
-    (``evaluation.datasets`` resolves ``context.database_file``), which both
+    (``evaluation.datasets.jsonl`` resolves ``context.database_file``), which both
     offers and feeds ``sql_query``.
 
     Idempotency (DESIGN.md §12): ``idempotency_key`` is set for the one call

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
-from evaluation.services.cancel import run_cancel
+from evaluation.run.cancel import run_cancel
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """``manage.py compare_runs BASE CANDIDATE [--json FILE]`` — compare two runs
 on one dataset, paired by example (issue 15).
 
-Prints the comparison's tables (``evaluation.comparison_table``) and writes
+Prints the comparison's tables (``evaluation.compare.comparison_table``) and writes
 the ``Comparison`` as JSON with ``--json``. Exit codes: 0 done, 2 bad input
 (an unknown run id, runs on different datasets, an unwritable ``--json``, a
 database that cannot be read).
@@ -17,8 +17,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
-from evaluation.comparison_table import format_comparison
-from evaluation.services.comparison import run_compare_ids
+from evaluation.compare.comparison_table import format_comparison
+from evaluation.compare.services import run_compare_ids
 
 
 class Command(BaseCommand):

@@ -18,8 +18,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
-from evaluation.metrics_table import format_table
-from evaluation.rescore import rescore
+from evaluation.metrics.metrics_table import format_table
+from evaluation.run.rescore import rescore
 from evaluation.scoring import KNOWN_SCORERS
 
 

@@ -1,8 +1,8 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
 
-Parses the options, calls ``evaluation.run_eval.run_eval``, prints
+Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints
 the metrics table — and, with ``--baseline``, the comparison with the baseline
-(``evaluation.regression_gate``) — and maps outcomes to exit codes: 0 done, 1
+(``evaluation.compare.gate``) — and maps outcomes to exit codes: 0 done, 1
 accuracy below ``--fail-under`` (or nothing could be scored) or, with
 ``--fail-on-regression``, a significant regression, 2 bad input (options,
 dataset, model file, baseline, database), 75 the database failed mid-run, 130
@@ -24,14 +24,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
-from evaluation.comparison_table import format_comparison
-from evaluation.datasets import DatasetFormatError
-from evaluation.eval_request import eval_request
-from evaluation.metrics_table import format_table
-from evaluation.progress import progress_for
-from evaluation.regression_gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
-from evaluation.run_eval import EvalResult, RunInterrupted, run_eval
-from evaluation.run_exits import EXIT_TEMPFAIL, RunOutage, resume_command
+from evaluation.compare.comparison_table import format_comparison
+from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
+from evaluation.datasets.jsonl import DatasetFormatError
+from evaluation.metrics.metrics_table import format_table
+from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
+from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
+from evaluation.run.progress import progress_for
+from evaluation.run.request import eval_request
 
 
 class Command(BaseCommand):
@@ -237,7 +237,7 @@ def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) ->
         "status": run.status,
         "config": run.config,
         "metrics": run.metrics,
-        # with --baseline: the evaluation.comparison.Comparison (None when skipped)
+        # with --baseline: the evaluation.compare.pairing.Comparison (None when skipped)
         "baseline": outcome.baseline_run_id,
         "comparison": outcome.comparison,
         "regressions": outcome.regressions,

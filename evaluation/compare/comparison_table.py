@@ -1,0 +1,196 @@
+"""A comparison of two runs as plain-text tables (what ``manage.py
+compare_runs`` and ``run_eval --baseline`` print).
+
+Presentation only: the numbers are ``evaluation.compare.pairing.Comparison``'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.table import Table
+
+from evaluation.compare.pairing import Comparison, Delta, ExamplePair, PairedAccuracy, unfinished_warning
+from evaluation.metrics.metrics_table import text_console
+
+__all__ = ["format_comparison"]
+
+_DASH = "—"
+
+#: Examples listed per fixed / broken / errored table; the rest are counted.
+LIST_LIMIT = 30
+
+
+def _pct(value: float | None) -> str:
+    return _DASH if value is None else f"{value * 100:.1f}%"
+
+
+def _pp(value: float | None) -> str:
+    """A difference of proportions in percentage points."""
+    return _DASH if value is None else f"{value * 100:+.1f} pp"
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    """An interval of a difference in percentage points, on one line."""
+    if low is None or high is None:
+        return _DASH
+    return f"{low * 100:+.1f} to {high * 100:+.1f}"
+
+
+def _p(value: float | None) -> str:
+    if value is None:
+        return _DASH
+    return f"{value:.4f}" if value >= 0.0001 else f"{value:.1e}"
+
+
+def _num(value: float | None, digits: int = 1, *, sign: bool = False) -> str:
+    if value is None:
+        return _DASH
+    return f"{value:+,.{digits}f}" if sign else f"{value:,.{digits}f}"
+
+
+def _accuracy_row(label: str, s: PairedAccuracy, *, holm: bool) -> list[str]:
+    return [
+        label,
+        str(s["examples"]),
+        _pct(s["base_accuracy"]),
+        _pct(s["candidate_accuracy"]),
+        _pp(s["difference"]),
+        _interval(s["ci_low"], s["ci_high"]),
+        str(s["fixed"]),
+        str(s["broken"]),
+        _p(s["p_value"]),
+        _p(s["p_holm"]) if holm else "",
+    ]
+
+
+def _delta_rows(table: Table, rows: Sequence[tuple[str, Delta, int]]) -> None:
+    for label, d, digits in rows:
+        table.add_row(
+            label,
+            _num(d["base"], digits),
+            _num(d["candidate"], digits),
+            _num(d["difference"], digits, sign=True),
+        )
+
+
+def _delta_table(title: str) -> Table:
+    table = Table(title=title)
+    table.add_column("")
+    for name in ("base", "candidate", "difference"):
+        table.add_column(name, justify="right")
+    return table
+
+
+def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
+    table = Table(title=f"{title} ({len(pairs)})")
+    for name in ("example", "task type", "gold", "base", "candidate", "turns (base, candidate)"):
+        table.add_column(name)
+    for pair in pairs[:LIST_LIMIT]:
+        cells = []
+        for side in (pair["base"], pair["candidate"]):
+            if side is None:
+                cells.append("(not in run)")
+            elif side["error"]:
+                cells.append(f"error: {side['error'][:40]}")
+            else:
+                cells.append(side["prediction"][:40] or "(no answer)")
+        turns = ", ".join(
+            f"#{s['turn_id']}" if s and s["turn_id"] else _DASH for s in (pair["base"], pair["candidate"])
+        )
+        table.add_row(pair["example_id"], pair["task_type"], pair["gold"][:30], *cells, turns)
+    if len(pairs) > LIST_LIMIT:
+        table.caption = f"… and {len(pairs) - LIST_LIMIT} more (--json has them all)"
+    return table
+
+
+def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
+    """Render ``comparison`` as plain-text tables: the two runs, paired
+    accuracy overall and per task type (difference with its interval, fixed,
+    broken, exact McNemar p and Holm-adjusted p), the counts kept apart, the
+    deltas of cost, tokens, steps and latency, stop reasons, review and the
+    plugins' checks, then the fixed, broken and errored examples."""
+    base, candidate = comparison["base"], comparison["candidate"]
+    runs = Table(title=f"Comparison on dataset {comparison['dataset']}")
+    for name in ("", "run id", "status", "model", "code version", "review", "own accuracy"):
+        runs.add_column(name)
+    for label, side in (("base", base), ("candidate", candidate)):
+        runs.add_row(
+            label,
+            side["run_id"],
+            side["status"],
+            side["model"] or _DASH,
+            side["code_version"] or _DASH,
+            _DASH if side["review"] is None else ("on" if side["review"] else "off"),
+            f"{_pct(side['accuracy'])} ({side['correct']}/{side['scored']})",
+        )
+
+    bootstrap = "method" in comparison  # runs with epochs: evaluation.compare.over_epochs
+    confidence = f"{comparison['confidence']:.0%} CI, pp ({'bootstrap' if bootstrap else 'Newcombe'})"
+    accuracy = Table(title="Paired accuracy (examples both runs scored)")
+    for name in ("", "examples", "base", "candidate", "difference", confidence, "fixed", "broken"):
+        accuracy.add_column(name, justify="left" if not name else "right")
+    accuracy.add_column("bootstrap p" if bootstrap else "McNemar p", justify="right")
+    accuracy.add_column("Holm p", justify="right")
+    accuracy.add_row(*_accuracy_row("overall", comparison["overall"], holm=False))
+    for task_type, stats in comparison["per_task_type"].items():
+        accuracy.add_row(*_accuracy_row(f"  {task_type}", stats, holm=True))
+    counts = comparison["counts"]
+    accuracy.caption = (
+        f"paired {counts['paired']}, scored by both {counts['scored_both']}, unscored in either "
+        f"{counts['unscored']}, only in base {counts['only_base']}, only in candidate "
+        f"{counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
+        + (
+            f"; runs with epochs: {comparison['method']} (10,000 seeded resamples), "
+            "fixed/broken by majority vote"
+            if bootstrap
+            else ""
+        )
+    )
+
+    figures = _delta_table("Cost, tokens, steps, latency (each run's own rows)")
+    m = comparison["metrics"]
+    _delta_rows(
+        figures,
+        [
+            ("cost (USD)", m["cost"], 4),
+            ("input tokens", m["input_tokens"], 0),
+            ("output tokens", m["output_tokens"], 0),
+            ("mean steps", m["steps_mean"], 2),
+            ("latency p50 (ms)", m["latency_p50_ms"], 0),
+            ("latency p95 (ms)", m["latency_p95_ms"], 0),
+            ("errors", m["errors"], 0),
+        ],
+    )
+    stops = _delta_table("Stop reasons")
+    _delta_rows(stops, [(reason or "(none)", d, 0) for reason, d in comparison["stop_reasons"].items()])
+    review = _delta_table("Review")
+    _delta_rows(
+        review,
+        [
+            (key.replace("_", " "), d, 3 if "accuracy" in key else 0)
+            for key, d in comparison["review"].items()
+        ],
+    )
+    runs.caption = unfinished_warning(comparison)
+    tables = [runs, accuracy, figures, stops, review]
+    if comparison["checks"]:
+        checks = _delta_table("Checks: pass rate")
+        for name, c in comparison["checks"].items():
+            b, k = c["base"], c["candidate"]
+            checks.add_row(
+                name,
+                _pct(b["pass_rate"]) if b else _DASH,
+                _pct(k["pass_rate"]) if k else _DASH,
+                _pp(c["difference"]),
+            )
+        tables.append(checks)
+    tables += [
+        _pair_table("Fixed: wrong → right", comparison["fixed"]),
+        _pair_table("Broken: right → wrong", comparison["broken"]),
+        _pair_table("Errored in either run", comparison["errored"]),
+    ]
+    console, buffer = text_console(width)
+    for table in tables:
+        console.print(table)
+    return buffer.getvalue()

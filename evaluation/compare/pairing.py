@@ -1,0 +1,432 @@
+"""Comparing two runs on one dataset: the typed result and the pure functions
+that build it (no Django; STYLE.md 5 and 6b).
+
+``evaluation.compare.services.run_compare`` loads both runs' predictions as
+:class:`ComparedRow` s and their metrics, and calls :func:`compare_rows`. The
+result, a :class:`Comparison`, is plain JSON values (TypedDicts of numbers,
+strings, lists and dicts): ``manage.py compare_runs`` prints it
+(``evaluation.compare.comparison_table``) and writes it with ``--json``, ``run_eval
+--baseline`` gates on it (:func:`regressions`) and writes it into its
+``--json``, ``GET /api/runs/{base}/compare/{candidate}`` returns it and the
+admin's comparison page draws it — one shape, built once.
+
+Pairing is by example: an example counts in the paired accuracy when both
+runs scored it. ``correct`` is read exactly as the run's own accuracy reads it
+(an errored example is wrong, an unscored one is out of the denominator), so
+a comparison and a run page never disagree about one example. Examples that
+either run could not score, and examples only one run has, are counted
+apart and listed by id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, NotRequired
+
+from typing_extensions import TypedDict
+
+from evaluation.compare.statistics import PairedTable, holm_adjust, mcnemar_exact_p, newcombe_paired_interval
+from evaluation.metrics.checks import checks_side_by_side
+
+__all__ = [
+    "CONFIDENCE",
+    "ComparedRow",
+    "Comparison",
+    "Delta",
+    "ExamplePair",
+    "PairSide",
+    "PairedAccuracy",
+    "RunSide",
+    "compare_rows",
+    "paired_accuracy",
+    "regressions",
+]
+
+#: The confidence level of every interval of a comparison.
+CONFIDENCE = 0.95
+
+
+@dataclass(frozen=True)
+class ComparedRow:
+    """One prediction of one run, reduced to what a comparison needs.
+
+    ``example_key`` pairs rows across runs (the example's primary key: both
+    runs are on one dataset); ``example_id`` is its external id, for people.
+    ``correct``: ``True``/``False`` (an errored turn is ``False``), ``None``
+    when it could not be scored."""
+
+    example_key: int
+    example_id: str
+    task_type: str
+    prediction_id: int
+    turn_id: int | None
+    correct: bool | None
+    prediction: str
+    gold: str
+    error: str
+    stop_reason: str
+
+
+class RunSide(TypedDict):
+    """One run of a comparison: its id, status, what it ran with (``model``,
+    ``code_version``, ``review``: from its config snapshot) and its own
+    accuracy over all its rows (``correct`` / ``scored``)."""
+
+    run_id: str
+    status: str
+    model: str | None
+    code_version: str | None
+    review: bool | None
+    created_at: str
+    finished_at: str | None
+    total: int
+    scored: int
+    correct: int
+    accuracy: float | None
+
+
+class PairedAccuracy(TypedDict):
+    """Accuracy of base and candidate over the examples both scored, paired.
+
+    ``examples``: such examples; ``both_right`` / ``broken`` (right → wrong)
+    / ``fixed`` (wrong → right) / ``both_wrong``: the 2×2 table;
+    ``difference``: candidate − base accuracy, with its ``ci_low`` /
+    ``ci_high`` (Newcombe 1998 method 10, at ``Comparison.confidence``);
+    ``p_value``: the two-sided exact McNemar p-value; ``p_holm``: that
+    p-value Holm-adjusted across the task types (per task type only,
+    ``None`` overall). Accuracies, difference, interval and p-values are
+    ``None`` when ``examples == 0``."""
+
+    examples: int
+    base_correct: int
+    candidate_correct: int
+    base_accuracy: float | None
+    candidate_accuracy: float | None
+    difference: float | None
+    ci_low: float | None
+    ci_high: float | None
+    both_right: int
+    both_wrong: int
+    fixed: int
+    broken: int
+    p_value: float | None
+    p_holm: float | None
+
+
+class PairSide(TypedDict):
+    """One run's prediction of an example: ids to link to (``prediction_id``,
+    ``turn_id``), the verdict, the answer, the error and the stop reason."""
+
+    prediction_id: int
+    turn_id: int | None
+    correct: bool | None
+    prediction: str
+    error: str
+    stop_reason: str
+
+
+class ExamplePair(TypedDict):
+    """An example and what each run did with it (``None``: not in that run)."""
+
+    example_id: str
+    task_type: str
+    gold: str
+    base: PairSide | None
+    candidate: PairSide | None
+
+
+class Delta(TypedDict):
+    """A figure in each run and ``difference`` = candidate − base (``None``
+    unless both are known)."""
+
+    base: float | None
+    candidate: float | None
+    difference: float | None
+
+
+class PairCounts(TypedDict):
+    """How the examples of the two runs pair up: ``paired`` (in both runs),
+    ``scored_both`` (in both and scored by both: the accuracy's examples),
+    ``unscored`` (in both, not scored by one or both), ``only_base`` /
+    ``only_candidate`` (in one run only), ``errored`` (an error in either run,
+    counted as wrong where scored)."""
+
+    paired: int
+    scored_both: int
+    unscored: int
+    only_base: int
+    only_candidate: int
+    errored: int
+
+
+class Comparison(TypedDict):
+    """A baseline run compared with a candidate on the same dataset.
+
+    ``overall`` and ``per_task_type`` (sorted by task type): the paired
+    accuracy. ``fixed`` / ``broken``: examples wrong → right / right → wrong;
+    ``errored``: examples with an error in either run; ``unscored``,
+    ``only_base``, ``only_candidate``: example ids. ``metrics``: each run's
+    own figures over all its rows (``cost`` in USD, ``input_tokens``,
+    ``output_tokens``, ``steps_mean``, ``latency_p50_ms``,
+    ``latency_p95_ms``, ``errors``); ``stop_reasons``: counts per stop
+    reason; ``review``: the reviewer's effect in each run
+    (``first_attempt_accuracy``, ``final_accuracy``, ``review_retries``,
+    ``retry_fixed``, ``retry_broke``, ``review_failed``); ``checks``: the
+    plugins' check pass rates side by side (``checks_side_by_side``).
+    """
+
+    dataset: str
+    confidence: float
+    base: RunSide
+    candidate: RunSide
+    overall: PairedAccuracy
+    per_task_type: dict[str, PairedAccuracy]
+    counts: PairCounts
+    fixed: list[ExamplePair]
+    broken: list[ExamplePair]
+    errored: list[ExamplePair]
+    unscored: list[str]
+    only_base: list[str]
+    only_candidate: list[str]
+    metrics: dict[str, Delta]
+    stop_reasons: dict[str, Delta]
+    review: dict[str, Delta]
+    checks: dict[str, dict[str, Any]]
+    #: how the accuracies, interval and p-values were computed when not by
+    #: exact McNemar and Newcombe: runs with epochs use a paired bootstrap
+    #: over per-example mean scores (``evaluation.compare.over_epochs``)
+    method: NotRequired[str]
+
+
+def paired_accuracy(table: PairedTable, *, confidence: float = CONFIDENCE) -> PairedAccuracy:
+    """The :class:`PairedAccuracy` of a 2×2 table (``p_holm`` left ``None``)."""
+    n = table.n
+    interval = newcombe_paired_interval(table, confidence=confidence)
+    return {
+        "examples": n,
+        "base_correct": table.base_correct,
+        "candidate_correct": table.candidate_correct,
+        "base_accuracy": table.base_correct / n if n else None,
+        "candidate_accuracy": table.candidate_correct / n if n else None,
+        "difference": (table.fixed - table.broken) / n if n else None,
+        "ci_low": interval[0] if interval else None,
+        "ci_high": interval[1] if interval else None,
+        "both_right": table.both_right,
+        "both_wrong": table.both_wrong,
+        "fixed": table.fixed,
+        "broken": table.broken,
+        "p_value": mcnemar_exact_p(fixed=table.fixed, broken=table.broken) if n else None,
+        "p_holm": None,
+    }
+
+
+def _side(row: ComparedRow) -> PairSide:
+    return {
+        "prediction_id": row.prediction_id,
+        "turn_id": row.turn_id,
+        "correct": row.correct,
+        "prediction": row.prediction,
+        "error": row.error,
+        "stop_reason": row.stop_reason,
+    }
+
+
+def _pair(base: ComparedRow | None, candidate: ComparedRow | None) -> ExamplePair:
+    known = base or candidate
+    assert known is not None
+    return {
+        "example_id": known.example_id,
+        "task_type": known.task_type,
+        "gold": known.gold,
+        "base": _side(base) if base else None,
+        "candidate": _side(candidate) if candidate else None,
+    }
+
+
+def _delta(base: Any, candidate: Any) -> Delta:
+    b = float(base) if isinstance(base, int | float) and not isinstance(base, bool) else None
+    c = float(candidate) if isinstance(candidate, int | float) and not isinstance(candidate, bool) else None
+    return {"base": b, "candidate": c, "difference": c - b if b is not None and c is not None else None}
+
+
+def _metric_deltas(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, Delta]:
+    def pick(metrics: Mapping[str, Any]) -> dict[str, Any]:
+        tokens, latency = metrics.get("tokens") or {}, metrics.get("latency_ms") or {}
+        return {
+            "cost": metrics.get("cost"),
+            "input_tokens": tokens.get("input"),
+            "output_tokens": tokens.get("output"),
+            "steps_mean": metrics.get("steps_mean"),
+            "latency_p50_ms": latency.get("p50"),
+            "latency_p95_ms": latency.get("p95"),
+            "errors": metrics.get("errors"),
+        }
+
+    b, c = pick(base), pick(candidate)
+    return {name: _delta(b[name], c[name]) for name in b}
+
+
+def _count_deltas(base: Mapping[str, Any], candidate: Mapping[str, Any]) -> dict[str, Delta]:
+    return {k: _delta(base.get(k, 0), candidate.get(k, 0)) for k in sorted(set(base) | set(candidate))}
+
+
+_REVIEW_KEYS = (
+    "first_attempt_accuracy",
+    "final_accuracy",
+    "review_retries",
+    "retry_fixed",
+    "retry_broke",
+    "review_failed",
+)
+
+
+def compare_rows(
+    base_rows: Iterable[ComparedRow],
+    candidate_rows: Iterable[ComparedRow],
+    *,
+    dataset: str,
+    base: RunSide,
+    candidate: RunSide,
+    base_metrics: Mapping[str, Any],
+    candidate_metrics: Mapping[str, Any],
+    confidence: float = CONFIDENCE,
+) -> Comparison:
+    """Compare ``candidate_rows`` with ``base_rows`` (one run's predictions
+    each, at most one row per example) and build the :class:`Comparison`.
+
+    ``base_metrics`` / ``candidate_metrics``: each run's metrics
+    (``evaluation.metrics.compute.compute_metrics`` plus ``checks``), for the
+    deltas of cost, tokens, steps, latency, stop reasons, review and checks.
+    Lists are in the order of the base run's rows, then the candidate's.
+    Raises ``ValueError`` when a run has two rows for one example.
+    """
+    by_base = _by_example(base_rows, "base")
+    by_candidate = _by_example(candidate_rows, "candidate")
+    keys = list(by_base) + [k for k in by_candidate if k not in by_base]
+
+    tables: dict[str, list[int]] = {}  # task type → [both_right, broken, fixed, both_wrong]
+    overall = [0, 0, 0, 0]
+    fixed: list[ExamplePair] = []
+    broken: list[ExamplePair] = []
+    errored: list[ExamplePair] = []
+    unscored: list[str] = []
+    only_base: list[str] = []
+    only_candidate: list[str] = []
+    for key in keys:
+        b, c = by_base.get(key), by_candidate.get(key)
+        if (b is not None and b.error) or (c is not None and c.error):
+            errored.append(_pair(b, c))
+        if b is None or c is None:
+            (only_candidate if b is None else only_base).append((b or c).example_id)  # type: ignore[union-attr]
+            continue
+        if b.correct is None or c.correct is None:
+            unscored.append(b.example_id)
+            continue
+        cell = {(True, True): 0, (True, False): 1, (False, True): 2, (False, False): 3}[
+            (b.correct, c.correct)
+        ]
+        overall[cell] += 1
+        tables.setdefault(b.task_type, [0, 0, 0, 0])[cell] += 1
+        if cell == 1:
+            broken.append(_pair(b, c))
+        elif cell == 2:
+            fixed.append(_pair(b, c))
+
+    per_task_type = {
+        task_type: paired_accuracy(PairedTable(*tables[task_type]), confidence=confidence)
+        for task_type in sorted(tables)
+    }
+    adjusted = holm_adjust([s["p_value"] for s in per_task_type.values()])
+    for stats, p_holm in zip(per_task_type.values(), adjusted, strict=True):
+        stats["p_holm"] = p_holm
+
+    base_review, candidate_review = base_metrics.get("review") or {}, candidate_metrics.get("review") or {}
+    paired = sum(1 for k in by_base if k in by_candidate)
+    return {
+        "dataset": dataset,
+        "confidence": confidence,
+        "base": base,
+        "candidate": candidate,
+        "overall": paired_accuracy(PairedTable(*overall), confidence=confidence),
+        "per_task_type": per_task_type,
+        "counts": {
+            "paired": paired,
+            "scored_both": sum(overall),
+            "unscored": len(unscored),
+            "only_base": len(only_base),
+            "only_candidate": len(only_candidate),
+            "errored": len(errored),
+        },
+        "fixed": fixed,
+        "broken": broken,
+        "errored": errored,
+        "unscored": unscored,
+        "only_base": only_base,
+        "only_candidate": only_candidate,
+        "metrics": _metric_deltas(base_metrics, candidate_metrics),
+        "stop_reasons": _count_deltas(
+            base_metrics.get("stop_reasons") or {}, candidate_metrics.get("stop_reasons") or {}
+        ),
+        "review": {k: _delta(base_review.get(k), candidate_review.get(k)) for k in _REVIEW_KEYS},
+        "checks": checks_side_by_side(
+            base_metrics.get("checks") or {}, candidate_metrics.get("checks") or {}
+        ),
+    }
+
+
+def _by_example(rows: Iterable[ComparedRow], which: str) -> dict[int, ComparedRow]:
+    found: dict[int, ComparedRow] = {}
+    for row in rows:
+        if row.example_key in found:
+            raise ValueError(f"the {which} run has two predictions of example {row.example_id!r}")
+        found[row.example_key] = row
+    return found
+
+
+def unfinished_warning(comparison: Comparison) -> str | None:
+    """The warning a comparison with a run that did not finish (status other
+    than ``success``) carries, or ``None``: such a run's examples that never
+    ran are errored, so wrong, and its fixed/broken counts are no verdict on
+    the agent. The CLI table and the admin page both show it."""
+    unfinished = [
+        f"{label} run {side['run_id']} ended {side['status']}"
+        for label, side in (("the base", comparison["base"]), ("the candidate", comparison["candidate"]))
+        if side["status"] != "success"
+    ]
+    if not unfinished:
+        return None
+    return (
+        "warning: "
+        + " and ".join(unfinished)
+        + ": its examples that did not run count as errored (wrong) in the pairs below"
+    )
+
+
+def regressions(comparison: Comparison, *, alpha: float) -> list[str]:
+    """Why the candidate is significantly worse than the base, one line per
+    finding (``[]``: no significant regression).
+
+    Worse means fewer examples fixed than broken (a negative difference).
+    Significant means the exact McNemar p-value below ``alpha`` overall, or
+    its Holm-adjusted p-value (``p_holm``) below ``alpha`` in a task type.
+    """
+    found = []
+    scopes: Sequence[tuple[str, PairedAccuracy, str]] = [
+        ("overall", comparison["overall"], "p_value"),
+        *((f"task type {t!r}", s, "p_holm") for t, s in comparison["per_task_type"].items()),
+    ]
+    for label, stats, key in scopes:
+        p = stats[key]  # type: ignore[literal-required]
+        difference = stats["difference"]
+        if difference is None or p is None or difference >= 0 or p >= alpha:
+            continue
+        found.append(
+            f"{label}: accuracy {stats['base_accuracy']:.3f} → {stats['candidate_accuracy']:.3f} "
+            f"({difference:+.3f}, {comparison['confidence']:.0%} CI {stats['ci_low']:+.3f} to "
+            f"{stats['ci_high']:+.3f}; {stats['broken']} broken, {stats['fixed']} fixed of "
+            f"{stats['examples']}), exact McNemar p = {p:.4g}"
+            + (" Holm-adjusted" if key == "p_holm" else "")
+            + f" < alpha {alpha}"
+        )
+    return found

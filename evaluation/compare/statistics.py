@@ -1,0 +1,172 @@
+"""Statistics for comparing runs: pure functions over counts (no Django).
+
+The comparison of two runs (``evaluation.compare.pairing``) pairs them by example
+and reduces each pair of verdicts to a 2×2 table of counts:
+
+================  ==================  ====================
+                  candidate right     candidate wrong
+================  ==================  ====================
+base right        ``both_right``      ``broken``
+base wrong        ``fixed``           ``both_wrong``
+================  ==================  ====================
+
+- :func:`wilson_interval` — the score interval of one proportion (Wilson
+  1927), by scipy; defined with the other intervals
+  (``evaluation.metrics.intervals``) and re-exported here.
+- :func:`mcnemar_exact_p` — the two-sided exact McNemar test: a binomial
+  test of ``fixed`` out of ``fixed + broken`` discordant pairs against 1/2,
+  by scipy (``binomtest``), not hand-written.
+- :func:`newcombe_paired_interval` — the confidence interval of the paired
+  difference of proportions, Newcombe (1998) method 10, built on the Wilson
+  limits of the two marginal proportions.
+- :func:`holm_adjust` — Holm's (1979) step-down adjustment of several
+  p-values (the per-task-type tests of one comparison).
+
+scipy is imported when a statistic is first computed, not with the module:
+``scipy.stats`` costs about a second of start-up, and every ``manage.py``
+command imports this module through the metrics.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from evaluation.metrics.intervals import wilson_interval
+
+__all__ = [
+    "PairedTable",
+    "holm_adjust",
+    "mcnemar_exact_p",
+    "newcombe_paired_interval",
+    "wilson_interval",
+]
+
+
+@dataclass(frozen=True)
+class PairedTable:
+    """The 2×2 table of paired verdicts of a base and a candidate over the
+    same examples (counts, each ``>= 0``); see the module docstring."""
+
+    both_right: int
+    broken: int
+    fixed: int
+    both_wrong: int
+
+    def __post_init__(self) -> None:
+        for name in ("both_right", "broken", "fixed", "both_wrong"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+
+    @property
+    def n(self) -> int:
+        """Examples in the table (pairs both runs scored)."""
+        return self.both_right + self.broken + self.fixed + self.both_wrong
+
+    @property
+    def base_correct(self) -> int:
+        return self.both_right + self.broken
+
+    @property
+    def candidate_correct(self) -> int:
+        return self.both_right + self.fixed
+
+
+def mcnemar_exact_p(*, fixed: int, broken: int) -> float:
+    """The two-sided exact McNemar p-value on the discordant pairs: under the
+    null hypothesis (both runs equally accurate) each discordant pair is
+    ``fixed`` or ``broken`` with probability 1/2, so ``fixed`` is
+    Binomial(``fixed + broken``, 1/2) — ``scipy.stats.binomtest(fixed,
+    fixed + broken, 0.5)`` (McNemar, Q. (1947), Psychometrika 12:153–157;
+    the exact conditional form, Fagerland, Lydersen & Laake (2013), BMC Med.
+    Res. Methodol. 13:91). ``1.0`` when there is no discordant pair.
+    """
+    if fixed < 0 or broken < 0:
+        raise ValueError(f"discordant counts must be >= 0, got fixed={fixed}, broken={broken}")
+    discordant = fixed + broken
+    if discordant == 0:
+        return 1.0
+    from scipy.stats import binomtest  # lazy: see the module docstring
+
+    return float(binomtest(fixed, discordant, 0.5, alternative="two-sided").pvalue)
+
+
+def _phi(table: PairedTable) -> float:
+    """Newcombe's (1998) correlation estimate between the two marginal
+    proportions: the phi coefficient of the 2×2 table with its numerator
+    ``A = ad − bc`` reduced by ``n/2`` when ``A > n/2``, set to 0 when
+    ``0 <= A <= n/2``, and kept as it is when negative; 0 when a margin is
+    empty (the denominator would be 0)."""
+    a, b, c, d = table.both_right, table.fixed, table.broken, table.both_wrong
+    margins = (a + b) * (c + d) * (a + c) * (b + d)
+    if margins == 0:
+        return 0.0
+    numerator = a * d - b * c
+    half_n = table.n / 2
+    if numerator > half_n:
+        corrected = numerator - half_n
+    elif numerator >= 0:
+        corrected = 0.0
+    else:
+        corrected = float(numerator)
+    return corrected / math.sqrt(margins)
+
+
+def newcombe_paired_interval(table: PairedTable, *, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The confidence interval ``(low, high)`` of the paired difference
+    candidate accuracy − base accuracy ``= (fixed − broken) / n``.
+
+    Newcombe, R. G. (1998), "Improved confidence intervals for the
+    difference between binomial proportions based on paired data",
+    Statistics in Medicine 17:2635–2650, **method 10**: the score interval
+    for a paired difference. With ``p1``/``p2`` the candidate's and the
+    base's accuracy, ``(l1, u1)``/``(l2, u2)`` their Wilson intervals
+    (:func:`wilson_interval`) and ``φ`` the corrected correlation of
+    :func:`_phi`::
+
+        low  = θ − sqrt((p1 − l1)² − 2φ (p1 − l1)(u2 − p2) + (u2 − p2)²)
+        high = θ + sqrt((p2 − l2)² − 2φ (p2 − l2)(u1 − p1) + (u1 − p1)²)
+
+    (the "square-and-add" form of Fagerland, Lydersen & Laake (2017),
+    *Statistical Analysis of Contingency Tables*, §8.5). Always inside
+    [−1, 1]. ``None`` when the table is empty.
+    """
+    n = table.n
+    if n == 0:
+        return None
+    p1, p2 = table.candidate_correct / n, table.base_correct / n
+    first = wilson_interval(table.candidate_correct, n, confidence=confidence)
+    second = wilson_interval(table.base_correct, n, confidence=confidence)
+    assert first is not None and second is not None  # n > 0
+    (l1, u1), (l2, u2) = first, second
+    phi = _phi(table)
+    theta = p1 - p2
+    d1, e1, d2, e2 = p1 - l1, u1 - p1, p2 - l2, u2 - p2
+    # max(0, ·): a rounding error must not make the square root's argument negative
+    low = theta - math.sqrt(max(0.0, d1 * d1 - 2 * phi * d1 * e2 + e2 * e2))
+    high = theta + math.sqrt(max(0.0, d2 * d2 - 2 * phi * d2 * e1 + e1 * e1))
+    return max(-1.0, low), min(1.0, high)
+
+
+def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:
+    """Holm's step-down adjustment of ``m`` p-values for multiple testing
+    (Holm, S. (1979), "A simple sequentially rejective multiple test
+    procedure", Scandinavian Journal of Statistics 6:65–70): sorted
+    ascending, the ``i``-th smallest (1-based) becomes
+    ``min(1, max over j <= i of (m − j + 1) · p_(j))``. Rejecting an adjusted
+    p-value below alpha controls the family-wise error rate at alpha.
+
+    Returns the adjusted values in the input order; ``None`` entries (no
+    test: nothing paired) are kept as ``None`` and do not count in ``m``.
+    """
+    indexed = sorted((p, i) for i, p in enumerate(p_values) if p is not None)
+    m = len(indexed)
+    adjusted: list[float | None] = [None] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(indexed):
+        if not 0 <= p <= 1:
+            raise ValueError(f"p-values must be in [0, 1], got {p}")
+        running = max(running, min(1.0, (m - rank) * p))
+        adjusted[i] = running
+    return adjusted

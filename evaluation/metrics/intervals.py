@@ -1,0 +1,74 @@
+"""Confidence intervals for the accuracies AgentLab shows — pure functions.
+
+A rate measured on a handful of examples is not a precise number: 1 correct
+of 8 is "12.5 %, somewhere between 2 % and 47 %". Every accuracy the metrics
+table, the API and the admin show carries its 95 % Wilson score interval and
+its n (:func:`wilson_interval`, :func:`accuracy_text`); a mean over examples
+(the mean accuracy of a run with epochs) carries a Student-t interval
+(:func:`mean_interval`). The comparison's statistics
+(``evaluation.compare.statistics``) build on :func:`wilson_interval`.
+
+Sources: Wilson (1927), "Probable inference, the law of succession, and
+statistical inference" — the interval Brown, Cai & DasGupta (2001),
+"Interval Estimation for a Binomial Proportion", recommend over the Wald
+interval for small n; computed by ``scipy.stats.binomtest(k, n)
+.proportion_ci(method="wilson")``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+__all__ = ["CONFIDENCE", "accuracy_text", "mean_interval", "wilson_interval"]
+
+#: The confidence level of every interval shown.
+CONFIDENCE = 0.95
+
+
+def wilson_interval(k: int, n: int, *, confidence: float = 0.95) -> tuple[float, float] | None:
+    """The Wilson score interval ``(low, high)`` of the proportion ``k / n``
+    (Wilson, E. B. (1927), "Probable inference, the law of succession, and
+    statistical inference", JASA 22:209–212), computed by
+    ``scipy.stats.binomtest(k, n).proportion_ci(method="wilson")``.
+
+    ``None`` when ``n == 0`` (no interval for no observations). Raises
+    ``ValueError`` when ``k`` is outside ``0..n`` or ``confidence`` outside (0, 1).
+    """
+    if n == 0:
+        return None
+    if not 0 <= k <= n:
+        raise ValueError(f"k must be between 0 and n={n}, got {k}")
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    from scipy.stats import binomtest  # lazy: scipy.stats costs about a second of start-up
+
+    ci = binomtest(k, n).proportion_ci(confidence_level=confidence, method="wilson")
+    # scipy's float arithmetic can leave 1e-17 outside [0, 1] at k = 0 or n
+    return max(0.0, float(ci.low)), min(1.0, float(ci.high))
+
+
+def mean_interval(values: Sequence[float], *, confidence: float = CONFIDENCE) -> tuple[float, float] | None:
+    """The Student-t interval ``(low, high)`` of the mean of ``values`` (one
+    value per example, e.g. its accuracy over epochs), clipped to [0, 1];
+    ``None`` for fewer than two values. A sample with no spread gives the
+    mean itself at both ends."""
+    n = len(values)
+    if n < 2:
+        return None
+    mean = math.fsum(values) / n
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    from scipy import stats  # lazy, as in evaluation.compare.statistics
+
+    half = float(stats.t.ppf(0.5 + confidence / 2, n - 1)) * sd / math.sqrt(n)
+    return max(0.0, mean - half), min(1.0, mean + half)
+
+
+def accuracy_text(correct: int, scored: int) -> str:
+    """An accuracy as people should read it: ``"12.5% (1/8; 95% CI 2.2–47.1%)"``;
+    ``"— (0 scored)"`` when nothing was scored."""
+    interval = wilson_interval(correct, scored)
+    if interval is None:
+        return "— (0 scored)"
+    low, high = interval
+    return f"{correct / scored * 100:.1f}% ({correct}/{scored}; 95% CI {low * 100:.1f}–{high * 100:.1f}%)"

@@ -1,0 +1,74 @@
+"""Cancelling a run: ``manage.py cancel_run ID`` (a ``run_eval --celery``
+run's turns run on workers, and Ctrl-C of ``run_eval`` leaves them running)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import User
+
+from common.errors import NotFound, StateConflict
+from evaluation.models import Prediction, Run, RunStatus
+from evaluation.run.lifecycle import run_finish
+from evaluation.run.record import prediction_record
+from evaluation.selectors import run_lease_holder
+from turns.models import ACTIVE_STATUSES, TERMINAL_STATUSES, TurnStatus
+from turns.services import turn_cancel
+
+
+@dataclass(frozen=True)
+class RunCancelResult:
+    """What ``run_cancel`` did: ``cancelled`` turns (queued or interrupted
+    ones ended at once, running ones asked to stop — their driver ends them
+    within ``CANCEL_POLL_S``), and ``followed``: a ``run_eval`` holds the
+    run's lease and finishes it (else it was finished here)."""
+
+    run: Run
+    cancelled: int
+    followed: bool
+
+
+def run_cancel(*, run_id: str, acting_user: User | None = None) -> RunCancelResult:
+    """Cancel the remaining turns of run ``run_id`` and mark it ``cancelled``.
+
+    Every turn of the run's open predictions that is queued, running, waiting
+    or interrupted is cancelled (``turn_cancel``). When a ``run_eval`` follows
+    the run (a live lease) it sees the status, waits for the turns to end and
+    finishes the run as ``cancelled``; otherwise the predictions whose turns
+    ended are completed here and the run finished as ``cancelled`` (a later
+    ``run_eval --run-id ID --retry-errors`` runs them again). Raises
+    ``NotFound`` for an unknown run id, and ``StateConflict`` (nothing
+    changed) for a run that has finished and has no turn left to cancel: a
+    finished run keeps its status (a ``success`` stays a baseline).
+    """
+    run = Run.objects.select_related("dataset").filter(run_id=run_id).first()
+    if run is None:
+        raise NotFound(f"no run {run_id!r}")
+    open_turns = list(
+        Prediction.objects.filter(
+            run=run, completed_at__isnull=True, turn__status__in=[*ACTIVE_STATUSES, TurnStatus.INTERRUPTED]
+        ).values_list("turn_id", flat=True)
+    )
+    if run.status != RunStatus.STARTED and not open_turns:
+        raise StateConflict(
+            f"run {run.run_id!r} has finished ({run.status}) and has no turn left to cancel: nothing changed"
+        )
+    Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
+    cancelled = 0
+    for turn_id in open_turns:
+        try:
+            turn_cancel(turn_id=turn_id, acting_user=acting_user)
+        except StateConflict:
+            continue  # it finished meanwhile
+        cancelled += 1
+    followed = run_lease_holder(run=run) is not None
+    if not followed:
+        ended = Prediction.objects.filter(
+            run=run, completed_at__isnull=True, turn__status__in=TERMINAL_STATUSES
+        ).values_list("pk", flat=True)
+        for prediction_id in list(ended):
+            prediction_record(prediction_id=prediction_id)
+        run = run_finish(run=run, status=RunStatus.CANCELLED)
+    else:
+        run.refresh_from_db()
+    return RunCancelResult(run=run, cancelled=cancelled, followed=followed)

@@ -1,0 +1,372 @@
+"""``run_eval``'s body, a service over the others: resolve the dataset, start
+(or resume) the run, plan it, drive its examples, finish it (DESIGN.md §10).
+
+It sits above the writes (``lifecycle``, ``plan``, ``record``) and the
+drivers (``evaluation.run.inprocess`` in process, ``evaluation.run.on_workers``
+on Celery workers): imports point down, never round.
+
+``manage.py run_eval`` parses its options into an ``EvalRequest``
+(``eval_request``), checks the database, calls ``run_eval`` and maps the
+``EvalResult`` and the errors to exit codes; nothing here prints or exits.
+Progress goes to the caller through ``note`` (one line of text for the user)
+and ``progress`` (a bar per run, e.g. ``tqdm``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import shlex
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.utils import timezone
+from kombu.exceptions import OperationalError as KombuOperationalError
+
+from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.providers.local import LocalGGUFProvider
+from agentlab.agent.types import LLMProvider
+from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
+from common.version import code_version
+from evaluation.datasets.services import dataset_resolve
+from evaluation.judge.judge_pass import judge_check, judge_pass
+from evaluation.models import Dataset, Prediction, Run, RunStatus
+from evaluation.run.exits import RunOutage
+from evaluation.run.extensions import extensions_resume, extensions_snapshot, run_extensions
+from evaluation.run.inprocess import DatabaseOutage, drive_examples
+from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
+from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_run, queue_readers
+from evaluation.run.plan import PlannedExample, run_plan
+from evaluation.run.request import EvalRequest
+from evaluation.selectors import dataset_fallback_task_types, fallback_note
+from turns.llm import get_provider
+
+
+class Progress(Protocol):
+    """A progress bar (``tqdm`` has this shape)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+    def close(self) -> None: ...
+
+
+#: ``(run id, examples to drive) -> Progress``: the bar of one run.
+ProgressFactory = Callable[[str, int], Progress]
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """A finished run: its row (status, config and metrics stored), its
+    dataset, and ``gate_failure`` — why it fails ``fail_under``, or ``None``."""
+
+    run: Run
+    dataset: Dataset
+    gate_failure: str | None
+
+
+class RunInterrupted(Exception):
+    """Ctrl-C stopped the run; it resumes with the same run id (``run_id``).
+    In process it was finished as ``cancelled``; with ``turns_keep_running``
+    (``--celery``) only the following stopped: the run stays ``started`` and
+    its turns run on the workers."""
+
+    def __init__(self, run_id: str, *, turns_keep_running: bool = False) -> None:
+        super().__init__(f"run {shlex.quote(run_id)} was interrupted")
+        self.run_id = run_id
+        self.turns_keep_running = turns_keep_running
+
+
+def gate_failure(metrics: dict[str, Any], fail_under: float | None) -> str | None:
+    """Why a run's ``metrics`` fail ``--fail-under`` (accuracy below it, or
+    nothing scored: nothing scored cannot pass a bar, not even 0), or ``None``."""
+    if fail_under is None:
+        return None
+    accuracy = metrics.get("accuracy")
+    if accuracy is None:
+        return (
+            f"no example could be scored ({metrics.get('unscored', 0)} unscored of "
+            f"{metrics.get('total', 0)}), so accuracy cannot meet --fail-under {fail_under}"
+        )
+    if accuracy < fail_under:
+        return f"accuracy {accuracy:.3f} is below --fail-under {fail_under}"
+    return None
+
+
+def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: ProgressFactory) -> EvalResult:
+    """Evaluate the agent over ``request.dataset`` and return the finished run.
+
+    Before anything is written: the provider is built and a local GGUF model
+    loaded (a file that is not a GGUF would otherwise fail every example).
+    Then the dataset is resolved (``dataset_resolve``), the run started or
+    resumed under this process's lease (``run_start``, renewed by
+    ``RunLease`` until the end), planned (``run_plan``), driven in this
+    process or on Celery workers (``request.celery``), and finished with its
+    metrics (``run_finish``) — on every path, errors included (status
+    ``error``).
+
+    Raises ``RunInterrupted`` on Ctrl-C (the run is finished as
+    ``cancelled``; with ``celery`` the turns keep running and the run stays
+    ``started``); ``RunOutage`` when the database fails mid-run, and with
+    ``celery`` when the broker cannot be reached (checked before the run is
+    written) or fails mid-run (the run stays ``started``); ``ValueError``
+    for ``celery`` with the local model; ``BadInput`` / ``StateConflict`` /
+    ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps above;
+    anything raised while driving after finishing the run.
+    """
+    provider = get_provider(model=request.model, price=request.price)
+    if request.celery and provider.name == "local":
+        raise ValueError(
+            "--celery needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
+            "each worker would load its own copy of the local model"
+        )
+    if isinstance(provider, LocalGGUFProvider):
+        provider.load()
+    judge_check(judge_model=request.judge_model, run_model=request.model)
+    dataset = dataset_resolve(name_or_path=request.dataset)
+    # the random part keeps two runs started in the same second apart
+    run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    if request.celery:
+        try:
+            broker_check()  # before the run is written: a broker that is down costs nothing
+        except BrokerUnavailable as exc:
+            raise RunOutage(
+                run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
+            ) from None
+    try:
+        return _run_eval(
+            request=request, note=note, progress=progress, provider=provider, dataset=dataset, run_id=run_id
+        )
+    except (DatabaseOutage, DatabaseError) as exc:
+        if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
+            raise
+        # --run-id resumes the run, or starts it when it was never created
+        raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
+
+
+def _run_eval(
+    *,
+    request: EvalRequest,
+    note: Callable[[str], None],
+    progress: ProgressFactory,
+    provider: LLMProvider,
+    dataset: Dataset,
+    run_id: str,
+) -> EvalResult:
+    """``run_eval`` from its run id on: start or resume, plan, drive, finish."""
+    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
+    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
+    if existing is not None:
+        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
+    # a resume without --epochs keeps the run's; another number is refused by run_start
+    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
+    config = {
+        **_config(request, provider, dataset),
+        **extensions_snapshot(extensions, dataset=dataset),
+        "epochs": epochs,
+        "judge_model": request.judge_model,
+    }
+    # the run's lease: another run_eval on this run id is refused while we drive it
+    driver = run_lease_tag()
+    run, resumed = run_start(
+        run_id=run_id, dataset=dataset, config=config, driver=driver, turns_on_workers=request.celery
+    )
+    lease = RunLease(run_pk=run.pk, driver=driver).start()
+    try:
+        planned, skipped = run_plan(
+            run=run,
+            limit=request.limit,
+            max_steps=request.max_steps,
+            model=provider.model,
+            retry_errors=request.retry_errors,
+            max_output_tokens=request.max_output_tokens,
+            epochs=epochs,
+            live_ok=request.celery,
+        )
+        note(_plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed))
+        fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
+        if fallback:
+            note(fallback)
+        if request.celery and planned and not queue_readers(request.queue):
+            note(
+                f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
+                f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
+                "Ctrl-C stops waiting"
+            )
+        run = _drive_and_finish(
+            run, planned, request=request, provider=provider, progress=progress, extensions=extensions
+        )
+    finally:
+        lease.stop()
+    failure = (
+        f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
+        "run again with --retry-errors"
+        if run.status == RunStatus.CANCELLED
+        else gate_failure(run.metrics, request.fail_under)
+    )
+    return EvalResult(run=run, dataset=dataset, gate_failure=failure)
+
+
+def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> dict[str, Any]:
+    """The run's config snapshot (DESIGN.md §3)."""
+    return {
+        "provider": provider.name,
+        "model": provider.model,
+        "max_steps": request.max_steps,
+        "concurrency": request.concurrency,
+        "limit": request.limit,
+        "scorer": "per example, else per dataset, else per task type",
+        "dataset": dataset.name,
+        "code_version": code_version(),
+        "review": request.review,
+        "celery_queue": request.queue or None,
+        "max_output_tokens": request.max_output_tokens,
+        # None: the provider's own cost, else the genai-prices table, else unknown
+        "price": request.price.to_dict() if request.price is not None else None,
+    }
+
+
+def _plan_note(
+    run: Run, dataset: Dataset, provider: LLMProvider, *, planned: int, skipped: int, resumed: bool
+) -> str:
+    in_run = run.predictions.count()
+    return (
+        f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
+        + (" (resumed)" if resumed else "")
+        + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
+        + f"; {provider.name} model {provider.model}"
+        # a smaller --limit on a resume plans fewer examples than the run
+        # holds, but the metrics are over all of its rows
+        + (
+            f"; the metrics cover all {in_run} predictions of the run, not only these {planned + skipped}"
+            if in_run > planned + skipped
+            else ""
+        )
+    )
+
+
+def _drive_and_finish(
+    run: Run,
+    planned: list[PlannedExample],
+    *,
+    request: EvalRequest,
+    provider: LLMProvider,
+    progress: ProgressFactory,
+    extensions: RunExtensions,
+) -> Run:
+    """Drive ``planned`` and finish ``run`` whatever happens; returns the finished run."""
+    bar = progress(run.run_id, len(planned))
+    driven = 0
+
+    def done(*_: Any) -> None:
+        nonlocal driven
+        driven += 1
+        bar.update(1)
+
+    status = RunStatus.SUCCESS
+    started = time.monotonic()
+    outage = released = False
+    try:
+        if request.celery:
+            asyncio.run(provider.aclose())  # the workers build their own
+            try:
+                if follow_run(
+                    run,
+                    planned,
+                    queue=request.queue,
+                    max_in_flight=request.max_in_flight,
+                    on_done=done,
+                    on_poll=lambda: bar.update(0),  # a plain line is due every few seconds
+                ):
+                    status = RunStatus.CANCELLED
+            except KeyboardInterrupt:
+                released = True
+                run_release(run=run)  # the turns keep running; the run id follows them again
+                raise RunInterrupted(run.run_id, turns_keep_running=True) from None
+            except KombuOperationalError as exc:
+                # the broker went away while turns were being sent: those sent
+                # run on; the same run id sends the rest and follows them all
+                released = True
+                run_release(run=run)
+                raise RunOutage(
+                    run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker"
+                ) from None
+        else:
+            asyncio.run(
+                _drive(
+                    planned,
+                    provider=provider,
+                    request=request,
+                    on_done=done,
+                    extensions=extensions,
+                    run_id=run.run_id,
+                    dataset=run.dataset.name,
+                )
+            )
+        if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
+            # examples cancel_run ended before they ran, not driven again
+            # (--retry-errors does): the run stays cancelled, never a baseline
+            Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
+        ):
+            status = RunStatus.CANCELLED  # manage.py cancel_run
+        # the LLM judge grades the answers it is to score once the turns are done
+        if status != RunStatus.CANCELLED:
+            judge_pass(
+                run=run,
+                judge_model=request.judge_model,
+                run_model=request.model,
+                concurrency=request.concurrency,
+            )
+    except (RunInterrupted, RunOutage):
+        raise
+    except KeyboardInterrupt:
+        status = RunStatus.CANCELLED
+        raise RunInterrupted(run.run_id) from None
+    except BaseException as exc:
+        status = RunStatus.ERROR
+        outage = isinstance(exc, DatabaseOutage)
+        raise
+    finally:
+        bar.close()
+        # this thread's connection sat idle while the pool drove: a restart
+        # meanwhile must cost a reconnect here, not the run's finish
+        connections_retire_broken()
+        try:
+            if not released:
+                run = run_finish(run=run, status=status, driven=driven, wall_s=time.monotonic() - started)
+        except DatabaseError as exc:
+            # still down: the resume finishes the run (its metrics are
+            # recomputed from the stored rows) — report the outage, not this
+            if not (outage and is_connection_error(exc)):
+                raise
+    return run
+
+
+async def _drive(
+    planned: Sequence[PlannedExample],
+    *,
+    provider: LLMProvider,
+    request: EvalRequest,
+    on_done: Callable[[PlannedExample], None],
+    extensions: RunExtensions,
+    run_id: str,
+    dataset: str,
+) -> None:
+    with DatabaseThreads(max_workers=min(request.concurrency, int(settings.AGENTLAB_DB_THREADS_MAX))) as db:
+        try:
+            await drive_examples(
+                planned,
+                provider=provider,
+                db=db,
+                concurrency=request.concurrency,
+                on_done=on_done,
+                review=request.review,
+                extensions=extensions,
+                run_id=run_id,
+                dataset=dataset,
+            )
+        finally:
+            await provider.aclose()

@@ -1,0 +1,156 @@
+"""Drive a run's examples through the shared turn driver, with bounded concurrency.
+
+This is the asyncio side of ``run_eval``: every planned example is one turn,
+driven by ``turns.driver.drive_turn`` under the evaluation policy, then its
+prediction is completed — always, even when the driver raises (the seed batch
+runner's "a prediction row is always written" rule, ``shared/seeds/000``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from django.conf import settings
+
+from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.tools import ToolRegistry
+from agentlab.agent.types import LLMProvider
+from common.db import DatabaseThreads, is_connection_error
+from evaluation.run.extensions import example_subject
+from evaluation.run.plan import PlannedExample
+from evaluation.run.record import TurnFinal, prediction_complete, prediction_record
+from turns.driver import EvaluationPolicy, drive_turn
+from turns.driver.extensions import Subject
+from turns.job_ids import local_job_id
+from turns.models import TurnStatus
+
+logger = logging.getLogger(__name__)
+
+
+class DatabaseOutage(Exception):
+    """The database failed while examples were driven (a restart, a network
+    cut). The examples it hit were left unfinished — their turns interrupted,
+    their predictions not completed — and no further example was started, so
+    the same run id resumes them. The message names the first error seen."""
+
+    @classmethod
+    def of(cls, cause: BaseException | str) -> DatabaseOutage:
+        """The outage that ``cause`` (an error, or a message saying it) stands for."""
+        if isinstance(cause, DatabaseOutage):
+            return cause
+        detail = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        return cls(f"the database failed mid-run: {' '.join(detail.split())}")
+
+
+def _local_eval_job(number: int) -> str:
+    return local_job_id("eval", number)
+
+
+async def drive_examples(
+    planned: Sequence[PlannedExample],
+    *,
+    provider: LLMProvider,
+    db: DatabaseThreads,
+    concurrency: int,
+    on_done: Callable[[PlannedExample], None] | None = None,
+    review: bool = True,
+    tools: ToolRegistry | None = None,
+    extensions: RunExtensions | None = None,
+    run_id: str | None = None,
+    dataset: str | None = None,
+    job_id: Callable[[int], str] | None = None,
+    record_unclaimed: bool = True,
+) -> None:
+    """Drive every planned example, at most ``concurrency`` at once.
+
+    ``on_done`` is called (in the event loop) after each prediction is stored —
+    the progress bar hangs off it. ``review`` runs the review phase (one more
+    LLM call per answered example, waited for); ``tools`` replaces the
+    built-in tools. ``extensions``: the run's plugins and MCP servers
+    (``None``: the settings' only); plugins are told the example, ``run_id``
+    and ``dataset``. ``job_id(n)``: the claim's job id of the n-th turn
+    (default ``local_job_id("eval", n)``). ``record_unclaimed``: complete the
+    prediction of a turn that could not be claimed from its row (``run_eval``
+    in process: such a turn has ended); ``False`` on a Celery worker, where
+    it may be running under another delivery — the following ``run_eval``
+    records what ends outside the policy. Raises ``ValueError`` for ``concurrency < 1``, and
+    ``DatabaseOutage`` once every started example is done when the database
+    failed under one of them (nothing more is started after that; what it
+    hit stays resumable).
+    """
+    extensions = extensions or RunExtensions(
+        settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
+    )
+    if concurrency < 1:
+        raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+    gate = asyncio.Semaphore(concurrency)
+    numbers = itertools.count(1)
+    outage: list[BaseException] = []
+
+    async def one(item: PlannedExample) -> None:
+        async with gate:
+            if outage:
+                return  # left planned: the resume drives it
+            try:
+                await drive_one(item)
+            except Exception as exc:
+                if not is_connection_error(exc):
+                    raise
+                logger.warning("example %s: the database failed: %s", item.example_id, exc)
+                outage.append(exc)
+
+    async def drive_one(item: PlannedExample) -> None:
+        recorded = False
+
+        def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
+            # in the terminal event's transaction: one UPDATE, no read-back
+            nonlocal recorded
+            prediction_complete(
+                prediction_id=item.prediction_id,
+                example=item.example,
+                turn=TurnFinal.from_fields(turn_fields),
+            )
+            recorded = True
+
+        error: str | None = None
+        result = None
+        try:
+            # a job id that names this process: another run_eval can tell
+            # whether the turn's driver is still alive (run_plan)
+            result = await drive_turn(
+                item.turn_id,
+                policy=EvaluationPolicy(finish=finish, review=review),
+                provider=provider,
+                db=db,
+                tools=tools,
+                job_id=(job_id or _local_eval_job)(next(numbers)),
+                extensions=extensions.for_example(item.example.plugins or ()),
+                subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
+            )
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise
+            logger.exception("example %s: turn %s raised", item.example_id, item.turn_id)
+            error = f"{type(exc).__name__}: {exc}"
+        else:
+            if result is not None and result.status == TurnStatus.INTERRUPTED:
+                # the database failed under the turn: it is interrupted,
+                # and its prediction stays open for the resume
+                outage.append(DatabaseOutage.of(result.error or "a turn was interrupted"))
+                return
+        if error is None and result is None and not record_unclaimed:
+            return  # another delivery drives it (or did): nothing of ours to record
+        if not recorded:
+            # not claimable (already ended) or the finish itself failed:
+            # complete the row from what the turn row says now
+            await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
+        if on_done is not None:
+            on_done(item)
+
+    await asyncio.gather(*(one(item) for item in planned))
+    if outage:
+        raise DatabaseOutage.of(outage[0])

@@ -1,0 +1,213 @@
+"""Planning a run: which examples it still drives, each with a queued turn
+and a prediction row written before the turn runs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from evaluation.models import Example, Prediction, Run
+from turns.models import Turn, TurnKind, TurnStatus
+from turns.services import (
+    RETRYABLE_STATUSES,
+    NewTurn,
+    turn_create_many,
+    turn_interrupt,
+    turn_resume,
+    turn_retry,
+    turns_set_output_limit,
+)
+
+
+@dataclass(frozen=True)
+class PlannedExample:
+    """An example of a run still to be driven — one epoch of it: its
+    prediction row, its turn, and the example itself (scored in memory when
+    the turn finishes)."""
+
+    prediction_id: int
+    turn_id: int
+    example: Example
+    resumed: bool
+    epoch: int = 1
+
+    @property
+    def example_id(self) -> int:
+        return self.example.pk
+
+
+def _turn_context(example: Example) -> dict[str, Any]:
+    context = dict(example.context or {})
+    if example.choices:
+        context.setdefault("choices", example.choices)
+    context.setdefault("task_type", example.task_type)
+    return context
+
+
+def run_plan(
+    *,
+    run: Run,
+    limit: int | None,
+    max_steps: int,
+    model: str,
+    retry_errors: bool = False,
+    max_output_tokens: int | None = None,
+    epochs: int = 1,
+    live_ok: bool = False,
+) -> tuple[list[PlannedExample], int]:
+    """Decide what a (possibly resumed) run still has to do.
+
+    Every example is run ``epochs`` times, each epoch an independent turn
+    with its own prediction row (unique per run, example and epoch), and
+    everything below holds per (example, epoch): a resume drives exactly the
+    epochs that are not done. Planned in example order, epochs 1..K of an
+    example together.
+    For the first ``limit`` examples of the run's dataset (all when ``None``):
+    an example with a completed prediction is skipped; one whose earlier turn
+    was cut off (killed process) gets that turn interrupted and resumed, so the
+    driver continues from its event log; one with nothing yet gets a queued
+    turn and a pessimistic prediction row (stop reason ``error``, wrong), in
+    one transaction (for up to ``PLAN_BATCH`` examples at a time), so a
+    prediction exists even if the turn never finishes.
+    With ``retry_errors``, a completed prediction that recorded an error (a
+    provider outage, say) or was cancelled (``manage.py cancel_run``) is
+    planned again: its turn gets a new attempt
+    (``turn_retry``, the failed one archived) and the row is completed anew.
+    Every planned turn gets ``max_output_tokens`` (``None``: the setting
+    when driven), a resumed or retried one included: a run resumed with more
+    tokens retries its truncated answers with more.
+    With ``live_ok`` (``run_eval --celery`` following its run again), a
+    running or waiting turn whose heartbeat is younger than ``TURN_STALE_S``
+    is left to the worker driving it (planned, untouched).
+    Returns the planned (example, epoch)s and the number skipped.
+    Raises ``ValueError`` for ``epochs < 1``.
+    """
+    if epochs < 1:
+        raise ValueError(f"epochs must be at least 1, got {epochs}")
+    examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
+    predictions = {(p.example_id, p.epoch): p for p in run.predictions.select_related("turn")}
+    planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
+    fresh: list[tuple[int, Example, Prediction | None, int]] = []
+    skipped = 0
+    for example, epoch in ((e, k) for e in examples for k in range(1, epochs + 1)):
+        prediction = predictions.get((example.pk, epoch))
+        if (
+            retry_errors
+            and prediction is not None
+            and prediction.completed_at is not None
+            # an error, or cancelled (manage.py cancel_run): neither is an answer
+            and (prediction.error or prediction.stop_reason == "cancelled")
+            and prediction.turn is not None
+            and prediction.turn.status in RETRYABLE_STATUSES
+        ):
+            with transaction.atomic():
+                turn_retry(turn_id=prediction.turn.pk)
+                Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
+            planned.append(PlannedExample(prediction.pk, prediction.turn.pk, example, True, epoch))
+            continue
+        if prediction is not None and prediction.completed_at is not None:
+            skipped += 1
+            continue
+        if prediction is not None and prediction.turn is not None:
+            turn = prediction.turn
+            if live_ok and _is_live(turn):
+                planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
+                continue
+            if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
+                # its process is gone (the run was killed): the log is kept
+                turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
+                turn.refresh_from_db()
+            if turn.can_resume():
+                turn_resume(turn_id=turn.pk)
+            planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
+            continue
+        fresh.append((len(planned), example, prediction, epoch))
+        planned.append(None)
+    for start in range(0, len(fresh), PLAN_BATCH):
+        for index, item in _queue_fresh(
+            run=run,
+            fresh=fresh[start : start + PLAN_BATCH],
+            max_steps=max_steps,
+            model=model,
+            max_output_tokens=max_output_tokens,
+        ):
+            planned[index] = item
+    result = [item for item in planned if item is not None]
+    resumed = [item.turn_id for item in result if item.resumed]
+    if resumed:
+        turns_set_output_limit(turn_ids=resumed, max_output_tokens=max_output_tokens)
+    return result, skipped
+
+
+def _is_live(turn: Turn) -> bool:
+    """A running or waiting turn with a heartbeat younger than ``TURN_STALE_S``."""
+    if turn.status not in (TurnStatus.RUNNING, TurnStatus.WAITING) or turn.heartbeat_at is None:
+        return False
+    return (timezone.now() - turn.heartbeat_at).total_seconds() <= float(settings.TURN_STALE_S)
+
+
+#: Examples queued per transaction when a run is planned.
+PLAN_BATCH = 500
+
+
+def _queue_fresh(
+    *,
+    run: Run,
+    fresh: Sequence[tuple[int, Example, Prediction | None, int]],
+    max_steps: int,
+    model: str,
+    max_output_tokens: int | None = None,
+) -> list[tuple[int, PlannedExample]]:
+    """Queue a turn for each ``(slot, example, prediction or None, epoch)`` and give
+    each its pessimistic prediction row (stop reason ``error``, wrong), all in
+    one transaction and a handful of statements (``turn_create_many``,
+    ``bulk_create``). Returns ``(slot, planned example)`` pairs."""
+    if run.system_user is None:  # run_start gives every run its system user
+        raise ValueError(f"run {run.run_id!r} has no system user: start it with run_start")
+    with transaction.atomic():
+        turns = turn_create_many(
+            owner=run.system_user,
+            kind=TurnKind.EVALUATION,
+            turns=[
+                NewTurn(
+                    question=example.question,
+                    context=_turn_context(example),
+                    max_steps=max_steps,
+                    model=model,
+                    max_output_tokens=max_output_tokens,
+                )
+                for _, example, _, _ in fresh
+            ],
+        )
+        new_rows, relinked = [], []
+        for (_, example, prediction, epoch), turn in zip(fresh, turns, strict=True):
+            if prediction is None:
+                new_rows.append(
+                    Prediction(
+                        run=run,
+                        example=example,
+                        epoch=epoch,
+                        turn=turn,
+                        task_type=example.task_type,
+                        gold_answer=example.answer,
+                        stop_reason="error",
+                        correct=False,
+                        score=0.0,
+                        error="the turn did not finish",
+                    )
+                )
+            else:
+                prediction.turn = turn
+                relinked.append(prediction)
+        Prediction.objects.bulk_create(new_rows)
+        Prediction.objects.bulk_update(relinked, ["turn"])
+    by_key = {(p.example_id, p.epoch): p for p in [*new_rows, *relinked]}
+    return [
+        (index, PlannedExample(by_key[(example.pk, epoch)].pk, turn.pk, example, False, epoch))
+        for (index, example, _, epoch), turn in zip(fresh, turns, strict=True)
+    ]

@@ -1,0 +1,187 @@
+"""``run_eval``'s request: the command's option values, checked, as an
+``EvalRequest`` (``eval_request``); nothing here writes or drives."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.conf import settings
+
+from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
+from agentlab.agent.plugins import PluginError, load_plugin
+from agentlab.agent.pricing import Price
+from common.errors import BadInput
+from evaluation.run.lifecycle import run_id_check
+
+
+@dataclass(frozen=True)
+class EvalRequest:
+    """What ``run_eval`` was asked to do, checked (``eval_request``).
+
+    ``dataset``: a registered name, ``demo`` or a ``.jsonl`` path;
+    ``run_id``: ``None`` for a new one; ``limit``: only the first N examples
+    (``None``: all); ``concurrency``: examples driven at once; ``max_steps``:
+    agent steps per example; ``model``: a model name or GGUF path (``None``:
+    the configured one); ``fail_under``: the accuracy (0..1) below which the
+    run fails its quality gate (``None``: no gate); ``review``,
+    ``retry_errors``: as the command's options; ``celery``: send the turns
+    to Celery workers on ``queue`` and follow them (at most
+    ``max_in_flight`` at once when set). ``plugins``:
+    the ``--plugin`` names (entry-point plugins the run switches on);
+    ``mcp_servers``: the ``--mcp`` servers;
+    ``max_output_tokens``: the output-token limit of one LLM call; ``price``:
+    the per-run price override (``None``: the price table, else unknown).
+    ``epochs``: how many times each example is run (independent turns;
+    ``None``: the resumed run's, else 1); ``judge_model``: the grading model
+    of examples scored by the LLM judge (``None``: the run's model).
+    """
+
+    dataset: str
+    run_id: str | None
+    limit: int | None
+    concurrency: int
+    max_steps: int
+    model: str | None
+    fail_under: float | None
+    review: bool = True
+    retry_errors: bool = False
+    celery: bool = False
+    queue: str = ""
+    max_in_flight: int | None = None
+    plugins: tuple[str, ...] = ()
+    mcp_servers: tuple[MCPServerConfig, ...] = ()
+    max_output_tokens: int = 512
+    price: Price | None = None
+    epochs: int | None = None
+    judge_model: str | None = None
+
+
+#: Most epochs ``--epochs`` may ask for.
+MAX_EPOCHS = 100
+
+
+def eval_request(
+    *,
+    dataset: str,
+    run_id: str | None = None,
+    limit: int | None = None,
+    concurrency: int = 4,
+    max_steps: int | None = None,
+    model: str | None = None,
+    fail_under: float | None = None,
+    review: bool = True,
+    retry_errors: bool = False,
+    celery: bool = False,
+    queue: str | None = None,
+    max_in_flight: int | None = None,
+    plugins: Sequence[str] = (),
+    mcp: Sequence[str] = (),
+    max_output_tokens: int | None = None,
+    price_in: float | None = None,
+    price_out: float | None = None,
+    epochs: int | None = None,
+    judge_model: str | None = None,
+) -> EvalRequest:
+    """An ``EvalRequest`` from the command's option values; ``max_steps``
+    ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
+    ``AGENTLAB_MAX_OUTPUT_TOKENS``; ``price_in``/``price_out`` are US dollars
+    per million tokens, both or neither.
+
+    Raises ``ValueError`` (``BadInput`` for the run id) naming the option:
+    ``--limit`` below 1, ``--concurrency`` outside 1..256, ``--max-steps`` (or
+    ``AGENTLAB_MAX_STEPS``) below 1, ``--max-output-tokens`` below 1,
+    ``--celery`` without ``CELERY_BROKER_URL`` or with ``--mcp``, ``--queue``
+    or ``--max-in-flight`` without ``--celery``, ``--max-in-flight`` below 1,
+    a blank ``--queue`` or one with spaces or commas, ``--fail-under`` outside
+    0..1, only one of ``--price-in``/``--price-out`` or a negative one, a bad
+    run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
+    ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
+    ``--epochs`` outside 1..``MAX_EPOCHS``.
+    """
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be at least 1, got {limit}")
+    if not 1 <= concurrency <= 256:
+        raise ValueError(f"--concurrency must be between 1 and 256, got {concurrency}")
+    # name where the value came from: the user may never have passed the flag
+    max_steps_from = "--max-steps" if max_steps is not None else "AGENTLAB_MAX_STEPS"
+    max_steps = max_steps if max_steps is not None else settings.AGENTLAB_MAX_STEPS
+    if max_steps < 1:
+        raise ValueError(f"{max_steps_from} must be at least 1, got {max_steps}")
+    queue = _celery_check(celery=celery, queue=queue, max_in_flight=max_in_flight, mcp=mcp)
+    if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
+        raise ValueError(f"--epochs must be between 1 and {MAX_EPOCHS}, got {epochs}")
+    if fail_under is not None and not 0 <= fail_under <= 1:
+        raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
+    for name in plugins:
+        try:
+            load_plugin(name)
+        except PluginError as exc:
+            raise BadInput(f"--plugin {name}: {exc}") from None
+    servers = tuple(parse_server_option(text) for text in mcp)
+    names = [server.name for server in servers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--mcp names a server twice: {', '.join(names)}")
+    max_output_tokens = (
+        max_output_tokens if max_output_tokens is not None else int(settings.AGENTLAB_MAX_OUTPUT_TOKENS)
+    )
+    if max_output_tokens < 1:
+        raise ValueError(f"--max-output-tokens must be at least 1, got {max_output_tokens}")
+    if (price_in is None) != (price_out is None):
+        raise ValueError("--price-in and --price-out go together: give both (US dollars per million tokens)")
+    price = None
+    if price_in is not None and price_out is not None:
+        if not (math.isfinite(price_in) and math.isfinite(price_out)) or price_in < 0 or price_out < 0:
+            raise ValueError(
+                f"--price-in and --price-out must be numbers ≥ 0, got {price_in} and {price_out}"
+            )
+        price = Price(input_per_mtok=price_in, output_per_mtok=price_out)
+    return EvalRequest(
+        dataset=dataset,
+        run_id=run_id_check(run_id) if run_id is not None else None,
+        limit=limit,
+        concurrency=concurrency,
+        max_steps=max_steps,
+        model=model,
+        fail_under=fail_under,
+        review=review,
+        retry_errors=retry_errors,
+        celery=celery,
+        queue=queue,
+        max_in_flight=max_in_flight,
+        plugins=tuple(dict.fromkeys(p.strip() for p in plugins if p.strip())),
+        mcp_servers=servers,
+        max_output_tokens=max_output_tokens,
+        price=price,
+        epochs=epochs,
+        judge_model=(judge_model or "").strip() or None,
+    )
+
+
+def _celery_check(*, celery: bool, queue: str | None, max_in_flight: int | None, mcp: Sequence[str]) -> str:
+    """The queue of a ``--celery`` run (``--queue``, else ``AGENTLAB_EVAL_QUEUE``,
+    else Celery's default queue), ``""`` without ``--celery``; raises
+    ``ValueError`` as ``eval_request`` says."""
+    if not celery:
+        for flag, value in (("--queue", queue), ("--max-in-flight", max_in_flight)):
+            if value is not None:
+                raise ValueError(f"{flag} goes with --celery")
+        return ""
+    if not settings.CELERY_BROKER_URL:
+        raise ValueError("--celery needs a broker: set CELERY_BROKER_URL (and start Celery workers)")
+    if mcp:
+        raise ValueError(
+            "--mcp cannot be used with --celery: the workers start their MCP servers from their own "
+            "AGENTLAB_MCP_SERVERS"
+        )
+    if max_in_flight is not None and max_in_flight < 1:
+        raise ValueError(f"--max-in-flight must be at least 1, got {max_in_flight}")
+    if queue is not None and not queue.strip():
+        raise ValueError("--queue must name a queue")
+    if queue is not None and any(c.isspace() or c == "," for c in queue.strip()):
+        # a worker's -Q takes a comma-separated list: such a name could not be read back
+        raise ValueError(f"--queue must be one queue name, without spaces or commas, got {queue.strip()!r}")
+    from celery import current_app
+
+    return (queue or "").strip() or settings.AGENTLAB_EVAL_QUEUE or str(current_app.conf.task_default_queue)
