@@ -35,7 +35,7 @@ app.autodiscover_tasks()
 # evaluation's tasks live beside what they run: the examples' task with the
 # run (evaluation/run/worker.py), the schedules' with the schedules
 app.autodiscover_tasks(["evaluation.run"], related_name="worker")
-app.autodiscover_tasks(["evaluation.schedules"])
+app.autodiscover_tasks(["evaluation.schedules"], related_name="firing")
 # Belongs with the other CELERY_* settings; read here so that this module
 # stays the only place that must know about it.
 app.conf.task_default_queue = os.environ.get("CELERY_TASK_DEFAULT_QUEUE") or "celery"

@@ -18,8 +18,8 @@ from apikeys.auth import api_key_auth, session_auth
 from apikeys.throttle import api_key_throttle
 from common.api import ERRORS, AuthedRequest, Pagination
 from evaluation import selectors
-from evaluation.compare.pairing import Comparison
 from evaluation.compare.services import run_compare_ids
+from evaluation.compare.shapes import Comparison
 from evaluation.metrics.intervals import CONFIDENCE, wilson_interval
 from evaluation.models import Prediction, Run, RunStatus
 

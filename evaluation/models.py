@@ -73,7 +73,7 @@ class EvalSchedule(models.Model):
     The options are ``run_eval``'s (``evaluation.run.request``): blank or
     ``None`` means the command's default. ``crontab`` or ``interval`` (exactly
     one) is django-celery-beat's own schedule row; ``periodic_task`` is the
-    beat entry that fires ``evaluation.schedules.tasks.scheduled_eval_run``
+    beat entry that fires ``evaluation.schedules.firing.scheduled_eval_run``
     with ``{"schedule_id": pk}`` — written only by
     ``evaluation.schedules.sync`` (never edit it by hand: saving the schedule
     rewrites it). ``last_error``: why the latest firing did not produce a

@@ -19,8 +19,7 @@ from django.utils import timezone
 from common.errors import NotFound
 from evaluation.metrics.checks import CheckRow, check_metrics, check_row
 from evaluation.metrics.compute import PredictionRow, compute_metrics
-from evaluation.models import Dataset, Prediction, Run, RunStatus
-from evaluation.scoring import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER
+from evaluation.models import Prediction, Run, RunStatus
 from turns.job_ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
 
@@ -218,25 +217,3 @@ def run_turn_holder(*, run: Run) -> str | None:
         return None
     age = (timezone.now() - busy.heartbeat_at).total_seconds() if busy.heartbeat_at else 0.0
     return f"its turn {busy.pk} is {busy.status} under job {busy.job_id}, heartbeat {age:.0f} s ago"
-
-
-def dataset_fallback_task_types(*, dataset: Dataset) -> list[str]:
-    """Task types (sorted) of ``dataset``'s examples that name no scorer and
-    whose task type has no default in ``DEFAULT_SCORER_BY_TASK_TYPE``: they
-    are scored with ``FALLBACK_SCORER`` (exact match), which a typo such as
-    ``"maths"`` would make silently wrong for numbers. One query."""
-    found = dataset.examples.filter(scorer="").values_list("task_type", flat=True).distinct()
-    return sorted(set(found) - set(DEFAULT_SCORER_BY_TASK_TYPE))
-
-
-def fallback_note(task_types: list[str]) -> str:
-    """The warning ``import_dataset`` and ``run_eval`` print for
-    ``dataset_fallback_task_types``; ``""`` when there are none."""
-    if not task_types:
-        return ""
-    known = ", ".join(f"{t} → {s}" for t, s in DEFAULT_SCORER_BY_TASK_TYPE.items())
-    return (
-        f"note: task type(s) {', '.join(repr(t) for t in task_types)} have no scorer of their own, so their "
-        f'examples are scored with {FALLBACK_SCORER!r}; known task types: {known}; or set "scorer" per '
-        "example"
-    )

@@ -11,7 +11,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import StaffReadOnlyAdmin, admin_link, html_table, json_block, subquery_count, url_query
-from evaluation.datasets.jsonl import gold_display
+from evaluation.datasets.spec import gold_display
 from evaluation.models import Dataset, Example, Prediction, Run
 
 

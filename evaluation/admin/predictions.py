@@ -12,7 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
-from evaluation.datasets.jsonl import gold_display
+from evaluation.datasets.spec import gold_display
 from evaluation.models import Example, Prediction, Run
 from evaluation.selectors import predictions_failing, run_check_names
 from turns.admin import status_badge

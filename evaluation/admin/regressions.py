@@ -9,11 +9,11 @@ from typing import Any
 from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link, badge
-from evaluation.admin.report import compare_url
 from evaluation.models import Run
 
 #: What ``Run.regression`` says, as the filter's and the column's words.
@@ -64,3 +64,7 @@ def regression_summary(run: Run) -> SafeString:
         return head
     lines = format_html_join("", "<li>{}</li>", ((line,) for line in run.regressions))
     return format_html("{}<ul>{}</ul>", head, lines)
+
+
+def compare_url(base_pk: int, candidate_pk: int) -> str:
+    return reverse("admin:evaluation_run_compare", args=[base_pk, candidate_pk])

@@ -27,10 +27,12 @@ from django.utils.safestring import SafeString
 
 from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
+from evaluation.admin.regressions import compare_url
 from evaluation.compare.charts import comparison_chart_data
-from evaluation.compare.pairing import ExamplePair, PairSide, unfinished_warning
+from evaluation.compare.pairing import unfinished_warning
 from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare
+from evaluation.compare.shapes import ExamplePair, PairSide
 from evaluation.metrics.report_data import run_report_data
 from evaluation.models import Run
 from evaluation.selectors import dataset_accuracy_trend, run_latencies, run_stored_metrics
@@ -41,10 +43,6 @@ CHARTJS_VERSION = "4.6.1"
 
 def report_url(run_pk: int) -> str:
     return reverse("admin:evaluation_run_report", args=[run_pk])
-
-
-def compare_url(base_pk: int, candidate_pk: int) -> str:
-    return reverse("admin:evaluation_run_compare", args=[base_pk, candidate_pk])
 
 
 def _with_links(side: PairSide | None) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 runs whose examples were run several times (``run_eval --epochs``).
 
 McNemar's test needs one right/wrong value per example and run; with epochs
-each example has a mean score per run instead (``evaluation.metrics.epochs
+each example has a mean score per run instead (``evaluation.metrics.compute
 .per_example_means``). The difference of two runs' mean scores is then
 judged by resampling the *examples* (paired: an example drawn carries both
 runs' values), 10,000 times by default, with a seeded generator so the same

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaluation.compare.pairing import Comparison
+from evaluation.compare.shapes import Comparison
 
 
 def comparison_chart_data(comparison: Comparison) -> dict[str, Any]:

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 
 from rich.table import Table
 
-from evaluation.compare.pairing import Comparison, Delta, ExamplePair, PairedAccuracy, unfinished_warning
+from evaluation.compare.pairing import unfinished_warning
+from evaluation.compare.shapes import Comparison, Delta, ExamplePair, PairedAccuracy
 from evaluation.metrics.metrics_table import text_console
 
 __all__ = ["format_comparison"]

@@ -16,25 +16,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from common.errors import BadInput
-from evaluation.compare.pairing import Comparison, regressions
+from evaluation.compare.pairing import regressions
 from evaluation.compare.selectors import run_previous
 from evaluation.compare.services import run_compare
+from evaluation.compare.shapes import Comparison
 from evaluation.models import Dataset, Run, RunStatus
+from evaluation.run.request import BaselineRequest
 from evaluation.selectors import run_get
 
 #: ``--baseline`` value meaning "the previous comparable run".
 PREVIOUS = "previous"
-
-
-@dataclass(frozen=True)
-class BaselineRequest:
-    """What ``run_eval`` was asked to compare with: ``baseline`` a run id,
-    ``"previous"`` or ``None`` (no comparison); ``fail_on_regression``: exit 1
-    on a significant regression; ``alpha``: the significance level."""
-
-    baseline: str | None
-    fail_on_regression: bool = False
-    alpha: float = 0.05
 
 
 @dataclass(frozen=True)
@@ -49,21 +40,6 @@ class BaselineOutcome:
     note: str | None
     regressions: list[str]
     gate_failure: str | None
-
-
-def baseline_request(*, baseline: str | None, fail_on_regression: bool, alpha: float) -> BaselineRequest:
-    """A checked ``BaselineRequest``. Raises ``ValueError`` naming the option:
-    ``--fail-on-regression`` without ``--baseline``, ``--alpha`` outside (0, 1),
-    an empty ``--baseline``."""
-    if baseline is not None and not baseline.strip():
-        raise ValueError("--baseline needs a run id or 'previous'")
-    if fail_on_regression and baseline is None:
-        raise ValueError("--fail-on-regression needs --baseline RUN_ID or --baseline previous")
-    if not 0 < alpha < 1:
-        raise ValueError(f"--alpha must be between 0 and 1 (exclusive), got {alpha}")
-    return BaselineRequest(
-        baseline=baseline.strip() if baseline else None, fail_on_regression=fail_on_regression, alpha=alpha
-    )
 
 
 def baseline_precheck(request: BaselineRequest, *, dataset: str, run_id: str | None = None) -> None:

@@ -21,27 +21,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 
 from evaluation.compare.bootstrap import RESAMPLES, SEED, paired_bootstrap
-from evaluation.compare.pairing import ComparedRow, Comparison, PairedAccuracy
+from evaluation.compare.shapes import ComparedRow, Comparison, EpochComparedRow, PairedAccuracy
 from evaluation.compare.statistics import holm_adjust
 
 __all__ = ["BOOTSTRAP_METHOD", "EpochComparedRow", "apply_bootstrap", "majority_rows"]
 
 #: ``Comparison["method"]`` of a comparison of runs with epochs.
 BOOTSTRAP_METHOD = "paired bootstrap over per-example mean scores"
-
-
-@dataclass(frozen=True)
-class EpochComparedRow:
-    """One epoch of one example in a run: its ``ComparedRow``, the
-    ``epoch`` and the ``score`` value (``None``: unscored; 0.5 for a
-    judge's partial grade)."""
-
-    row: ComparedRow
-    epoch: int
-    score: float | None
 
 
 def majority_rows(rows: Iterable[EpochComparedRow]) -> list[ComparedRow]:

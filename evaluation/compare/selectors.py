@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from evaluation.compare.over_epochs import EpochComparedRow
-from evaluation.compare.pairing import ComparedRow
-from evaluation.datasets.jsonl import gold_display
+from evaluation.compare.shapes import ComparedRow, EpochComparedRow
+from evaluation.datasets.spec import gold_display
 from evaluation.models import Prediction, Run, RunStatus
 
 #: The prediction columns a ``ComparedRow`` is built from, in ``_compared_row``'s order.

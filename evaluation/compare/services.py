@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from common.errors import BadInput
 from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
-from evaluation.compare.pairing import CONFIDENCE, Comparison, RunSide, compare_rows
+from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
+from evaluation.compare.shapes import CONFIDENCE, Comparison, RunSide
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_get, run_stored_metrics
 

@@ -13,7 +13,7 @@ run shows a non-trivial accuracy.
 
 from __future__ import annotations
 
-from evaluation.datasets.jsonl import ExampleSpec
+from evaluation.datasets.spec import ExampleSpec
 
 __all__ = ["DEMO_DATASET_NAME", "demo_examples"]
 

@@ -11,9 +11,10 @@ from django.db import transaction
 from agentlab.agent.plugins import PluginError, load_plugin
 from common.errors import BadInput
 from evaluation.datasets.demo import DEMO_DATASET_NAME, demo_examples
-from evaluation.datasets.jsonl import ExampleSpec, parse_jsonl
+from evaluation.datasets.jsonl import parse_jsonl
+from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Dataset, Example
-from evaluation.scoring import check_scorer, scorer_for
+from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER, check_scorer, scorer_for
 
 #: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
 DEMO_SOURCE = "agentlab demo"
@@ -145,4 +146,26 @@ def dataset_resolve(*, name_or_path: str) -> Dataset:
         f"no dataset named {name_or_path!r} and no such .jsonl file; registered datasets: "
         + (", ".join(known) if known else "none")
         + f" (and {DEMO_DATASET_NAME!r})"
+    )
+
+
+def dataset_fallback_task_types(*, dataset: Dataset) -> list[str]:
+    """Task types (sorted) of ``dataset``'s examples that name no scorer and
+    whose task type has no default in ``DEFAULT_SCORER_BY_TASK_TYPE``: they
+    are scored with ``FALLBACK_SCORER`` (exact match), which a typo such as
+    ``"maths"`` would make silently wrong for numbers. One query."""
+    found = dataset.examples.filter(scorer="").values_list("task_type", flat=True).distinct()
+    return sorted(set(found) - set(DEFAULT_SCORER_BY_TASK_TYPE))
+
+
+def fallback_note(task_types: list[str]) -> str:
+    """The warning ``import_dataset`` and ``run_eval`` print for
+    ``dataset_fallback_task_types``; ``""`` when there are none."""
+    if not task_types:
+        return ""
+    known = ", ".join(f"{t} → {s}" for t, s in DEFAULT_SCORER_BY_TASK_TYPE.items())
+    return (
+        f"note: task type(s) {', '.join(repr(t) for t in task_types)} have no scorer of their own, so their "
+        f'examples are scored with {FALLBACK_SCORER!r}; known task types: {known}; or set "scorer" per '
+        "example"
     )

@@ -22,7 +22,7 @@ from agentlab.agent.types import Completion
 from agentlab.agent.usage import UsageTotals
 from evaluation.judge.grader import JUDGE, JudgeRequest, grade_name
 from evaluation.models import Example, JudgeCacheEntry, Prediction, Run
-from evaluation.scoring import Score
+from evaluation.scoring.base import Score
 
 
 class Judgement(TypedDict, total=False):

@@ -204,7 +204,7 @@ def _ci(interval: list[float] | None) -> str:
 
 def epochs_table(epochs: Mapping[str, Any]) -> Table | None:
     """The "Epochs" table of a run with epochs (``metrics["epochs"]``,
-    ``evaluation.metrics.epochs.epoch_metrics``): per task type and overall, the mean
+    ``evaluation.metrics.compute.epoch_metrics``): per task type and overall, the mean
     accuracy over examples with its 95 % interval, pass@k for each k,
     majority-vote accuracy and the share of examples whose epochs disagree;
     ``None`` for a run without epochs."""

@@ -20,7 +20,7 @@ import shlex
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -32,8 +32,9 @@ from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
 from common.version import code_version
-from evaluation.datasets.services import dataset_resolve
-from evaluation.judge.judge_pass import judge_check, judge_pass
+from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve, fallback_note
+from evaluation.judge.judge_pass import judge_pass
+from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Prediction, Run, RunStatus
 from evaluation.run.exits import RunOutage
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, run_extensions
@@ -41,21 +42,9 @@ from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
 from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_run, queue_readers
 from evaluation.run.plan import PlannedExample, run_plan
+from evaluation.run.progress import ProgressFactory
 from evaluation.run.request import EvalRequest
-from evaluation.selectors import dataset_fallback_task_types, fallback_note
 from turns.llm import get_provider
-
-
-class Progress(Protocol):
-    """A progress bar (``tqdm`` has this shape)."""
-
-    def update(self, n: int = 1) -> object: ...
-
-    def close(self) -> None: ...
-
-
-#: ``(run id, examples to drive) -> Progress``: the bar of one run.
-ProgressFactory = Callable[[str, int], Progress]
 
 
 @dataclass(frozen=True)

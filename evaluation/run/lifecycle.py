@@ -11,7 +11,6 @@ process refuses a run whose lease is live (``evaluation.selectors.run_holder``).
 from __future__ import annotations
 
 import logging
-import re
 import secrets
 import threading
 from typing import Any
@@ -23,33 +22,13 @@ from django.db import IntegrityError, connections, transaction
 from django.utils import timezone
 
 from common.db import connections_retire_broken
-from common.errors import BadInput, StateConflict
+from common.errors import StateConflict
 from evaluation.models import Dataset, Run, RunStatus
+from evaluation.run.request import run_id_check
 from evaluation.selectors import run_holder, run_lease_holder, run_metrics
 from turns.job_ids import local_job_id
 
 logger = logging.getLogger(__name__)
-
-#: Characters a run id may not hold (it appears in URLs: ``/api/runs/{run_id}``).
-_RUN_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
-RUN_ID_MAX = 200
-
-
-def run_id_check(run_id: str | None) -> str:
-    """A valid run id, stripped: non-empty, at most ``RUN_ID_MAX`` characters,
-    no control characters and none of ``/ \\ ? # %`` (a run id appears in URLs:
-    ``/api/runs/{run_id}``). Raises ``BadInput`` saying what is wrong."""
-    run_id = (run_id or "").strip()
-    if not run_id:
-        raise BadInput("run id must not be empty or blank")
-    if len(run_id) > RUN_ID_MAX:
-        raise BadInput(f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX} are allowed")
-    bad = _RUN_ID_FORBIDDEN.search(run_id)
-    if bad:
-        raise BadInput(
-            f"run id {run_id!r} contains {bad.group()!r}; control characters and / \\ ? # % are not allowed"
-        )
-    return run_id
 
 
 def _system_user(run_id: str) -> User:

@@ -35,7 +35,7 @@ from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from typing import Any
 
-from celery import current_app
+from celery import Task, current_app
 from django.conf import settings
 from django.db import transaction
 from kombu.exceptions import OperationalError as KombuOperationalError
@@ -45,7 +45,6 @@ from common.errors import StateConflict
 from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import prediction_record
-from evaluation.run.worker import eval_example_run
 from turns.models import TERMINAL_STATUSES, TurnStatus
 from turns.services import turn_cancel, turn_resume
 from turns.services.sweep import turns_sweep_stale
@@ -58,6 +57,20 @@ FOLLOW_BATCH = 1000
 
 class BrokerUnavailable(Exception):
     """The Celery broker cannot be reached (the message names it and why)."""
+
+
+#: The registered name of the examples' task (``evaluation.run.worker``),
+#: kept from when it lived in ``evaluation/tasks.py``: a name in a queued
+#: message is a wire contract.
+EVAL_TASK = "evaluation.tasks.eval_example_run"
+
+
+def example_task() -> Task:
+    """The examples' Celery task, looked up by :data:`EVAL_TASK` in the
+    current app's registry: the sender needs its name and options, not the
+    worker's driving code, which the app's autodiscovery imports
+    (``agentlab.celery``). Raises ``KeyError`` if no app registered it."""
+    return current_app.tasks[EVAL_TASK]
 
 
 def broker_check(*, timeout_s: int = 5) -> None:
@@ -91,7 +104,7 @@ def _broker_shown() -> str:
 
 
 def eval_send(prediction_ids: Sequence[int], *, queue: str, batch: int | None = None) -> None:
-    """Send ``eval_example_run`` for ``prediction_ids`` to ``queue``, ``batch``
+    """Send the examples' task (:func:`example_task`) for ``prediction_ids`` to ``queue``, ``batch``
     ids per message (``None``: ``AGENTLAB_EVAL_BATCH``), once the current
     transaction commits (at once outside one): a worker must find the turn
     rows it is to claim (what ``DjangoTask.apply_async_on_commit`` does). A
@@ -101,7 +114,7 @@ def eval_send(prediction_ids: Sequence[int], *, queue: str, batch: int | None = 
     ids = list(prediction_ids)
     for start in range(0, len(ids), size):
         chunk = ids[start : start + size]
-        transaction.on_commit(partial(eval_example_run.apply_async, (chunk,), queue=queue))
+        transaction.on_commit(partial(example_task().apply_async, (chunk,), queue=queue))
 
 
 class FollowState:

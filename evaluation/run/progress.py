@@ -7,11 +7,9 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Callable
-from typing import IO
+from typing import IO, Protocol
 
 from tqdm import tqdm
-
-from evaluation.run.evaluate import Progress
 
 
 class PlainProgress:
@@ -76,3 +74,15 @@ def progress_for(stream: IO[str], *, every_s: float) -> Callable[[str, int], Pro
         return PlainProgress(run_id, total, stream=stream, every_s=every_s)
 
     return make
+
+
+class Progress(Protocol):
+    """A progress bar (``tqdm`` has this shape)."""
+
+    def update(self, n: int = 1) -> object: ...
+
+    def close(self) -> None: ...
+
+
+#: ``(run id, examples to drive) -> Progress``: the bar of one run.
+ProgressFactory = Callable[[str, int], Progress]

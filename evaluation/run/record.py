@@ -14,7 +14,8 @@ from agentlab.agent.text import safe_fields
 from common.db import update_by_pk
 from evaluation.judge.grader import JUDGE, JudgeRequest, judge_precheck
 from evaluation.models import Example, Prediction
-from evaluation.scoring import MODEL_GRADED_SCORERS, Score, answer_mismatch, score, scorer_for
+from evaluation.scoring.base import Score
+from evaluation.scoring.dispatch import MODEL_GRADED_SCORERS, answer_mismatch, score, scorer_for
 from turns.meta import (
     meta_answer_type,
     meta_failure,

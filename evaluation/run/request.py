@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,7 +14,6 @@ from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.pricing import Price
 from common.errors import BadInput
-from evaluation.run.lifecycle import run_id_check
 
 
 @dataclass(frozen=True)
@@ -185,3 +185,53 @@ def _celery_check(*, celery: bool, queue: str | None, max_in_flight: int | None,
     from celery import current_app
 
     return (queue or "").strip() or settings.AGENTLAB_EVAL_QUEUE or str(current_app.conf.task_default_queue)
+
+
+#: Characters a run id may not hold (it appears in URLs: ``/api/runs/{run_id}``).
+_RUN_ID_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
+
+
+RUN_ID_MAX = 200
+
+
+def run_id_check(run_id: str | None) -> str:
+    """A valid run id, stripped: non-empty, at most ``RUN_ID_MAX`` characters,
+    no control characters and none of ``/ \\ ? # %`` (a run id appears in URLs:
+    ``/api/runs/{run_id}``). Raises ``BadInput`` saying what is wrong."""
+    run_id = (run_id or "").strip()
+    if not run_id:
+        raise BadInput("run id must not be empty or blank")
+    if len(run_id) > RUN_ID_MAX:
+        raise BadInput(f"run id is {len(run_id)} characters long; at most {RUN_ID_MAX} are allowed")
+    bad = _RUN_ID_FORBIDDEN.search(run_id)
+    if bad:
+        raise BadInput(
+            f"run id {run_id!r} contains {bad.group()!r}; control characters and / \\ ? # % are not allowed"
+        )
+    return run_id
+
+
+@dataclass(frozen=True)
+class BaselineRequest:
+    """What ``run_eval`` was asked to compare with: ``baseline`` a run id,
+    ``"previous"`` or ``None`` (no comparison); ``fail_on_regression``: exit 1
+    on a significant regression; ``alpha``: the significance level."""
+
+    baseline: str | None
+    fail_on_regression: bool = False
+    alpha: float = 0.05
+
+
+def baseline_request(*, baseline: str | None, fail_on_regression: bool, alpha: float) -> BaselineRequest:
+    """A checked ``BaselineRequest``. Raises ``ValueError`` naming the option:
+    ``--fail-on-regression`` without ``--baseline``, ``--alpha`` outside (0, 1),
+    an empty ``--baseline``."""
+    if baseline is not None and not baseline.strip():
+        raise ValueError("--baseline needs a run id or 'previous'")
+    if fail_on_regression and baseline is None:
+        raise ValueError("--fail-on-regression needs --baseline RUN_ID or --baseline previous")
+    if not 0 < alpha < 1:
+        raise ValueError(f"--alpha must be between 0 and 1 (exclusive), got {alpha}")
+    return BaselineRequest(
+        baseline=baseline.strip() if baseline else None, fail_on_regression=fail_on_regression, alpha=alpha
+    )

@@ -25,11 +25,13 @@ from agentlab.agent.types import LLMProvider
 from common.errors import BadInput, StateConflict
 from common.version import code_version
 from evaluation.judge.grader import JUDGE
-from evaluation.judge.judge_pass import JudgeTally, judge_check, judge_pass
+from evaluation.judge.judge_pass import JudgeTally, judge_pass
+from evaluation.judge.provider import judge_check
 from evaluation.models import Prediction, Run, RunStatus
-from evaluation.run.lifecycle import RUN_ID_MAX, run_finish, run_start
+from evaluation.run.lifecycle import run_finish, run_start
 from evaluation.run.record import AWAITING_JUDGE, score_without_judge
-from evaluation.scoring import answer_mismatch, check_scorer
+from evaluation.run.request import RUN_ID_MAX
+from evaluation.scoring.dispatch import answer_mismatch, check_scorer
 from evaluation.selectors import run_get
 from turns.meta import meta_answer_type, meta_first_attempt_if_review_retried
 from turns.models import TurnOutcome

@@ -34,16 +34,12 @@ from agentlab.agent.types import LLMProvider
 from common.loop_thread import LoopThread
 from evaluation.models import Prediction
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
+from evaluation.run.on_workers import EVAL_TASK
 from evaluation.run.plan import PlannedExample
 from turns.llm import get_provider
 from turns.tasks import DRIVER_TASK_OPTIONS, shared_db
 
 logger = logging.getLogger(__name__)
-
-#: The task's registered name, kept from when it lived in ``evaluation/tasks.py``
-#: (a name in a queued message is a wire contract; ``evaluation.run.on_workers``
-#: sends it by this name).
-EVAL_TASK = "evaluation.tasks.eval_example_run"
 
 
 def _planned(prediction_ids: list[int]) -> list[tuple[PlannedExample, Prediction]]:

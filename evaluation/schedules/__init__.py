@@ -5,8 +5,8 @@ schedule's previous successful run, and flags a significant regression.
 
 Modules, imports pointing down the list:
 
-- ``tasks``: the thin Celery task ``scheduled_eval_run(schedule_id)``;
-- ``firing``: ``scheduled_run`` — load, run, link, compare, flag, alert;
+- ``firing``: the Celery task beat sends, ``scheduled_eval_run(schedule_id)``,
+  and ``scheduled_run`` — load, run, link, compare, flag, alert;
 - ``alerts``: the WARNING log line and the e-mail to ``ADMINS``;
 - ``capacity``: the guard that keeps a ``celery`` schedule from waiting for
   its own worker slot;

@@ -2,8 +2,10 @@
 service as ``manage.py run_eval``, then the comparison with the schedule's
 previous successful run and the regression flag on the run.
 
-Called by the Celery task ``evaluation.schedules.tasks.scheduled_eval_run``
-(in a worker; beat only sends it). Nothing here raises for a bad schedule or
+Called by :func:`scheduled_eval_run`, the Celery task beat sends (it runs in
+a worker; beat only sends it). No retries and no late acknowledgement: a
+redelivery would run the whole evaluation again, and the next firing is the
+retry. Nothing here raises for a bad schedule or
 a failed evaluation: a Celery retry would run the whole evaluation again, so
 every failure is logged (logger ``evaluation.schedules``) and kept in the
 schedule's ``last_error``, and a run that had started is finished with status
@@ -15,7 +17,9 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from celery import shared_task
 from django.core.exceptions import ValidationError
+from django.db import connections
 
 from common.errors import AgentLabError
 from evaluation.compare.pairing import regressions
@@ -144,3 +148,13 @@ def scheduled_compare(*, schedule: EvalSchedule, run: Run) -> ScheduledOutcome:
     else:
         logger.info("scheduled evaluation %r: run %s: no significant regression", schedule.name, run.run_id)
     return ScheduledOutcome(run=run, baseline=baseline, regressions=found, mailed=mailed)
+
+
+@shared_task(name=SCHEDULE_TASK, ignore_result=True, acks_late=False, max_retries=0)
+def scheduled_eval_run(schedule_id: int) -> None:
+    """Fire evaluation schedule ``schedule_id`` (an id, never a model instance)."""
+    try:
+        scheduled_run(schedule_id=schedule_id)
+    finally:
+        # hours pass between firings: a connection kept in this thread would be long dead
+        connections.close_all()

@@ -15,12 +15,10 @@ from django.utils.text import slugify
 
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.errors import AgentLabError
-from evaluation.compare.gate import baseline_request
 from evaluation.datasets.demo import DEMO_DATASET_NAME
-from evaluation.judge.judge_pass import judge_check
+from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, EvalSchedule
-from evaluation.run.lifecycle import run_id_check
-from evaluation.run.request import EvalRequest, eval_request
+from evaluation.run.request import EvalRequest, baseline_request, eval_request, run_id_check
 
 #: ``run_eval``'s option (as its error messages name it) → the schedule's field.
 OPTION_FIELDS = {

@@ -21,7 +21,9 @@ from django_celery_beat.models import PeriodicTask
 from evaluation.models import EvalSchedule
 from evaluation.schedules.options import schedule_check
 
-#: The registered name of the task beat sends (``evaluation.schedules.tasks``).
+#: The registered name of the task beat sends
+#: (``evaluation.schedules.firing.scheduled_eval_run``; the name is older than
+#: the module and is kept: beat's stored ``PeriodicTask`` rows name it).
 SCHEDULE_TASK = "evaluation.schedules.tasks.scheduled_eval_run"
 
 

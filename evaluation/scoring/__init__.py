@@ -77,9 +77,11 @@ from evaluation.scoring.dispatch import (
     score,
     scorer_for,
 )
-from evaluation.scoring.numeric import ABS_TOL, REL_TOL, extract_last_number, parse_number, score_numeric
+from evaluation.scoring.normalize import normalize_answer
+from evaluation.scoring.numbers import ABS_TOL, REL_TOL, extract_last_number, parse_number
+from evaluation.scoring.numeric import score_numeric
 from evaluation.scoring.sql_result import score_sql_result
-from evaluation.scoring.text import normalize_answer, score_contains, score_exact
+from evaluation.scoring.text import score_contains, score_exact
 
 __all__ = [
     "ABS_TOL",

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from evaluation.scoring.base import Score
-from evaluation.scoring.text import normalize_answer
+from evaluation.scoring.normalize import normalize_answer
 
 _MARKDOWN_RE = re.compile(r"[*_`]+")
 _LETTER_ONLY_RE = re.compile(r"[(\[]?\s*([A-Za-z])\s*[)\]]?\s*[.:)]?")

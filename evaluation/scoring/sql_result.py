@@ -20,8 +20,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from evaluation.scoring.base import Score
-from evaluation.scoring.numeric import extract_last_number, format_number, is_close, parse_number
-from evaluation.scoring.text import normalize_answer
+from evaluation.scoring.normalize import normalize_answer
+from evaluation.scoring.numbers import extract_last_number, format_number, is_close, parse_number
 
 _CODE_FENCE_RE = re.compile(r"^\s*```[\w-]*\s*\n?(.*?)\n?\s*```\s*$", re.DOTALL)
 _MAX_LITERAL_CHARS = 200_000

@@ -15,8 +15,8 @@ from django.urls import reverse
 from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from common.db import DatabaseThreads
-from evaluation.datasets.jsonl import ExampleSpec
 from evaluation.datasets.services import dataset_import
+from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.run.lifecycle import run_finish, run_start
 from evaluation.run.plan import run_plan

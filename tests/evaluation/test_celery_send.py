@@ -7,13 +7,14 @@ import pytest
 from django.db import transaction
 
 from evaluation.run import on_workers as celery_run
+from evaluation.run.worker import eval_example_run
 
 
 @pytest.fixture
 def sent(monkeypatch):
     messages: list[tuple[tuple, str]] = []
     monkeypatch.setattr(
-        celery_run.eval_example_run,
+        eval_example_run,
         "apply_async",
         lambda args, queue: messages.append((args, queue)),
     )

@@ -7,7 +7,8 @@ import json
 
 import pytest
 
-from evaluation.compare.pairing import ComparedRow, RunSide, compare_rows, regressions
+from evaluation.compare.pairing import compare_rows, regressions
+from evaluation.compare.shapes import ComparedRow, RunSide
 from evaluation.compare.statistics import holm_adjust, mcnemar_exact_p
 from evaluation.metrics.compute import PredictionRow, compute_metrics
 

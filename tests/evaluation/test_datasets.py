@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from evaluation.datasets.demo import DEMO_DATASET_NAME, demo_examples
-from evaluation.datasets.jsonl import DatasetFormatError, ExampleSpec, parse_jsonl, parse_records
+from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl, parse_records
+from evaluation.datasets.spec import ExampleSpec
 from evaluation.scoring import score, scorer_for
 from tests.shared_data import dataset_path
 

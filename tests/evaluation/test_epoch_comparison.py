@@ -8,9 +8,9 @@ from django.core.management import call_command
 
 from agentlab.testing.stub_llm import StubLLMServer
 from evaluation.compare.bootstrap import paired_bootstrap
-from evaluation.compare.over_epochs import BOOTSTRAP_METHOD, EpochComparedRow, majority_rows
-from evaluation.compare.pairing import ComparedRow
+from evaluation.compare.over_epochs import BOOTSTRAP_METHOD, majority_rows
 from evaluation.compare.services import run_compare_ids
+from evaluation.compare.shapes import ComparedRow, EpochComparedRow
 from tests.evaluation.test_run_eval import GSM8K, oracle, rows
 from tests.evaluation.test_run_eval_epochs import PATTERN, by_epoch
 

@@ -10,8 +10,14 @@ import pytest
 from scipy import stats
 
 from evaluation.compare.bootstrap import paired_bootstrap
-from evaluation.metrics.compute import PredictionRow, compute_metrics
-from evaluation.metrics.epochs import EpochRow, epoch_metrics, pass_at_k, per_example_means
+from evaluation.metrics.compute import (
+    EpochRow,
+    PredictionRow,
+    compute_metrics,
+    epoch_metrics,
+    pass_at_k,
+    per_example_means,
+)
 from evaluation.metrics.intervals import accuracy_text, mean_interval, wilson_interval
 
 #: per example, the correctness of epochs 1..4 (K = 4)

@@ -12,7 +12,8 @@ from django.core.management import call_command
 from django.db import connection
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
-from evaluation.datasets.jsonl import gold_display, parse_jsonl
+from evaluation.datasets.jsonl import parse_jsonl
+from evaluation.datasets.spec import gold_display
 from evaluation.models import Example, Prediction
 from evaluation.scoring import answer_mismatch, score
 from tests.api_support import ApiClient

@@ -14,8 +14,8 @@ from agentlab.agent.review import REVIEW_SYSTEM_PROMPT
 from agentlab.agent.types import Completion
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
 from common.db import DatabaseThreads
-from evaluation.datasets.jsonl import ExampleSpec
 from evaluation.datasets.services import dataset_import
+from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Prediction, Run
 from evaluation.run.inprocess import drive_examples
 from evaluation.run.lifecycle import run_finish, run_start

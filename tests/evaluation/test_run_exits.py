@@ -97,7 +97,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
     from kombu.exceptions import OperationalError as KombuOperationalError
 
     from evaluation.run import evaluate as run_eval
-    from evaluation.run import on_workers as celery_run
+    from evaluation.run.worker import eval_example_run
 
     def send_fails(*args, **kwargs):
         raise KombuOperationalError("Error 111 connecting to 127.0.0.1:6379. Connection refused.")
@@ -106,7 +106,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
     endpoint(server)
     settings.CELERY_BROKER_URL = BROKER_URL
     monkeypatch.setattr(run_eval, "broker_check", lambda: None)  # it answered before the run
-    monkeypatch.setattr(celery_run.eval_example_run, "apply_async", send_fails)
+    monkeypatch.setattr(eval_example_run, "apply_async", send_fails)
     monkeypatch.setattr(run_eval, "queue_readers", lambda queue: 0)  # no worker answers
     try:
         with pytest.raises(SystemExit) as exited:

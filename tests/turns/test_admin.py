@@ -426,8 +426,8 @@ def test_turn_page_of_5000_events_reads_one_page_in_pinned_queries(
 
 
 def test_turn_page_of_an_evaluation_turn_links_its_run(staff_client, staff):
-    from evaluation.datasets.jsonl import ExampleSpec
     from evaluation.datasets.services import dataset_import
+    from evaluation.datasets.spec import ExampleSpec
     from evaluation.run.lifecycle import run_start
     from evaluation.run.plan import run_plan
 

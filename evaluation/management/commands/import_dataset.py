@@ -15,8 +15,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
-from evaluation.datasets.services import dataset_import
-from evaluation.selectors import dataset_fallback_task_types, fallback_note
+from evaluation.datasets.services import dataset_fallback_task_types, dataset_import, fallback_note
 
 
 class Command(BaseCommand):

@@ -20,7 +20,7 @@ from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.rescore import rescore
-from evaluation.scoring import KNOWN_SCORERS
+from evaluation.scoring.dispatch import KNOWN_SCORERS
 
 
 class Command(BaseCommand):

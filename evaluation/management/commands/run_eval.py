@@ -25,13 +25,13 @@ from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.compare.comparison_table import format_comparison
-from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck, baseline_request
+from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.progress import progress_for
-from evaluation.run.request import eval_request
+from evaluation.run.request import baseline_request, eval_request
 
 
 class Command(BaseCommand):
