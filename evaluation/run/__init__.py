@@ -17,5 +17,5 @@ Modules, in the order a run goes through them:
 - ``progress``: the progress bar or log line; ``exits``: the outage that stops
   a run (exit 75) and the command line that resumes it;
 - ``worker``: the Celery task a worker drives examples with (``--celery``);
-- ``cancel``: ``manage.py cancel_run``; ``rescore``: ``manage.py rescore``.
+- ``cancel``: ``manage.py cancel_run``; ``rescoring``: ``manage.py rescore``.
 """

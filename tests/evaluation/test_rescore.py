@@ -14,7 +14,7 @@ from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.types import Completion, ProviderError, Usage
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
 from evaluation.models import JudgeCacheEntry, Run
-from evaluation.run.rescore import rescore
+from evaluation.run.rescoring import rescore
 from tests.api_support import ApiClient
 from turns.models import Turn
 

@@ -19,7 +19,7 @@ from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.metrics.metrics_table import format_table
-from evaluation.run.rescore import rescore
+from evaluation.run.rescoring import rescore
 from evaluation.scoring.dispatch import KNOWN_SCORERS
 
 
