@@ -68,8 +68,12 @@ EVAL_TASK = "evaluation.tasks.eval_example_run"
 def example_task() -> Task:
     """The examples' Celery task, looked up by :data:`EVAL_TASK` in the
     current app's registry: the sender needs its name and options, not the
-    worker's driving code, which the app's autodiscovery imports
-    (``agentlab.celery``). Raises ``KeyError`` if no app registered it."""
+    worker's driving code. The first lookup in a process that is not a worker
+    loads the app's task modules as a worker does at start-up (its
+    autodiscovery, ``agentlab.celery``, finds ``evaluation.run.worker``).
+    Raises ``KeyError`` if no task module registered it."""
+    if EVAL_TASK not in current_app.tasks:
+        current_app.loader.import_default_modules()
     return current_app.tasks[EVAL_TASK]
 
 
