@@ -1,6 +1,6 @@
 """The Django project as an app of its own, so that starting Django starts Celery's app.
 
-Task modules (``turns.tasks``) declare their tasks with ``celery.shared_task``
+Task modules (``turns.jobs.tasks``) declare their tasks with ``celery.shared_task``
 and import nothing from this package: the tasks bind to whichever Celery app
 is current when they are sent or run. ``ready`` creates the project's app
 (``agentlab.celery``, configured from the ``CELERY_*`` settings) in every

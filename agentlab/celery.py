@@ -5,7 +5,7 @@ Configuration comes from Django settings under the ``CELERY_`` namespace;
 tasks are found in each app's ``tasks.py``. Importing this module connects to
 nothing and reads no settings, so it is safe without a broker.
 
-Run (see ``turns.tasks`` for why a threads pool)::
+Run (see ``turns.jobs.tasks`` for why a threads pool)::
 
     celery -A agentlab worker --pool threads --concurrency 16 --loglevel INFO
     celery -A agentlab beat --loglevel INFO \
@@ -32,6 +32,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 app = Celery("agentlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# the turns' tasks live with the other job modules (turns/jobs/tasks.py)
+app.autodiscover_tasks(["turns.jobs"])
 # evaluation's tasks live beside what they run: the examples' task with the
 # run (evaluation/run/worker.py), the schedules' with the schedules
 app.autodiscover_tasks(["evaluation.run"], related_name="worker")

@@ -37,13 +37,13 @@ def server_start() -> None:
 
     try:
         if settings.CELERY_BROKER_URL:
-            from turns.services import turns_sweep
+            from turns.jobs.sweep import turns_sweep
 
             swept = turns_sweep(stale_s=float(settings.TURN_STALE_S))
             if swept.interrupted:
                 logger.warning("server start: marked %s stale turn(s) interrupted", swept.interrupted)
         else:
-            from turns.jobs import inline_executor
+            from turns.jobs.handover import inline_executor
 
             inline_executor()
     except Exception:

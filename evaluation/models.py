@@ -155,7 +155,7 @@ class Run(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     #: the lease of the ``run_eval`` process driving the run (``""``: none):
-    #: its job tag (``turns.job_ids.local_job_id``) and when it last said it is
+    #: its job tag (``turns.jobs.ids.local_job_id``) and when it last said it is
     #: alive; ``run_start`` refuses a run whose lease is live
     driver = models.CharField(max_length=64, blank=True, default="")
     heartbeat_at = models.DateTimeField(null=True, blank=True)

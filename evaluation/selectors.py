@@ -20,7 +20,7 @@ from common.errors import NotFound
 from evaluation.metrics.checks import CheckRow, check_metrics, check_row
 from evaluation.metrics.compute import PredictionRow, compute_metrics
 from evaluation.models import Prediction, Run, RunStatus
-from turns.job_ids import local_job_is_gone
+from turns.jobs.ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
 
 
@@ -195,7 +195,7 @@ def run_driven_elsewhere(*, run: Run) -> Turn | None:
 
     A running or waiting turn counts when its heartbeat is younger than
     ``TURN_STALE_S`` and its job is not known to be gone
-    (``turns.job_ids.local_job_is_gone``: ``run_eval`` names host and pid in
+    (``turns.jobs.ids.local_job_is_gone``: ``run_eval`` names host and pid in
     its job ids, so the turns of a killed run on this machine do not count).
     Two ``run_eval`` processes on one run id would otherwise take each
     other's turns, and each print metrics over rows the other is writing.

@@ -17,10 +17,9 @@ from pydantic import AfterValidator
 
 from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
-
-from . import selectors, services
-from .meta import meta_usage_total
-from .models import Approval, Conversation, Turn
+from turns import selectors, services
+from turns.meta import meta_usage_total
+from turns.models import Approval, Conversation, Turn
 
 
 def _non_blank(value: str) -> str:

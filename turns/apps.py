@@ -8,13 +8,14 @@ class TurnsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        """Plug the jobs into ``turns.dispatch``: services enqueue turns
-        without importing what runs them (see ``turns.dispatch``); check the
-        plugins of ``AGENTLAB_PLUGINS`` (``turns.extensions``)."""
+        """Plug the jobs into ``turns.services.enqueue``: services enqueue turns
+        without importing what runs them (see ``turns.services.enqueue``); check the
+        plugins of ``AGENTLAB_PLUGINS`` (``turns.extension_settings``)."""
         from django.core import checks
 
-        from . import dispatch, jobs
-        from .extensions import extensions_check
+        from turns.extension_settings import extensions_check
+        from turns.jobs import handover
+        from turns.services import enqueue
 
-        dispatch.hand_over_set(jobs.turn_hand_over)
+        enqueue.hand_over_set(handover.turn_hand_over)
         checks.register(extensions_check)

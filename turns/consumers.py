@@ -8,23 +8,10 @@ after`` in order, then live ones, each exactly once; a ``{"type":
 
 How exactness is kept — join the group first, replay, then doorbells and
 ticks, each seq sent once — is ``turns.live.TurnStream``, shared with the
-server-sent-events view (``turns.sse``); this consumer is its websocket
+server-sent-events view (``turns.sse``); so are the heartbeat ticks (one
+``turns.live.StreamTicker`` per event loop) and the pool the stream reads
+run on (``turns.live.stream_db``). This module is only the websocket
 transport.
-
-The ticks come from one ``StreamTicker`` per event loop, not a task per
-connection. A task per connection made one event read per socket per
-``HEARTBEAT_S``; sockets opened in a burst (1,000 in a few seconds) then
-ticked in a burst too, a thousand reads through the stream pool that
-stalled the loop while other turns streamed. The shared ticker wakes every
-``min(TICK_STEP_S, HEARTBEAT_S / 4)``, takes the consumers whose heartbeat
-is due, reads the ``last_seq`` of all their turns in one query, lets only
-those that are behind read their gap, and sends each its heartbeat. A
-consumer's first tick is due at a random phase within ``HEARTBEAT_S`` of
-joining and then every ``HEARTBEAT_S``, so a burst of connections does not
-tick together. An event whose doorbell was lost is thus at most about
-``HEARTBEAT_S + TICK_STEP_S`` late. Reading ``last_seq`` is enough to know
-whether anything is missing because it is advanced in the same transaction
-that inserts the events (``turns.events``).
 
 Refusals: the handshake is accepted and then closed with a code, because a
 websocket refused during the handshake reaches the browser only as 1006:
@@ -39,27 +26,22 @@ websocket refused during the handshake reaches the browser only as 1006:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import random
-import threading
-import weakref
-from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qs
 
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
-from django.conf import settings
-from django.db import DatabaseError, connection
 
-from common.db import DatabaseThreads
-
-from .doorbell import turn_group
-from .live import REPLAY_BATCH, Ticking, TurnStream, parse_after
-from .models import Turn
-from .selectors import events_after
+from turns.doorbell import turn_group
+from turns.live import (
+    TurnStream,
+    parse_after,
+    read_frames,
+    stream_ticker,
+    turn_access,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -69,185 +51,13 @@ CLOSE_FORBIDDEN = 4403
 CLOSE_NOT_FOUND = 4404
 CLOSE_NORMAL = 1000
 
-#: The longest the shared ticker sleeps between looking for due heartbeats
-#: (seconds); it never sleeps more than a quarter of ``HEARTBEAT_S``.
-TICK_STEP_S = 0.5
-#: Turns whose ``last_seq`` one tick query reads at most (SQLite's bound on
-#: query parameters is the tighter one).
-TICK_BATCH = 500
 
 _HEARTBEAT = json.dumps({"type": "heartbeat"})
 
 # --- database reads (run on the stream pool's threads) --------------------------
 
-_db: DatabaseThreads | None = None
-_db_lock = threading.Lock()
-
-
-def stream_db() -> DatabaseThreads:
-    """The process's pool for stream reads. Not Channels' ``database_sync_to_async``,
-    which funnels every query of the process through one thread."""
-    global _db
-    with _db_lock:
-        if _db is None:
-            _db = DatabaseThreads(max_workers=8)
-        return _db
-
-
-def stream_db_close() -> None:
-    """Close the pool and its connections (tests; a process that stops serving)."""
-    global _db
-    with _db_lock:
-        pool, _db = _db, None
-    if pool is not None:
-        pool.close()
-
-
-def _reading(fn: Any, *args: Any) -> Any:
-    # A pool thread has no request cycle to retire a broken connection (a
-    # database restart): drop it on error so the next read reconnects.
-    try:
-        return fn(*args)
-    except DatabaseError:
-        connection.close()
-        raise
-
-
-def _turn_access(turn_id: int) -> tuple[int, str, int] | None:
-    """(owner id, status, last_seq) of a turn, or ``None``."""
-    return Turn.objects.filter(pk=turn_id).values_list("owner_id", "status", "last_seq").first()
-
-
-def stream_frames_after(turn_id: int, after: int, limit: int = REPLAY_BATCH) -> list[dict[str, Any]]:
-    """Event frames of a turn with ``seq > after``, oldest first (one query)."""
-    return [event.as_frame() for event in events_after(turn_id=turn_id, after=after, limit=limit)]
-
-
-async def read_frames(turn_id: int, after: int, limit: int) -> list[dict[str, Any]]:
-    """``stream_frames_after`` on the stream pool (``turns.live.ReadFrames``)."""
-    frames: list[dict[str, Any]] = await stream_db().run(_reading, stream_frames_after, turn_id, after, limit)
-    return frames
-
-
-async def turn_access(turn_id: int) -> tuple[int, str, int] | None:
-    """(owner id, status, last_seq) of a turn, or ``None``, on the stream pool."""
-    access: tuple[int, str, int] | None = await stream_db().run(_reading, _turn_access, turn_id)
-    return access
-
-
-def turns_last_seq(turn_ids: Iterable[int]) -> dict[int, int]:
-    """``{turn id: last_seq}`` of the given turns, one query per ``TICK_BATCH``
-    ids; a turn that does not exist (any more) is left out."""
-    ids = sorted(set(turn_ids))
-    found: dict[int, int] = {}
-    for start in range(0, len(ids), TICK_BATCH):
-        found.update(
-            Turn.objects.filter(pk__in=ids[start : start + TICK_BATCH]).values_list("pk", "last_seq")
-        )
-    return found
-
 
 # --- the shared heartbeat ticker ----------------------------------------------
-
-
-class StreamTicker:
-    """The heartbeat ticks of all stream consumers on one event loop.
-
-    ``add(consumer)`` makes its first tick due at a random phase within
-    ``HEARTBEAT_S`` (seconds, read from settings on each step) and the next
-    ones every ``HEARTBEAT_S`` after that; ``discard(consumer)`` stops them.
-    While any consumer is registered a task wakes every
-    ``min(TICK_STEP_S, HEARTBEAT_S / 4)`` seconds and runs ``tick()``. The
-    task ends when the last consumer leaves and starts again with the next.
-
-    Use ``stream_ticker()`` to get the running loop's ticker; its methods must
-    be called on that loop.
-    """
-
-    def __init__(self) -> None:
-        #: consumer → loop time (seconds) its next tick is due
-        self._due: dict[Ticking, float] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def __len__(self) -> int:
-        return len(self._due)
-
-    def __contains__(self, consumer: object) -> bool:
-        return consumer in self._due
-
-    @property
-    def running(self) -> bool:
-        """Whether the ticking task is alive (only while consumers are registered)."""
-        return self._task is not None and not self._task.done()
-
-    def add(self, consumer: Ticking) -> None:
-        """Register ``consumer`` for heartbeat ticks (again: no change)."""
-        if consumer in self._due:
-            return
-        loop = asyncio.get_running_loop()
-        self._due[consumer] = loop.time() + random.uniform(0, float(settings.HEARTBEAT_S))
-        if not self.running:
-            self._task = loop.create_task(self._run(), name="turn-stream-ticker")
-
-    def discard(self, consumer: Ticking) -> None:
-        """Stop ticking for ``consumer`` (not registered: no change)."""
-        self._due.pop(consumer, None)
-
-    async def _run(self) -> None:
-        try:
-            while self._due:
-                await asyncio.sleep(min(TICK_STEP_S, float(settings.HEARTBEAT_S) / 4))
-                try:
-                    await self.tick()
-                except Exception:  # one bad tick must not stop every stream's heartbeat
-                    logger.exception("turn stream ticker: tick failed")
-        finally:
-            self._task = None  # a done task would keep its loop, our weak key, alive
-
-    async def tick(self) -> None:
-        """Serve the consumers whose tick is due: one ``last_seq`` query for
-        all their turns, a gap read only for those behind, then a heartbeat
-        each. A failed ``last_seq`` read is logged and the heartbeats still go
-        out (the next tick reads again)."""
-        loop = asyncio.get_running_loop()
-        now = loop.time()
-        every = float(settings.HEARTBEAT_S)
-        due = [consumer for consumer, at in self._due.items() if at <= now]
-        if not due:
-            return
-        for consumer in due:
-            # Keep the phase: the next tick is due a period after this one
-            # was, unless the loop fell more than a period behind.
-            after = self._due[consumer] + every
-            self._due[consumer] = after if after > now else now + every
-        try:
-            last_seqs = await stream_db().run(_reading, turns_last_seq, [c.turn_id for c in due])
-        except DatabaseError:
-            logger.warning("turn stream ticker: last_seq read failed", exc_info=True)
-            last_seqs = {}
-        results = await asyncio.gather(
-            *(c._tick(last_seqs.get(c.turn_id)) for c in due), return_exceptions=True
-        )
-        for consumer, result in zip(due, results, strict=True):
-            if isinstance(result, Exception):
-                # Most likely a socket that went away without a disconnect.
-                logger.warning(
-                    "turn %s stream: tick failed; no more ticks for it", consumer.turn_id, exc_info=result
-                )
-                self.discard(consumer)
-
-
-_tickers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamTicker] = weakref.WeakKeyDictionary()
-
-
-def stream_ticker() -> StreamTicker:
-    """The ``StreamTicker`` of the running event loop (made on first use).
-    Raises ``RuntimeError`` outside a running loop."""
-    loop = asyncio.get_running_loop()
-    ticker = _tickers.get(loop)
-    if ticker is None:
-        ticker = _tickers[loop] = StreamTicker()
-    return ticker
 
 
 # --- the consumer ---------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any, NotRequired
 from pydantic import ConfigDict, with_config
 from typing_extensions import TypedDict
 
-from .models import EventType
+from turns.models import EventType
 
 _CLOSED = ConfigDict(extra="forbid")
 

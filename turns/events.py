@@ -28,10 +28,9 @@ from django.utils import timezone
 from agentlab.agent.text import json_safe, safe_fields
 from common.db import column_assignments, column_of, concrete_field, pk_column
 from common.errors import StateConflict
-
-from .doorbell import ring_turn
-from .event_types import payload_check
-from .models import Turn, TurnEvent, TurnStatus
+from turns.doorbell import ring_turn
+from turns.event_types import payload_check
+from turns.models import Turn, TurnEvent, TurnStatus
 
 logger = logging.getLogger(__name__)
 

@@ -25,18 +25,42 @@ dropping what was already sent by seq):
 Each seq is sent exactly once and never skipped; a per-stream
 ``asyncio.Lock`` keeps a doorbell and a tick from interleaving their
 read-then-send.
+
+What both transports share lives here too: the stream pool, the threads the
+stream reads run on (``stream_db``; not Channels' ``database_sync_to_async``,
+which funnels every query of the process through one thread), and the
+heartbeat ticks, one ``StreamTicker`` per event loop rather than a task per
+connection. A task per connection made one event read per socket per
+``HEARTBEAT_S``; sockets opened in a burst (1,000 in a few seconds) then
+ticked in a burst too, a thousand reads through the stream pool that
+stalled the loop while other turns streamed. The shared ticker wakes every
+``min(TICK_STEP_S, HEARTBEAT_S / 4)``, takes the streams whose heartbeat is
+due, reads the ``last_seq`` of all their turns in one query, lets only those
+that are behind read their gap, and sends each its heartbeat. A stream's
+first tick is due at a random phase within ``HEARTBEAT_S`` of joining and
+then every ``HEARTBEAT_S``, so a burst of connections does not tick
+together. An event whose doorbell was lost is thus at most about
+``HEARTBEAT_S + TICK_STEP_S`` late. Reading ``last_seq`` is enough to know
+whether anything is missing because it is advanced in the same transaction
+that inserts the events (``turns.events``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+import random
+import threading
+import weakref
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
-from django.db import DatabaseError
+from django.conf import settings
+from django.db import DatabaseError, connection
 
-from .models import TERMINAL_EVENT_TYPES, EventType, TurnStatus
+from common.db import DatabaseThreads
+from turns.models import TERMINAL_EVENT_TYPES, EventType, Turn, TurnStatus
+from turns.selectors import events_after
 
 logger = logging.getLogger(__name__)
 
@@ -70,7 +94,7 @@ class StreamTransport(Protocol):
 
 
 class Ticking(Protocol):
-    """What the heartbeat ticker (``turns.consumers.StreamTicker``) serves."""
+    """What the heartbeat ticker (:class:`StreamTicker`) serves."""
 
     turn_id: int
 
@@ -157,7 +181,7 @@ class TurnStream:
                     return
             await self.transport.send_heartbeat()
 
-    # the ticker's name for it (``turns.consumers.StreamTicker``)
+    # the ticker's name for it (:class:`StreamTicker`)
     _tick = tick
 
     # --- sending (always under self._lock) ------------------------------------
@@ -190,3 +214,182 @@ class TurnStream:
     async def _end(self, status: str) -> None:
         self.ended = True
         await self.transport.send_end(str(status))
+
+
+#: The longest the shared ticker sleeps between looking for due heartbeats
+#: (seconds); it never sleeps more than a quarter of ``HEARTBEAT_S``.
+TICK_STEP_S = 0.5
+
+
+#: Turns whose ``last_seq`` one tick query reads at most (SQLite's bound on
+#: query parameters is the tighter one).
+TICK_BATCH = 500
+
+
+_db: DatabaseThreads | None = None
+
+
+_db_lock = threading.Lock()
+
+
+def stream_db() -> DatabaseThreads:
+    """The process's pool for stream reads. Not Channels' ``database_sync_to_async``,
+    which funnels every query of the process through one thread."""
+    global _db
+    with _db_lock:
+        if _db is None:
+            _db = DatabaseThreads(max_workers=8)
+        return _db
+
+
+def stream_db_close() -> None:
+    """Close the pool and its connections (tests; a process that stops serving)."""
+    global _db
+    with _db_lock:
+        pool, _db = _db, None
+    if pool is not None:
+        pool.close()
+
+
+def _reading(fn: Any, *args: Any) -> Any:
+    # A pool thread has no request cycle to retire a broken connection (a
+    # database restart): drop it on error so the next read reconnects.
+    try:
+        return fn(*args)
+    except DatabaseError:
+        connection.close()
+        raise
+
+
+def _turn_access(turn_id: int) -> tuple[int, str, int] | None:
+    """(owner id, status, last_seq) of a turn, or ``None``."""
+    return Turn.objects.filter(pk=turn_id).values_list("owner_id", "status", "last_seq").first()
+
+
+def stream_frames_after(turn_id: int, after: int, limit: int = REPLAY_BATCH) -> list[dict[str, Any]]:
+    """Event frames of a turn with ``seq > after``, oldest first (one query)."""
+    return [event.as_frame() for event in events_after(turn_id=turn_id, after=after, limit=limit)]
+
+
+async def read_frames(turn_id: int, after: int, limit: int) -> list[dict[str, Any]]:
+    """``stream_frames_after`` on the stream pool (``turns.live.ReadFrames``)."""
+    frames: list[dict[str, Any]] = await stream_db().run(_reading, stream_frames_after, turn_id, after, limit)
+    return frames
+
+
+async def turn_access(turn_id: int) -> tuple[int, str, int] | None:
+    """(owner id, status, last_seq) of a turn, or ``None``, on the stream pool."""
+    access: tuple[int, str, int] | None = await stream_db().run(_reading, _turn_access, turn_id)
+    return access
+
+
+def turns_last_seq(turn_ids: Iterable[int]) -> dict[int, int]:
+    """``{turn id: last_seq}`` of the given turns, one query per ``TICK_BATCH``
+    ids; a turn that does not exist (any more) is left out."""
+    ids = sorted(set(turn_ids))
+    found: dict[int, int] = {}
+    for start in range(0, len(ids), TICK_BATCH):
+        found.update(
+            Turn.objects.filter(pk__in=ids[start : start + TICK_BATCH]).values_list("pk", "last_seq")
+        )
+    return found
+
+
+class StreamTicker:
+    """The heartbeat ticks of all stream consumers on one event loop.
+
+    ``add(consumer)`` makes its first tick due at a random phase within
+    ``HEARTBEAT_S`` (seconds, read from settings on each step) and the next
+    ones every ``HEARTBEAT_S`` after that; ``discard(consumer)`` stops them.
+    While any consumer is registered a task wakes every
+    ``min(TICK_STEP_S, HEARTBEAT_S / 4)`` seconds and runs ``tick()``. The
+    task ends when the last consumer leaves and starts again with the next.
+
+    Use ``stream_ticker()`` to get the running loop's ticker; its methods must
+    be called on that loop.
+    """
+
+    def __init__(self) -> None:
+        #: consumer → loop time (seconds) its next tick is due
+        self._due: dict[Ticking, float] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    def __len__(self) -> int:
+        return len(self._due)
+
+    def __contains__(self, consumer: object) -> bool:
+        return consumer in self._due
+
+    @property
+    def running(self) -> bool:
+        """Whether the ticking task is alive (only while consumers are registered)."""
+        return self._task is not None and not self._task.done()
+
+    def add(self, consumer: Ticking) -> None:
+        """Register ``consumer`` for heartbeat ticks (again: no change)."""
+        if consumer in self._due:
+            return
+        loop = asyncio.get_running_loop()
+        self._due[consumer] = loop.time() + random.uniform(0, float(settings.HEARTBEAT_S))
+        if not self.running:
+            self._task = loop.create_task(self._run(), name="turn-stream-ticker")
+
+    def discard(self, consumer: Ticking) -> None:
+        """Stop ticking for ``consumer`` (not registered: no change)."""
+        self._due.pop(consumer, None)
+
+    async def _run(self) -> None:
+        try:
+            while self._due:
+                await asyncio.sleep(min(TICK_STEP_S, float(settings.HEARTBEAT_S) / 4))
+                try:
+                    await self.tick()
+                except Exception:  # one bad tick must not stop every stream's heartbeat
+                    logger.exception("turn stream ticker: tick failed")
+        finally:
+            self._task = None  # a done task would keep its loop, our weak key, alive
+
+    async def tick(self) -> None:
+        """Serve the consumers whose tick is due: one ``last_seq`` query for
+        all their turns, a gap read only for those behind, then a heartbeat
+        each. A failed ``last_seq`` read is logged and the heartbeats still go
+        out (the next tick reads again)."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        every = float(settings.HEARTBEAT_S)
+        due = [consumer for consumer, at in self._due.items() if at <= now]
+        if not due:
+            return
+        for consumer in due:
+            # Keep the phase: the next tick is due a period after this one
+            # was, unless the loop fell more than a period behind.
+            after = self._due[consumer] + every
+            self._due[consumer] = after if after > now else now + every
+        try:
+            last_seqs = await stream_db().run(_reading, turns_last_seq, [c.turn_id for c in due])
+        except DatabaseError:
+            logger.warning("turn stream ticker: last_seq read failed", exc_info=True)
+            last_seqs = {}
+        results = await asyncio.gather(
+            *(c._tick(last_seqs.get(c.turn_id)) for c in due), return_exceptions=True
+        )
+        for consumer, result in zip(due, results, strict=True):
+            if isinstance(result, Exception):
+                # Most likely a socket that went away without a disconnect.
+                logger.warning(
+                    "turn %s stream: tick failed; no more ticks for it", consumer.turn_id, exc_info=result
+                )
+                self.discard(consumer)
+
+
+_tickers: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, StreamTicker] = weakref.WeakKeyDictionary()
+
+
+def stream_ticker() -> StreamTicker:
+    """The ``StreamTicker`` of the running event loop (made on first use).
+    Raises ``RuntimeError`` outside a running loop."""
+    loop = asyncio.get_running_loop()
+    ticker = _tickers.get(loop)
+    if ticker is None:
+        ticker = _tickers[loop] = StreamTicker()
+    return ticker

@@ -37,8 +37,7 @@ from typing_extensions import TypedDict
 
 from agentlab.agent.text import json_safe
 from agentlab.agent.usage import UsageTotals
-
-from .event_types import ReviewData
+from turns.event_types import ReviewData
 
 #: Why an attempt was archived: a review asked for a retry, a person retried
 #: the turn, or a person gave a ``max_steps`` turn more steps.

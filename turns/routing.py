@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.urls import path, re_path
 
-from .consumers import NoRouteConsumer, TurnStreamConsumer
+from turns.consumers import NoRouteConsumer, TurnStreamConsumer
 
 websocket_urlpatterns = [
     # Any id reaches the consumer, which refuses a malformed one with 4404 like

@@ -15,8 +15,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from common.errors import NotFound
-
-from .models import TERMINAL_STATUSES, Approval, Conversation, EventType, Turn, TurnEvent
+from turns.models import TERMINAL_STATUSES, Approval, Conversation, EventType, Turn, TurnEvent
 
 M = TypeVar("M", Conversation, Turn, Approval)
 

@@ -44,10 +44,8 @@ from django.views.decorators.http import require_GET
 from apikeys.auth import API_KEY_HEADER
 from apikeys.services import apikey_authenticate
 from common.api import error_body
-
-from .consumers import read_frames, stream_ticker, turn_access
-from .doorbell import turn_group
-from .live import REPLAY_BATCH, TurnStream, parse_after
+from turns.doorbell import turn_group
+from turns.live import REPLAY_BATCH, TurnStream, parse_after, read_frames, stream_ticker, turn_access
 
 logger = logging.getLogger(__name__)
 

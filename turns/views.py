@@ -15,8 +15,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from agentlab.agent.text import clean_text
 from common.errors import NotFound
-
-from . import selectors, services
+from turns import selectors, services
 
 
 @login_required

@@ -1,7 +1,7 @@
 """TEST ONLY: a ``count`` tool whose side effect survives the process.
 
 ``AGENTLAB_TEST_TOOLS=1`` adds it to the registry background turns use
-(``turns.driver.job.job_tools``), so an end-to-end test can count side
+(``turns.jobs.run.job_tools``), so an end-to-end test can count side
 effects in a worker process it does not share memory with.
 """
 

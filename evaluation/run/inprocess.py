@@ -25,7 +25,7 @@ from evaluation.run.plan import PlannedExample
 from evaluation.run.record import TurnFinal, prediction_complete, prediction_record
 from turns.driver import EvaluationPolicy, drive_turn
 from turns.driver.extensions import Subject
-from turns.job_ids import local_job_id
+from turns.jobs.ids import local_job_id
 from turns.models import TurnStatus
 
 logger = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from common.errors import StateConflict
 from evaluation.models import Dataset, Run, RunStatus
 from evaluation.run.request import run_id_check
 from evaluation.selectors import run_holder, run_lease_holder, run_metrics
-from turns.job_ids import local_job_id
+from turns.jobs.ids import local_job_id
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +178,7 @@ def run_release(*, run: Run) -> None:
 
 def run_lease_tag() -> str:
     """The lease tag of this process for ``run_start(driver=…)``: host and
-    pid, in the form ``turns.job_ids.local_job_is_gone`` can judge."""
+    pid, in the form ``turns.jobs.ids.local_job_is_gone`` can judge."""
     return f"{local_job_id('eval', 0)}:run"
 
 

@@ -45,9 +45,9 @@ from common.errors import StateConflict
 from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import prediction_record
+from turns.jobs.sweep import turns_sweep_stale
 from turns.models import TERMINAL_STATUSES, TurnStatus
 from turns.services import turn_cancel, turn_resume
-from turns.services.sweep import turns_sweep_stale
 
 logger = logging.getLogger(__name__)
 

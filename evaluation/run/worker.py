@@ -10,7 +10,7 @@ once on its process's event loop, with the same code as the in-process run
 (``evaluation.run.inprocess.drive_examples``: the shared driver, the evaluation
 policy, the prediction completed in the terminal event's transaction).
 
-Delivery is at least once (``acks_late``, like ``turns.tasks.turn_run``); a
+Delivery is at least once (``acks_late``, like ``turns.jobs.tasks.turn_run``); a
 duplicate or late delivery finds the turn claimed or finished, and the
 driver's conditional claim makes it write nothing. A worker killed after the
 claim leaves the turn ``running`` without heartbeats: the ``run_eval`` that
@@ -36,8 +36,8 @@ from evaluation.models import Prediction
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.on_workers import EVAL_TASK
 from evaluation.run.plan import PlannedExample
+from turns.jobs.tasks import DRIVER_TASK_OPTIONS, shared_db
 from turns.llm import get_provider
-from turns.tasks import DRIVER_TASK_OPTIONS, shared_db
 
 logger = logging.getLogger(__name__)
 

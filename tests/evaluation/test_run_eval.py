@@ -511,7 +511,7 @@ def test_a_run_that_another_process_is_driving_is_refused_and_resumed_once_that_
     from evaluation.run.lifecycle import run_start
     from evaluation.run.plan import run_plan
     from turns.driver import turn_claim
-    from turns.job_ids import local_job_id
+    from turns.jobs.ids import local_job_id
 
     call_command("import_dataset", str(GSM8K), "--name", "gsm-busy")
     run, _ = run_start(run_id="busy", dataset=Dataset.objects.get(name="gsm-busy"), config={"review": False})

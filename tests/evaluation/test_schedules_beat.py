@@ -28,7 +28,7 @@ from evaluation.models import Run
 from evaluation.run import worker as eval_tasks
 from evaluation.schedules.sync import SCHEDULE_TASK
 from tests.redis_support import BROKER_URL, REDIS
-from turns import tasks as turn_tasks
+from turns.jobs import tasks as turn_tasks
 
 from .schedule_support import ALL_MATH, nightly, stub_lab
 

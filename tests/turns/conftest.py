@@ -46,9 +46,11 @@ def redis_layer(stream_settings):
 @pytest.fixture(autouse=True)
 def _close_process_pools():
     yield
-    from turns import consumers, jobs, tasks
+    from turns import live
+    from turns.jobs import handover as jobs
+    from turns.jobs import tasks
 
-    consumers.stream_db_close()
+    live.stream_db_close()
     previous = jobs.inline_executor_reset(None)
     if previous is not None:
         previous.stop()

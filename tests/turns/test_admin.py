@@ -134,10 +134,10 @@ def staff_client(client, staff):
 
 @pytest.fixture
 def enqueued(monkeypatch) -> list[int]:
-    """The job runner's edge (``turns.dispatch.turn_enqueue``) records turn ids
+    """The job runner's edge (``turns.services.enqueue.turn_enqueue``) records turn ids
     instead of starting the inline executor."""
     calls: list[int] = []
-    monkeypatch.setattr("turns.dispatch.turn_enqueue", calls.append)
+    monkeypatch.setattr("turns.services.enqueue.turn_enqueue", calls.append)
     return calls
 
 
@@ -573,7 +573,7 @@ def test_the_real_job_runner_is_handed_the_turn_after_commit(
     with django_capture_on_commit_callbacks(execute=False) as callbacks:
         notes = messages_of(act(staff_client, "resume_turns", [interrupted]))
     assert f"Resumed 1 turn(s): #{interrupted.pk}." in notes
-    # the doorbell of turn.resumed and the hand-over to turns.jobs
+    # the doorbell of turn.resumed and the hand-over to turns.jobs.handover
     assert len(callbacks) == 2
 
 

@@ -381,7 +381,7 @@ def event_reads(reads: list[tuple[str, tuple]]) -> list[tuple]:
 async def test_idle_streams_on_many_turns_tick_with_one_last_seq_read_per_step(
     owner, db_threads, stream_reads, stream_settings
 ):
-    from turns.consumers import TICK_STEP_S, stream_ticker
+    from turns.live import TICK_STEP_S, stream_ticker
 
     stream_settings.HEARTBEAT_S = 1.0
     step = min(TICK_STEP_S, 1.0 / 4)
@@ -459,7 +459,7 @@ async def test_a_lost_doorbell_on_one_of_many_turns_is_recovered_on_the_next_tic
 
 
 async def test_consumers_that_disconnect_or_end_leave_the_ticker_which_stops_when_empty(owner, db_threads):
-    from turns.consumers import stream_ticker
+    from turns.live import stream_ticker
 
     turns = [await db_threads.run(turn_create, owner=owner, question=f"q{i}") for i in range(3)]
     communicators = [await connect(ws_app(owner), t.pk) for t in turns]

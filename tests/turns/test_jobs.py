@@ -15,9 +15,9 @@ from django.utils import timezone
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, tool_call_reply
 from common.errors import NotFound, StateConflict
-from turns import dispatch, jobs
-from turns import job_ids as ids
 from turns.driver import turn_claim
+from turns.jobs import handover as jobs
+from turns.jobs import ids
 from turns.models import Conversation, Turn, TurnEvent
 from turns.selectors import events_after
 from turns.services import (
@@ -30,6 +30,7 @@ from turns.services import (
     turns_sweep,
     turns_sweep_stale,
 )
+from turns.services import enqueue as dispatch
 
 from .conftest import ws_app
 from .test_driver import counting_registry
@@ -115,7 +116,7 @@ def test_the_celery_task_drives_a_turn_with_the_configured_provider(owner, setti
         settings.AGENTLAB_LLM_BASE_URL = stub.base_url
         settings.AGENTLAB_MODEL = "stub-model"
         turn = turn_create(owner=owner, question="2+3?")
-        from turns.tasks import turn_run
+        from turns.jobs.tasks import turn_run
 
         turn_run.apply(args=(turn.pk,), task_id="task-1")
         turn_run.apply(args=(turn.pk,), task_id="task-2")  # a duplicate delivery: nothing happens

@@ -21,9 +21,10 @@ from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
 from turns.driver import review as review_module
 from turns.driver import watch as watch_module
 from turns.driver.replay import recorded_steps
+from turns.jobs.sweep import turns_sweep_stale
 from turns.models import Approval, Turn
 from turns.selectors import events_after
-from turns.services import approval_decide, turn_continue, turn_create, turn_resume, turns_sweep_stale
+from turns.services import approval_decide, turn_continue, turn_create, turn_resume
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -30,11 +30,11 @@ added by ``evaluation.admin.turns``, which registers a subclass of
 
 from __future__ import annotations
 
-from .approvals import ApprovalAdmin
-from .conversations import TURNS_INLINE_LIMIT, ConversationAdmin, TurnInline
-from .display import status_badge, turn_duration_ms
-from .turn_page import EVENTS_PER_PAGE
-from .turns import CONTINUE_EXTRA_STEPS, AttentionFilter, ModelFilter, StopReasonFilter, TurnAdmin
+from turns.admin.approvals import ApprovalAdmin
+from turns.admin.conversations import TURNS_INLINE_LIMIT, ConversationAdmin, TurnInline
+from turns.admin.display import status_badge, turn_duration_ms
+from turns.admin.turn_page import EVENTS_PER_PAGE
+from turns.admin.turns import CONTINUE_EXTRA_STEPS, AttentionFilter, ModelFilter, StopReasonFilter, TurnAdmin
 
 __all__ = [
     "CONTINUE_EXTRA_STEPS",

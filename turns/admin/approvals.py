@@ -11,10 +11,9 @@ from django.utils.safestring import SafeString
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, json_block
 from common.errors import NotFound, StateConflict
-
-from ..models import Approval, Turn
-from ..services import approval_decide
-from .display import status_badge
+from turns.admin.display import status_badge
+from turns.models import Approval, Turn
+from turns.services import approval_decide
 
 
 @admin.register(Approval)

@@ -13,9 +13,8 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import StaffReadOnlyAdmin, admin_link, fmt_tokens
-
-from ..models import Conversation, Turn
-from .display import status_badge
+from turns.admin.display import status_badge
+from turns.models import Conversation, Turn
 
 #: Turns shown inline on a conversation page (newest first); the rest are one click away.
 TURNS_INLINE_LIMIT = 50

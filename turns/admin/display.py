@@ -11,8 +11,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, badge, fmt_cost, html_table
-
-from ..models import Turn, TurnStatus
+from turns.models import Turn, TurnStatus
 
 _STATUS_COLOURS: dict[str, str] = {
     TurnStatus.QUEUED: "#6b7280",

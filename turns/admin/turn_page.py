@@ -29,12 +29,11 @@ from common.admin import (
     html_table,
     json_block,
 )
-
-from ..meta import meta_attempts, meta_failure, meta_last_review, meta_setup, meta_usage_total
-from ..models import TERMINAL_EVENT_TYPES, Approval, Turn
-from ..selectors import events_after
-from ..services import RETRYABLE_STATUSES
-from .display import review_text, stop_reason_text, usage_html
+from turns.admin.display import review_text, stop_reason_text, usage_html
+from turns.meta import meta_attempts, meta_failure, meta_last_review, meta_setup, meta_usage_total
+from turns.models import TERMINAL_EVENT_TYPES, Approval, Turn
+from turns.selectors import events_after
+from turns.services import RETRYABLE_STATUSES
 
 #: Events shown per page of a turn's event log.
 EVENTS_PER_PAGE = 100

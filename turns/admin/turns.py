@@ -23,17 +23,16 @@ from django.utils.text import Truncator
 
 from common.admin import DASH, DistinctValuesFilter, admin_link, fmt_cost, fmt_ms, fmt_tokens
 from common.errors import StateConflict
-
-from ..meta import meta_usage_total
-from ..models import Conversation, Turn, TurnStatus
-from ..services import (
+from turns.admin.display import status_badge, turn_duration_ms
+from turns.admin.turn_page import TurnPageAdmin
+from turns.meta import meta_usage_total
+from turns.models import Conversation, Turn, TurnStatus
+from turns.services import (
     turn_cancel,
     turn_continue_and_enqueue,
     turn_resume_and_enqueue,
     turn_retry_and_enqueue,
 )
-from .display import status_badge, turn_duration_ms
-from .turn_page import TurnPageAdmin
 
 #: Steps the admin's "continue" action adds to a turn that hit max_steps.
 CONTINUE_EXTRA_STEPS = 4
@@ -97,7 +96,7 @@ _VerbFn = Callable[[int, Any], Turn]
 
 #: The services behind each action — the same ones the API calls
 #: (``turns/api.py``). Resume and retry hand the turn to the job runner
-#: (``turns.dispatch.turn_enqueue``) after their transaction commits; retry also
+#: (``turns.services.enqueue.turn_enqueue``) after their transaction commits; retry also
 #: refuses while another turn of the same conversation is active.
 _VERBS: dict[str, tuple[_VerbFn, str]] = {
     "resume": (lambda turn_id, user: turn_resume_and_enqueue(turn_id=turn_id, acting_user=user), "resumed"),

@@ -12,9 +12,9 @@
 
 from __future__ import annotations
 
-from .claim import ClaimedTurn, turn_claim
-from .drive import DriveResult, drive_turn, shared_default_tools
-from .policies import CHAT, EVALUATION, ChatPolicy, EvaluationPolicy, TurnPolicy
+from turns.driver.claim import ClaimedTurn, turn_claim
+from turns.driver.drive import DriveResult, drive_turn, shared_default_tools
+from turns.driver.policies import CHAT, EVALUATION, ChatPolicy, EvaluationPolicy, TurnPolicy
 
 __all__ = [
     "CHAT",

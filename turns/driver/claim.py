@@ -18,10 +18,9 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from common.db import column_of, concrete_field, pk_column
-
-from ..event_types import PhaseData, TurnStartedData
-from ..events import NewEvent, events_check, events_insert_reserved
-from ..models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
+from turns.event_types import PhaseData, TurnStartedData
+from turns.events import NewEvent, events_check, events_insert_reserved
+from turns.models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
 
 
 @dataclass(frozen=True)

@@ -24,10 +24,9 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 
 from agentlab.agent.streaming import TextDelta
-
-from ..event_types import LLMDeltaData
-from ..events import NewEvent
-from ..models import EventType
+from turns.event_types import LLMDeltaData
+from turns.events import NewEvent
+from turns.models import EventType
 
 logger = logging.getLogger(__name__)
 

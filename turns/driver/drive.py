@@ -34,14 +34,8 @@ from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads, is_connection_error
-
-from ..events import TurnNotHeld
-from ..extensions import recorded_extensions
-from ..meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
-from ..models import ApprovalStatus, Turn, TurnOutcome, TurnStatus
-from ..selectors import approval_status_of, turn_checked, turn_meta
-from .claim import turn_claim
-from .extensions import (
+from turns.driver.claim import turn_claim
+from turns.driver.extensions import (
     ExtensionsUnavailable,
     Subject,
     attempt_checks,
@@ -51,12 +45,23 @@ from .extensions import (
     plugin_context,
     unavailable_result,
 )
-from .finish import finish_fields, finish_interrupted, finish_unexpected, finish_write
-from .policies import TurnPolicy
-from .recorder import Attempt, Recorder
-from .replay import attempt_steps, calls_started
-from .review import attempt_question, retry_after_review, review_may_retry, review_phase, review_record_late
-from .watch import turn_watcher
+from turns.driver.finish import finish_fields, finish_interrupted, finish_unexpected, finish_write
+from turns.driver.policies import TurnPolicy
+from turns.driver.recorder import Attempt, Recorder
+from turns.driver.replay import attempt_steps, calls_started
+from turns.driver.review_phase import (
+    attempt_question,
+    retry_after_review,
+    review_may_retry,
+    review_phase,
+    review_record_late,
+)
+from turns.driver.watch import turn_watcher
+from turns.events import TurnNotHeld
+from turns.extension_settings import recorded_extensions
+from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
+from turns.models import ApprovalStatus, Turn, TurnOutcome, TurnStatus
+from turns.selectors import approval_status_of, turn_checked, turn_meta
 
 logger = logging.getLogger(__name__)
 

@@ -26,12 +26,11 @@ from agentlab.agent.mcp.hub import MCPUnavailable
 from agentlab.agent.plugins import CheckRecord, PluginContext, TurnSummary
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.usage import UsageTotals
-
-from ..event_types import CheckData
-from ..events import NewEvent
-from ..meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions
-from ..models import EventType
-from .claim import ClaimedTurn
+from turns.driver.claim import ClaimedTurn
+from turns.event_types import CheckData
+from turns.events import NewEvent
+from turns.meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions
+from turns.models import EventType
 
 
 class ExtensionsUnavailable(Exception):

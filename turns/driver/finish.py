@@ -12,8 +12,9 @@ from agentlab.agent.loop import LoopResult
 from agentlab.agent.text import safe_fields
 
 # called through the module, so that a test can break every write of the driver at once
-from .. import events as event_log
-from ..event_types import (
+from turns import events as event_log
+from turns.driver.policies import TurnPolicy
+from turns.event_types import (
     PhaseData,
     TurnAnsweredData,
     TurnAskedData,
@@ -21,10 +22,9 @@ from ..event_types import (
     TurnFailedData,
     TurnInterruptedData,
 )
-from ..events import NewEvent
-from ..meta import meta_with_answer_type, meta_with_failure
-from ..models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
-from .policies import TurnPolicy
+from turns.events import NewEvent
+from turns.meta import meta_with_answer_type, meta_with_failure
+from turns.models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
 
 _FAILED_STOPS = {"length", "max_steps", "timeout", "context_overflow", "provider_error", "error"}
 

@@ -16,10 +16,9 @@ from django.conf import settings
 from agentlab.agent.loop import ApprovalDecision
 from agentlab.agent.types import ToolCall
 from common.db import DatabaseThreads
-
-from ..models import ApprovalStatus
-from ..services.approvals import approval_open, approval_poll, approval_running_again
-from . import watch
+from turns.driver import watch
+from turns.models import ApprovalStatus
+from turns.services.approvals import approval_open, approval_poll, approval_running_again
 
 
 class TurnPolicy:

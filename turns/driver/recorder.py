@@ -13,17 +13,17 @@ from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
-from .. import events as event_log
-from ..event_types import (
+from turns import events as event_log
+from turns.driver.deltas import DeltaCoalescer
+from turns.event_types import (
     LLMUsageData,
     ThinkingData,
     ToolCallEventData,
     ToolResultEventData,
     ToolStartedData,
 )
-from ..events import NewEvent
-from ..models import EventType
-from .deltas import DeltaCoalescer
+from turns.events import NewEvent
+from turns.models import EventType
 
 
 class Recorder:

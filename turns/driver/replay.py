@@ -13,9 +13,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from agentlab.agent.types import DECODINGS, Completion, Step, ToolCall, ToolResult, Usage
-
-from ..meta import meta_attempts
-from ..models import EventType, TurnEvent
+from turns.meta import meta_attempts
+from turns.models import EventType, TurnEvent
 
 
 def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:

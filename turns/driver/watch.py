@@ -41,8 +41,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from common.db import concrete_field, connections_retire_broken, pk_column
-
-from ..models import Turn, TurnStatus
+from turns.models import Turn, TurnStatus
 
 logger = logging.getLogger(__name__)
 

@@ -4,15 +4,16 @@
 - ``conversations``: conversations, and starting or re-queuing their turns
   (one active turn per conversation; hands turns to a job after the commit);
 - ``approvals``: a human's decision, and the driver's open / poll / resume;
-- ``sweep``: interrupting turns whose driver is gone, re-queuing lost ones.
+- ``enqueue``: ``turn_enqueue``, the edge a queued turn leaves by after the
+  commit (the jobs plug themselves in: ``turns.jobs``).
 
 Import from here or from the module; both are the same functions.
 """
 
 from __future__ import annotations
 
-from .approvals import approval_decide, approval_open, approval_poll, approval_running_again
-from .conversations import (
+from turns.services.approvals import approval_decide, approval_open, approval_poll, approval_running_again
+from turns.services.conversations import (
     conversation_create,
     conversation_delete,
     turn_continue_and_enqueue,
@@ -20,15 +21,7 @@ from .conversations import (
     turn_retry_and_enqueue,
     turn_start,
 )
-from .sweep import (
-    REQUEUE_BATCH,
-    SweepResult,
-    turns_interrupt_gone,
-    turns_requeue_lost,
-    turns_sweep,
-    turns_sweep_stale,
-)
-from .turns import (
+from turns.services.turns import (
     RETRYABLE_STATUSES,
     NewTurn,
     turn_cancel,
@@ -43,10 +36,8 @@ from .turns import (
 )
 
 __all__ = [
-    "REQUEUE_BATCH",
     "RETRYABLE_STATUSES",
     "NewTurn",
-    "SweepResult",
     "approval_decide",
     "approval_open",
     "approval_poll",
@@ -64,10 +55,6 @@ __all__ = [
     "turn_retry",
     "turn_retry_and_enqueue",
     "turn_start",
-    "turns_interrupt_gone",
-    "turns_requeue_lost",
     "turns_set_output_limit",
-    "turns_sweep",
-    "turns_sweep_stale",
     "username_of",
 ]

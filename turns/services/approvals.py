@@ -17,10 +17,9 @@ from django.utils import timezone
 from agentlab.agent.text import json_safe
 from agentlab.agent.types import ToolCall
 from common.errors import NotFound, StateConflict
-
-from ..event_types import ApprovalRequestedData, ApprovalResolvedData
-from ..events import NewEvent, TurnNotHeld, event_append_many
-from ..models import Approval, ApprovalStatus, EventType, Turn, TurnStatus
+from turns.event_types import ApprovalRequestedData, ApprovalResolvedData
+from turns.events import NewEvent, TurnNotHeld, event_append_many
+from turns.models import Approval, ApprovalStatus, EventType, Turn, TurnStatus
 
 
 def approval_decide(*, approval_id: int, approve: bool, acting_user: User) -> Approval:

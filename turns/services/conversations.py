@@ -2,7 +2,7 @@
 
 One active turn per conversation: ``turn_start`` and the ``*_and_enqueue``
 services lock the conversation row before they check, then enqueue the turn
-(``turns.dispatch.turn_enqueue``) once the transaction commits.
+(``turns.services.enqueue.turn_enqueue``) once the transaction commits.
 """
 
 from __future__ import annotations
@@ -15,17 +15,16 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import NotFound, StateConflict
-
-from .. import dispatch
-from ..models import ACTIVE_STATUSES, Conversation, Turn
-from .turns import turn_cancel, turn_continue, turn_create, turn_resume, turn_retry
+from turns.models import ACTIVE_STATUSES, Conversation, Turn
+from turns.services import enqueue
+from turns.services.turns import turn_cancel, turn_continue, turn_create, turn_resume, turn_retry
 
 
 def turn_start(*, conversation: Conversation, question: str, acting_user: User) -> Turn:
     """Create the next turn of ``conversation`` and run it in the background.
 
     The turn belongs to the conversation's owner (DESIGN.md §8) and is handed
-    to ``turns.dispatch.turn_enqueue`` after the commit. One active turn per
+    to ``turns.services.enqueue.turn_enqueue`` after the commit. One active turn per
     conversation: the conversation row is locked first, so two concurrent
     starts cannot both see "no active turn" (check-then-act under a lock).
 
@@ -47,7 +46,7 @@ def turn_start(*, conversation: Conversation, question: str, acting_user: User) 
             max_steps=int(settings.AGENTLAB_MAX_STEPS),
         )
         Conversation.objects.filter(pk=locked.pk).update(updated_at=timezone.now())
-        dispatch.turn_enqueue(turn.pk)  # fires after the commit
+        enqueue.turn_enqueue(turn.pk)  # fires after the commit
     return turn
 
 
@@ -106,7 +105,7 @@ def _requeue_in_conversation(*, turn_id: int, requeue: Callable[[], Turn]) -> Tu
         if other is not None:
             raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")
         turn = requeue()
-        dispatch.turn_enqueue(turn.pk)
+        enqueue.turn_enqueue(turn.pk)
     return turn
 
 

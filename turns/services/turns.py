@@ -17,8 +17,7 @@ from django.utils import timezone
 
 from agentlab.agent.text import clean_text, json_safe
 from common.errors import StateConflict
-
-from ..event_types import (
+from turns.event_types import (
     AttemptRetryData,
     PreviousAttemptData,
     TurnCancelledData,
@@ -26,9 +25,16 @@ from ..event_types import (
     TurnQueuedData,
     TurnResumedData,
 )
-from ..events import NewEvent, event_append_each, event_append_many
-from ..meta import ArchivedAttempt, AttemptReason, TurnMeta, attempt_archive, meta_cancel_by, meta_with_cancel
-from ..models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
+from turns.events import NewEvent, event_append_each, event_append_many
+from turns.meta import (
+    ArchivedAttempt,
+    AttemptReason,
+    TurnMeta,
+    attempt_archive,
+    meta_cancel_by,
+    meta_with_cancel,
+)
+from turns.models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
 
 
 def turn_create(

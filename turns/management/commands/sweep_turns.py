@@ -11,7 +11,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
 from common.commands import database_check, database_errors
-from turns.services import turns_sweep
+from turns.jobs.sweep import turns_sweep
 
 
 class Command(BaseCommand):

@@ -1,7 +1,7 @@
 """Handing a queued turn to whatever runs turns, after the commit (DESIGN.md §2, §8).
 
 ``turn_enqueue(turn_id)`` is what services call. It does not know the
-executors: ``TurnsConfig.ready()`` plugs in ``turns.jobs.turn_hand_over``
+executors: ``TurnsConfig.ready()`` plugs in ``turns.jobs.handover.turn_hand_over``
 (Celery with ``CELERY_BROKER_URL``, else the inline executor). This keeps
 the services below the driver and the jobs that run it: the jobs import the
 services (the sweep), never the other way round.

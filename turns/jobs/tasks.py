@@ -35,9 +35,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError
 
 from common.db import DatabaseThreads
-
-from .driver.job import make_job_provider, run_turn_job
-from .services.sweep import turns_sweep as sweep
+from turns.jobs.run import make_job_provider, run_turn_job
+from turns.jobs.sweep import turns_sweep as sweep
 
 _db: DatabaseThreads | None = None
 _db_lock = threading.Lock()

@@ -25,10 +25,18 @@ from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
-from .. import events as event_log
-from ..event_types import AttemptRetryData, CompletionUsageData, PhaseData, PreviousAttemptData, ReviewData
-from ..events import NewEvent
-from ..meta import (
+from turns import events as event_log
+from turns.driver.policies import TurnPolicy
+from turns.driver.recorder import Attempt
+from turns.event_types import (
+    AttemptRetryData,
+    CompletionUsageData,
+    PhaseData,
+    PreviousAttemptData,
+    ReviewData,
+)
+from turns.events import NewEvent
+from turns.meta import (
     TurnMeta,
     attempt_archive,
     meta_attempts,
@@ -37,10 +45,8 @@ from ..meta import (
     meta_review_retries,
     meta_with_review,
 )
-from ..models import EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
-from ..selectors import turn_meta
-from .policies import TurnPolicy
-from .recorder import Attempt
+from turns.models import EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
+from turns.selectors import turn_meta
 
 logger = logging.getLogger(__name__)
 

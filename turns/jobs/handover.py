@@ -1,10 +1,10 @@
 """Turn jobs: the hand-over of a queued turn, and the inline executor (DESIGN.md §2, §8).
 
-``turn_hand_over`` is what ``turns.dispatch.turn_enqueue`` hands turns to
+``turn_hand_over`` is what ``turns.services.enqueue.turn_enqueue`` hands turns to
 after the commit (``TurnsConfig.ready()`` plugs it in): with
-``CELERY_BROKER_URL`` set it sends ``turns.tasks.turn_run``; with no broker
+``CELERY_BROKER_URL`` set it sends ``turns.jobs.tasks.turn_run``; with no broker
 it gives the turn to the **inline executor**: the same driver
-(``turns.driver.job.run_turn_job``) run inside this process, so the embedded
+(``turns.jobs.run.run_turn_job``) run inside this process, so the embedded
 default works with one ``runserver``.
 
 The inline executor is a process-wide singleton, started lazily. It runs turns
@@ -34,12 +34,11 @@ from django.conf import settings
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
-
-from .driver.job import job_tools, make_job_provider, run_turn_job
-from .driver.watch import turn_watcher
-from .job_ids import local_job_id
-from .services.sweep import turns_sweep
-from .tasks import turn_run
+from turns.driver.watch import turn_watcher
+from turns.jobs.ids import local_job_id
+from turns.jobs.run import job_tools, make_job_provider, run_turn_job
+from turns.jobs.sweep import turns_sweep
+from turns.jobs.tasks import turn_run
 
 logger = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Driving a turn as a background job: the policy of its kind, the provider, the tools.
 
-``run_turn_job`` is shared by the Celery task (``turns.tasks``) and the
-inline executor (``turns.jobs``), so both drive a turn identically; the
+``run_turn_job`` is shared by the Celery task (``turns.jobs.tasks``) and the
+inline executor (``turns.jobs.handover``), so both drive a turn identically; the
 driver's conditional claim makes a duplicate or late hand-over a no-op that
 writes nothing.
 """
@@ -15,11 +15,10 @@ from agentlab.agent.tools import ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
 from agentlab.testing.count_tool import count_tool, count_tool_enabled
 from common.db import DatabaseThreads
-
-from ..llm import get_provider
-from ..models import Turn, TurnKind
-from .drive import drive_turn
-from .policies import CHAT, EVALUATION
+from turns.driver.drive import drive_turn
+from turns.driver.policies import CHAT, EVALUATION
+from turns.llm import get_provider
+from turns.models import Turn, TurnKind
 
 logger = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """The sweep: turns whose driver is gone are marked interrupted, lost hand-overs redone.
 
-Run by Celery beat (``turns.tasks.turns_sweep``), the inline executor, at
+Run by Celery beat (``turns.jobs.tasks.turns_sweep``), the inline executor, at
 server start and by ``manage.py sweep_turns``. Each candidate is re-checked
 under its row lock, so sweeping from several processes at once is safe.
 (healthchecks ``sendalerts``: select candidates, then act under a lock.)
@@ -17,10 +17,10 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from .. import dispatch
-from ..job_ids import local_job_is_gone
-from ..models import Turn, TurnKind, TurnStatus
-from .turns import turn_interrupt
+from turns.jobs.ids import local_job_is_gone
+from turns.models import Turn, TurnKind, TurnStatus
+from turns.services import enqueue
+from turns.services.turns import turn_interrupt
 
 logger = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _interrupt_if(*, turn_id: int, still: Q, reason: str) -> bool:
 
 def turns_requeue_lost(*, older_than_s: float) -> list[int]:
     """Hand chat turns that have been ``queued`` for more than ``older_than_s``
-    seconds to a job again (``turns.dispatch.turn_enqueue``); return their ids.
+    seconds to a job again (``turns.services.enqueue.turn_enqueue``); return their ids.
 
     A queued turn is lost when its hand-over was: the broker refused the
     message after the commit, or the server process that was to drive it
@@ -79,7 +79,7 @@ def turns_requeue_lost(*, older_than_s: float) -> list[int]:
     for turn_id in list(lost.values_list("pk", flat=True)[:REQUEUE_BATCH]):
         with transaction.atomic():
             if lost.filter(pk=turn_id).update(updated_at=now):
-                dispatch.turn_enqueue(turn_id)  # after the commit
+                enqueue.turn_enqueue(turn_id)  # after the commit
                 requeued.append(turn_id)
     return requeued
 
@@ -91,7 +91,7 @@ REQUEUE_BATCH = 500
 def turns_interrupt_gone(*, job_is_gone: Callable[[str], bool]) -> int:
     """Mark running or waiting turns whose driver is known to be dead as
     interrupted now, without waiting for their heartbeat to go stale:
-    ``job_is_gone(job_id)`` says so (``turns.job_ids.local_job_is_gone``: the
+    ``job_is_gone(job_id)`` says so (``turns.jobs.ids.local_job_is_gone``: the
     inline executor or ``run_eval`` of a process of this machine that
     exited). Each turn is re-checked under its row lock, still held by that
     job. Returns how many were marked."""
