@@ -20,15 +20,13 @@ from turns.jobs import handover as jobs
 from turns.jobs import ids
 from turns.models import Conversation, Turn, TurnEvent
 from turns.selectors import events_after
+from turns.jobs.sweep import SweepResult, turns_sweep, turns_sweep_stale
 from turns.services import (
-    SweepResult,
     turn_cancel,
     turn_create,
     turn_interrupt,
     turn_resume_and_enqueue,
     turn_start,
-    turns_sweep,
-    turns_sweep_stale,
 )
 from turns.services import enqueue as dispatch
 

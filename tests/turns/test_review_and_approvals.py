@@ -18,7 +18,7 @@ from agentlab.agent.tools import Tool, default_registry
 from agentlab.agent.types import ProviderError
 from common.errors import StateConflict
 from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
-from turns.driver import review as review_module
+from turns.driver import review_phase as review_module
 from turns.driver import watch as watch_module
 from turns.driver.replay import recorded_steps
 from turns.jobs.sweep import turns_sweep_stale

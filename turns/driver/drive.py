@@ -13,8 +13,13 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
    events *before* the next step starts (``recorder``);
 4. watches the turn row for the cancel flag and writes a heartbeat while it
    runs (``watch``);
-5. reviews an answered attempt and retries it once if asked (``review``);
-6. reaches a terminal event on every path, exceptions included (``finish``).
+5. reviews an answered attempt and retries it once if asked (``review_phase``);
+6. reaches a terminal event on every path, exceptions included (``finish``,
+   ``result``).
+
+``drive_turn`` reads as those phases: claim, then ``TurnDrive`` — act (one
+attempt of the agent loop), review (and the one retry it may ask for),
+finish — with ``result.finish_after_error`` on every exception.
 """
 
 from __future__ import annotations
@@ -22,19 +27,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from agentlab.agent.extensions import Extensions
-from agentlab.agent.loop import AgentLoop, ApprovalDecision
+from agentlab.agent.extensions import Extensions, TurnSetup
+from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
-from common.db import DatabaseThreads, is_connection_error
-from turns.driver.claim import turn_claim
+from common.db import DatabaseThreads
+from turns.driver.claim import ClaimedTurn, turn_claim
 from turns.driver.extensions import (
     ExtensionsUnavailable,
     Subject,
@@ -45,10 +49,11 @@ from turns.driver.extensions import (
     plugin_context,
     unavailable_result,
 )
-from turns.driver.finish import finish_fields, finish_interrupted, finish_unexpected, finish_write
+from turns.driver.finish import finish_fields, finish_write
 from turns.driver.policies import TurnPolicy
 from turns.driver.recorder import Attempt, Recorder
 from turns.driver.replay import attempt_steps, calls_started
+from turns.driver.result import DriveResult, finish_after_error
 from turns.driver.review_phase import (
     attempt_question,
     retry_after_review,
@@ -57,10 +62,9 @@ from turns.driver.review_phase import (
     review_record_late,
 )
 from turns.driver.watch import turn_watcher
-from turns.events import TurnNotHeld
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
-from turns.models import ApprovalStatus, Turn, TurnOutcome, TurnStatus
+from turns.models import ApprovalStatus
 from turns.selectors import approval_status_of, turn_checked, turn_meta
 
 logger = logging.getLogger(__name__)
@@ -77,44 +81,6 @@ def shared_default_tools() -> ToolRegistry:
     if _default_tools is None:
         _default_tools = default_registry()
     return _default_tools
-
-
-@dataclass(frozen=True)
-class DriveResult:
-    """What a driven turn ended with (the same values are on the turn row)."""
-
-    turn_id: int
-    status: str
-    outcome: str
-    stop_reason: str
-    answer: str
-    evidence: str
-    reasoning: str
-    steps: int
-    usage: dict[str, Any]
-    error: str | None
-    latency_ms: int
-
-    @classmethod
-    def errored(
-        cls, *, turn_id: int, status: str, outcome: str, recorder: Recorder, error: str, latency_ms: int
-    ) -> DriveResult:
-        """The result of a turn the driver could not finish (it raised, or
-        the database failed under it): stop reason ``error``, no answer, the
-        steps and usage ``recorder`` had."""
-        return cls(
-            turn_id=turn_id,
-            status=status,
-            outcome=outcome,
-            stop_reason="error",
-            answer="",
-            evidence="",
-            reasoning="",
-            steps=recorder.steps,
-            usage=recorder.usage.to_dict(),
-            error=error,
-            latency_ms=latency_ms,
-        )
 
 
 async def drive_turn(
@@ -162,158 +128,257 @@ async def drive_turn(
     turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
     if turn is None:
         return None
-    holder = turn.job_id
-    meta: TurnMeta = meta_of(turn.meta)
-    tools = tools or shared_default_tools()
-    if extensions is None:
-        extensions = recorded_extensions(meta_extensions(meta))
-    max_output_tokens = int(turn.max_output_tokens or settings.AGENTLAB_MAX_OUTPUT_TOKENS)
-    inherited, own = (
-        ([], [])
-        if turn.fresh
-        else await db.run(attempt_steps, turn_id=turn_id, attempt=turn.attempts, meta=meta)
+    drive = await TurnDrive.begin(
+        turn,
+        policy=policy,
+        provider=provider,
+        db=db,
+        tools=tools or shared_default_tools(),
+        extensions=extensions,
+        subject=subject,
+        timeout_s=timeout_s,
+        started=started,
     )
-    # tool calls a crash may have cut between their run and their result
-    started_calls: frozenset[str] = (
-        frozenset()
-        if turn.fresh or not own
-        else await db.run(calls_started, turn_id=turn_id, attempt=turn.attempts)
-    )
+    try:
+        result = await drive.act_and_review()
+        return await drive.finish(result)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        return await drive.fail(exc)
+    finally:
+        await drive.close()
 
-    def new_attempt(number: int, steps_before: int, own_steps: list[Step]) -> Attempt:
+
+class TurnDrive:
+    """One drive of one claimed turn: the state its phases share (the turn's
+    meta, the current attempt and its recorder, the steps recorded before,
+    the cancel flag, the timings) and the phases themselves."""
+
+    def __init__(
+        self,
+        turn: ClaimedTurn,
+        *,
+        policy: TurnPolicy,
+        provider: LLMProvider,
+        db: DatabaseThreads,
+        tools: ToolRegistry,
+        extensions: Extensions,
+        subject: Subject | None,
+        deadline: float | None,
+        started: float,
+    ) -> None:
+        self.turn, self.policy, self.provider, self.db = turn, policy, provider, db
+        self.tools, self.extensions, self.subject = tools, extensions, subject
+        self.deadline, self.started = deadline, started
+        self.holder = turn.job_id
+        self.meta: TurnMeta = meta_of(turn.meta)
+        self.max_output_tokens = int(turn.max_output_tokens or settings.AGENTLAB_MAX_OUTPUT_TOKENS)
+        self.inherited: list[Step] = []
+        self.recorded: list[Step] = []
+        # tool calls a crash may have cut between their run and their result
+        self.started_calls: frozenset[str] = frozenset()
+        self.cancel = asyncio.Event()
+        self.timings: dict[str, int] = {}
+        self.late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
+        self.current = self.new_attempt(turn.attempts, 0, [])
+        self.watch = turn_watcher()
+
+    @classmethod
+    async def begin(
+        cls,
+        turn: ClaimedTurn,
+        *,
+        extensions: Extensions | None,
+        timeout_s: float | None,
+        **kwargs: Any,
+    ) -> TurnDrive:
+        """The drive of ``turn`` (just claimed): its recorded steps rebuilt
+        from the event log unless it is fresh, its watch (heartbeat, cancel
+        flag) started. ``extensions`` ``None``: the settings' plus the
+        plugins the turn recorded running with."""
+        meta = meta_of(turn.meta)
+        timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
+        drive = cls(
+            turn,
+            extensions=recorded_extensions(meta_extensions(meta)) if extensions is None else extensions,
+            deadline=time.monotonic() + timeout if timeout else None,
+            **kwargs,
+        )
+        if not turn.fresh:
+            await drive.replay()
+        drive.watch.add(turn_id=turn.id, holder=drive.holder, cancel=drive.cancel)
+        return drive
+
+    async def replay(self) -> None:
+        """Rebuild the steps a resumed turn already recorded: the inherited
+        ones (a continued attempt builds on its predecessor's) and the
+        current attempt's own, which it reuses instead of asking again."""
+        turn, db = self.turn, self.db
+        inherited, own = await db.run(attempt_steps, turn_id=turn.id, attempt=turn.attempts, meta=self.meta)
+        if own:
+            self.started_calls = await db.run(calls_started, turn_id=turn.id, attempt=turn.attempts)
+        self.inherited, self.recorded = inherited, [*inherited, *own]
+        self.current = self.new_attempt(turn.attempts, len(inherited), own)
+
+    def new_attempt(self, number: int, steps_before: int, own_steps: list[Step]) -> Attempt:
+        """Attempt ``number``, its recorder counting ``steps_before`` steps
+        and the usage of ``own_steps`` (already recorded) as done."""
         usage = UsageTotals()
         for step in own_steps:
             usage.add(step.completion)
         recorder = Recorder(
-            turn_id=turn_id,
-            holder=holder,
+            turn_id=self.turn.id,
+            holder=self.holder,
             attempt=number,
-            db=db,
+            db=self.db,
             usage=usage,
             steps=steps_before + len(own_steps),
-            tools=tools,
+            tools=self.tools,
         )
         return Attempt(
             number=number,
-            question=attempt_question(question=turn.question, meta=meta),
+            question=attempt_question(question=self.turn.question, meta=self.meta),
             recorder=recorder,
-            max_output_tokens=max_output_tokens,
+            max_output_tokens=self.max_output_tokens,
         )
 
-    current = new_attempt(turn.attempts, len(inherited), own)
-    recorded = [*inherited, *own]
-    cancel = asyncio.Event()
-    watch = turn_watcher()
-    watch.add(turn_id=turn_id, holder=holder, cancel=cancel)
-    late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
+    async def gate(self, call: ToolCall) -> ApprovalDecision:
+        """The approval gate of a tool call (the policy's)."""
+        return await self.policy.approval(turn_id=self.turn.id, call=call, db=self.db, holder=self.holder)
 
-    async def gate(call: ToolCall) -> ApprovalDecision:
-        return await policy.approval(turn_id=turn_id, call=call, db=db, holder=holder)
+    def _add_time(self, key: str, since: float) -> None:
+        self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - since) * 1000)
 
-    timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
-    deadline = time.monotonic() + timeout if timeout else None
-    timings: dict[str, int] = {}
-    try:
+    async def act_and_review(self) -> LoopResult:
+        """Act, then review an answered attempt, retrying once if the review
+        asks: the result of the last attempt."""
+        turn = self.turn
         # checks are appended with an attempt's next write: a resumed attempt
         # may have written them already (before its review), never twice
         checked = (
             not turn.fresh
-            and bool(extensions)
-            and await db.run(turn_checked, turn_id=turn_id, attempt=current.number)
+            and bool(self.extensions)
+            and await self.db.run(turn_checked, turn_id=turn.id, attempt=self.current.number)
         )
         while True:
-            setup = None
-            if extensions:
-                context = plugin_context(
-                    turn, kind=policy.name, attempt=current.number, question=current.question, subject=subject
-                )
-                try:
-                    setup = await attempt_setup(extensions, tools=tools, context=context)
-                except ExtensionsUnavailable as exc:
-                    result = unavailable_result(str(exc), recorded=recorded, usage=current.recorder.usage)
-                    break
-                current.recorder.tools = setup.tools
-                meta = meta_after_setup(meta, extensions, setup)
-            loop = AgentLoop(
-                provider,
-                setup.tools if setup else tools,
-                max_steps=turn.max_steps,
-                max_tokens=max_output_tokens,
-                system_prompt=setup.system_prompt if setup else None,
-            )
-            tool_context = ToolContext(
-                documents=list((turn.context or {}).get("documents") or []),
-                metadata=dict(turn.context or {}),
-                idempotency_scope=f"turn-{turn_id}/attempt-{current.number}",
-                started_calls=started_calls if current.number == turn.attempts else frozenset(),
-            )
-            started_with = attempt_setup_record(
-                loop, question=current.question, context=tool_context, attempt=current.number
-            )
-            # written with the turn's meta at its next meta write (the review
-            # phase's, else the finish's): a transaction of its own cost an
-            # evaluated example a fifth of its database time
-            meta = meta_with_setup(meta, started_with)
-            act_started = time.monotonic()
-            on_text = current.recorder.stream_deltas() if policy.streams else None
-            result = await loop.run(
-                current.question,
-                context=tool_context,
-                on_report=current.recorder,
-                cancel=cancel,
-                recorded=recorded,
-                approval=gate,
-                deadline=deadline,
-                on_text=on_text,
-            )
-            if on_text is not None:
-                await on_text.close()
-            timings["act_ms"] = timings.get("act_ms", 0) + int((time.monotonic() - act_started) * 1000)
-            if setup is not None and not checked and result.stop_reason != "cancelled":
-                inherited_steps = len(inherited) if current.number == turn.attempts else 0
-                current.recorder.pending += await attempt_checks(
-                    setup, context=context, result=result, inherited_steps=inherited_steps
-                )
+            result = await self.act(checked=checked)
             checked = False
-            if result.stop_reason != "final" or not policy.review_enabled() or cancel.is_set():
-                break
-            review_started = time.monotonic()
-            review, late_review, meta = await review_phase(
-                turn_id=turn_id,
-                holder=holder,
-                attempt=current,
-                provider=provider,
-                policy=policy,
-                question=turn.question,
-                result=result,
-                cancel=cancel,
-                db=db,
-                meta=meta,
+            reviewable = result.stop_reason == "final" and self.policy.review_enabled()
+            if not reviewable or self.cancel.is_set() or not await self.review(result):
+                return result
+
+    async def act(self, *, checked: bool) -> LoopResult:
+        """One attempt of the agent loop with its extensions' tools and system
+        prompt, every step recorded as it happens; then the extensions'
+        checks, unless ``checked`` (written before) or cancelled."""
+        setup, context = None, None
+        if self.extensions:
+            context = plugin_context(
+                self.turn,
+                kind=self.policy.name,
+                attempt=self.current.number,
+                question=self.current.question,
+                subject=self.subject,
             )
-            timings["review_ms"] = timings.get("review_ms", 0) + int(
-                (time.monotonic() - review_started) * 1000
+            try:
+                setup = await attempt_setup(self.extensions, tools=self.tools, context=context)
+            except ExtensionsUnavailable as exc:
+                return unavailable_result(str(exc), recorded=self.recorded, usage=self.current.recorder.usage)
+            self.current.recorder.tools = setup.tools
+            self.meta = meta_after_setup(self.meta, self.extensions, setup)
+        result = await self._run_loop(setup)
+        if setup is not None and context is not None and not checked and result.stop_reason != "cancelled":
+            inherited_steps = len(self.inherited) if self.current.number == self.turn.attempts else 0
+            self.current.recorder.pending += await attempt_checks(
+                setup, context=context, result=result, inherited_steps=inherited_steps
             )
-            if review is None or not review_may_retry(review=review, meta=meta) or cancel.is_set():
-                break
-            meta = await retry_after_review(
-                turn_id=turn_id,
-                holder=holder,
-                attempt=current,
-                result=result,
-                review=review,
-                db=db,
-                meta=meta,
-            )
-            current = new_attempt(current.number + 1, 0, [])
-            recorded = []
-        timings["total_ms"] = int((time.monotonic() - started) * 1000)
+        return result
+
+    async def _run_loop(self, setup: TurnSetup | None) -> LoopResult:
+        """Run the agent loop for the current attempt (its time is ``act_ms``)."""
+        turn, current = self.turn, self.current
+        loop = AgentLoop(
+            self.provider,
+            setup.tools if setup else self.tools,
+            max_steps=turn.max_steps,
+            max_tokens=self.max_output_tokens,
+            system_prompt=setup.system_prompt if setup else None,
+        )
+        tool_context = ToolContext(
+            documents=list((turn.context or {}).get("documents") or []),
+            metadata=dict(turn.context or {}),
+            idempotency_scope=f"turn-{turn.id}/attempt-{current.number}",
+            started_calls=self.started_calls if current.number == turn.attempts else frozenset(),
+        )
+        started_with = attempt_setup_record(
+            loop, question=current.question, context=tool_context, attempt=current.number
+        )
+        # written with the turn's meta at its next meta write (the review
+        # phase's, else the finish's): a transaction of its own cost an
+        # evaluated example a fifth of its database time
+        self.meta = meta_with_setup(self.meta, started_with)
+        act_started = time.monotonic()
+        on_text = current.recorder.stream_deltas() if self.policy.streams else None
+        result = await loop.run(
+            current.question,
+            context=tool_context,
+            on_report=current.recorder,
+            cancel=self.cancel,
+            recorded=self.recorded,
+            approval=self.gate,
+            deadline=self.deadline,
+            on_text=on_text,
+        )
+        if on_text is not None:
+            await on_text.close()
+        self._add_time("act_ms", act_started)
+        return result
+
+    async def review(self, result: LoopResult) -> bool:
+        """Review the answered attempt; on a ``retry`` verdict the review may
+        act on, archive it and start the next attempt. True when it did."""
+        review_started = time.monotonic()
+        review, self.late_review, self.meta = await review_phase(
+            turn_id=self.turn.id,
+            holder=self.holder,
+            attempt=self.current,
+            provider=self.provider,
+            policy=self.policy,
+            question=self.turn.question,
+            result=result,
+            cancel=self.cancel,
+            db=self.db,
+            meta=self.meta,
+        )
+        self._add_time("review_ms", review_started)
+        if review is None or not review_may_retry(review=review, meta=self.meta) or self.cancel.is_set():
+            return False
+        self.meta = await retry_after_review(
+            turn_id=self.turn.id,
+            holder=self.holder,
+            attempt=self.current,
+            result=result,
+            review=review,
+            db=self.db,
+            meta=self.meta,
+        )
+        self.current = self.new_attempt(self.current.number + 1, 0, [])
+        self.recorded = []
+        return True
+
+    async def finish(self, result: LoopResult) -> DriveResult:
+        """Write the terminal event for ``result`` with the turn's fields,
+        then record a late review if one is still running."""
+        turn_id, db = self.turn.id, self.db
+        self.timings["total_ms"] = int((time.monotonic() - self.started) * 1000)
         event_type, data, fields = finish_fields(result)
-        fields["usage"] = current.recorder.usage.to_dict()
+        fields["usage"] = self.current.recorder.usage.to_dict()
         if result.stop_reason == "cancelled":
             # turn_cancel wrote who asked into meta after this driver claimed
             cancel_request = meta_of(await db.run(turn_meta, turn_id=turn_id)).get("cancel")
-            meta = meta_of({**meta, "cancel": cancel_request})
-            data["by"] = meta_cancel_by(meta)
+            self.meta = meta_of({**self.meta, "cancel": cancel_request})
+            data["by"] = meta_cancel_by(self.meta)
         if result.stop_reason == "approval_rejected" and result.pending_call is not None:
             status = await db.run(approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:
@@ -323,15 +388,17 @@ async def drive_turn(
             turn_id=turn_id,
             event_type=event_type,
             data=data,
-            fields={**current.recorder.pending_fields, **fields},
-            timings={**(turn.timings or {}), **timings},
-            meta=dict(meta),
-            pending=current.recorder.pending,
-            policy=policy,
-            holder=holder,
+            fields={**self.current.recorder.pending_fields, **fields},
+            timings=self.all_timings(),
+            meta=dict(self.meta),
+            pending=self.current.recorder.pending,
+            policy=self.policy,
+            holder=self.holder,
         )
-        if late_review is not None:
-            await review_record_late(turn_id=turn_id, attempt=current.number, task=late_review, db=db)
+        if self.late_review is not None:
+            await review_record_late(
+                turn_id=turn_id, attempt=self.current.number, task=self.late_review, db=db
+            )
         return DriveResult(
             turn_id=turn_id,
             status=fields["status"],
@@ -343,110 +410,33 @@ async def drive_turn(
             steps=result.steps_used,
             usage=fields["usage"],
             error=result.error,
-            latency_ms=timings["total_ms"],
+            latency_ms=self.timings["total_ms"],
         )
-    except asyncio.CancelledError:
-        raise
-    except Exception as exc:
-        if is_connection_error(exc):
-            timings["total_ms"] = int((time.monotonic() - started) * 1000)
-            return await _interrupted_by_outage(
-                exc,
-                turn_id=turn_id,
-                holder=holder,
-                recorder=current.recorder,
-                db=db,
-                timings={**(turn.timings or {}), **timings},
-            )
-        if isinstance(exc, TurnNotHeld | Turn.DoesNotExist):
-            # swept and resumed elsewhere, or deleted with its conversation:
-            # not a failure of this turn, and nothing more to write
-            logger.warning("turn %s: driver stopped: %s", turn_id, exc)
-        else:
-            logger.exception("turn %s: driver failed", turn_id)
-        error = f"{type(exc).__name__}: {exc}"
-        timings["total_ms"] = int((time.monotonic() - started) * 1000)
-        recorder = current.recorder
-        try:
-            await db.run(
-                finish_unexpected,
-                turn_id=turn_id,
-                error=error,
-                usage=recorder.usage.to_dict(),
-                steps=recorder.steps,
-                timings={**(turn.timings or {}), **timings},
-                meta=dict(meta),
-                pending=recorder.pending,
-                pending_fields=recorder.pending_fields,
-                policy=policy,
-                holder=holder,
-            )
-        except Exception:
-            logger.exception("turn %s: could not record the failure", turn_id)
-        return DriveResult.errored(
-            turn_id=turn_id,
-            status=TurnStatus.FAILED,
-            outcome=TurnOutcome.FAILED,
-            recorder=recorder,
-            error=error,
-            latency_ms=timings["total_ms"],
+
+    def all_timings(self) -> dict[str, int]:
+        """The turn's timings: those of earlier drives, updated by this one's."""
+        return {**(self.turn.timings or {}), **self.timings}
+
+    async def fail(self, exc: Exception) -> DriveResult:
+        """End the turn after the driver raised ``exc`` (``finish_after_error``)."""
+        self.timings["total_ms"] = int((time.monotonic() - self.started) * 1000)
+        return await finish_after_error(
+            exc,
+            turn_id=self.turn.id,
+            holder=self.holder,
+            recorder=self.current.recorder,
+            db=self.db,
+            timings=self.all_timings(),
+            meta=dict(self.meta),
+            policy=self.policy,
         )
-    finally:
-        cancel.set()
-        if current.recorder.deltas is not None:
-            await current.recorder.deltas.close()
-        watch.discard(turn_id, holder)
-        if late_review is not None and not late_review.done():
-            late_review.cancel()
 
-
-#: How often, and how far apart (seconds), a driver that lost the database
-#: tries to mark its turn interrupted before leaving that to the sweeper.
-OUTAGE_WRITE_TRIES = 3
-OUTAGE_WRITE_PAUSE_S = 1.0
-
-
-async def _interrupted_by_outage(
-    exc: Exception,
-    *,
-    turn_id: int,
-    holder: str,
-    recorder: Recorder,
-    db: DatabaseThreads,
-    timings: dict[str, int],
-) -> DriveResult:
-    """The database failed under the turn (a restart, a network cut): end it
-    ``interrupted`` — resumable, with the steps it had held back — not
-    failed (``finish_interrupted``). The database may still be down: a few
-    tries, then the turn stays ``running`` for the sweeper to mark
-    interrupted once its heartbeat is stale. Either way it resumes."""
-    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
-    logger.warning("turn %s: the database failed under it; interrupting: %s", turn_id, error)
-    for attempt in range(OUTAGE_WRITE_TRIES):
-        if attempt:
-            await asyncio.sleep(OUTAGE_WRITE_PAUSE_S)
-        try:
-            await db.run(
-                finish_interrupted,
-                reason=f"database error: {error}"[:500],
-                turn_id=turn_id,
-                usage=recorder.usage.to_dict(),
-                steps=recorder.steps,
-                timings=timings,
-                pending=recorder.pending,
-                pending_fields=recorder.pending_fields,
-                holder=holder,
-            )
-            break
-        except Exception as again:
-            if not is_connection_error(again):
-                logger.exception("turn %s: could not record the interruption", turn_id)
-                break
-    return DriveResult.errored(
-        turn_id=turn_id,
-        status=TurnStatus.INTERRUPTED,
-        outcome="",
-        recorder=recorder,
-        error=error,
-        latency_ms=timings.get("total_ms", 0),
-    )
+    async def close(self) -> None:
+        """Stop the loop's work for this turn: the cancel flag set, the token
+        stream flushed, the watch ended, a late review still running cancelled."""
+        self.cancel.set()
+        if self.current.recorder.deltas is not None:
+            await self.current.recorder.deltas.close()
+        self.watch.discard(self.turn.id, self.holder)
+        if self.late_review is not None and not self.late_review.done():
+            self.late_review.cancel()

@@ -89,65 +89,16 @@ class Recorder:
         return tool is not None and tool.ends_turn is not None and call.error is None
 
     async def __call__(self, report: Report) -> None:
-        events: list[NewEvent]
-        fields: dict[str, Any]
+        """Record ``report``: its events appended with the turn's fields, or
+        held back (``pending``) when it belongs to a tool call that ends the
+        turn, to be written with the terminal event."""
         if isinstance(report, CompletionReport):
-            c = report.completion
-            self.usage.add(c, role="agent")
-            self.steps = max(self.steps, report.step)
-            attempt, step = self.attempt, report.step
-            events = await self.deltas.drain() if self.deltas is not None else []
-            if c.text:
-                events.append(
-                    NewEvent(EventType.THINKING, ThinkingData(attempt=attempt, step=step, text=c.text))
-                )
-            events.append(
-                NewEvent(
-                    EventType.LLM_USAGE,
-                    LLMUsageData(
-                        attempt=attempt,
-                        step=step,
-                        model=c.model,
-                        input_tokens=c.usage.input_tokens,
-                        output_tokens=c.usage.output_tokens,
-                        cost=c.cost,
-                        finish_reason=c.finish_reason,
-                        decoding=c.decoding,
-                    ),
-                )
-            )
-            events.extend(
-                NewEvent(
-                    EventType.TOOL_CALL,
-                    ToolCallEventData(attempt=attempt, step=step, call=call.to_dict()),  # type: ignore[typeddict-item]
-                )
-                for call in c.tool_calls
-            )
-            fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
-            hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
+            events, fields, hold = await self._completion(report)
         elif isinstance(report, ToolStartReport):
-            started = ToolStartedData(
-                attempt=self.attempt,
-                step=report.step,
-                call_id=report.call.id,
-                name=report.call.name,
-                idempotency_key=report.key,
-                repeat=report.repeat,
-            )
-            events, fields, hold = [NewEvent(EventType.TOOL_STARTED, started)], {}, False
+            events, fields, hold = self._tool_started(report), {}, False
         else:
             assert isinstance(report, ToolResultReport)
-            events = [
-                NewEvent(
-                    EventType.TOOL_RESULT,
-                    ToolResultEventData(
-                        attempt=self.attempt,
-                        step=report.step,
-                        result=report.result.to_dict(),  # type: ignore[typeddict-item]
-                    ),
-                )
-            ]
-            fields = {}
+            events, fields = self._tool_result(report), {}
             hold = self._ends_turn(report.call) and not report.result.is_error
         if hold:
             self.pending.extend(events)
@@ -161,6 +112,62 @@ class Recorder:
             holder=self.holder,
         )
         self.pending, self.pending_fields = [], {}
+
+    async def _completion(self, report: CompletionReport) -> tuple[list[NewEvent], dict[str, Any], bool]:
+        """A completion's events (the streamed deltas not yet written, its
+        thinking, its usage, its tool calls), the turn's fields it updates,
+        and whether to hold them (every call it makes ends the turn)."""
+        c = report.completion
+        self.usage.add(c, role="agent")
+        self.steps = max(self.steps, report.step)
+        attempt, step = self.attempt, report.step
+        events = await self.deltas.drain() if self.deltas is not None else []
+        if c.text:
+            events.append(NewEvent(EventType.THINKING, ThinkingData(attempt=attempt, step=step, text=c.text)))
+        events.append(
+            NewEvent(
+                EventType.LLM_USAGE,
+                LLMUsageData(
+                    attempt=attempt,
+                    step=step,
+                    model=c.model,
+                    input_tokens=c.usage.input_tokens,
+                    output_tokens=c.usage.output_tokens,
+                    cost=c.cost,
+                    finish_reason=c.finish_reason,
+                    decoding=c.decoding,
+                ),
+            )
+        )
+        events.extend(
+            NewEvent(
+                EventType.TOOL_CALL,
+                ToolCallEventData(attempt=attempt, step=step, call=call.to_dict()),  # type: ignore[typeddict-item]
+            )
+            for call in c.tool_calls
+        )
+        fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
+        hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
+        return events, fields, hold
+
+    def _tool_started(self, report: ToolStartReport) -> list[NewEvent]:
+        started = ToolStartedData(
+            attempt=self.attempt,
+            step=report.step,
+            call_id=report.call.id,
+            name=report.call.name,
+            idempotency_key=report.key,
+            repeat=report.repeat,
+        )
+        return [NewEvent(EventType.TOOL_STARTED, started)]
+
+    def _tool_result(self, report: ToolResultReport) -> list[NewEvent]:
+        data = ToolResultEventData(
+            attempt=self.attempt,
+            step=report.step,
+            result=report.result.to_dict(),  # type: ignore[typeddict-item]
+        )
+        return [NewEvent(EventType.TOOL_RESULT, data)]
 
 
 @dataclass

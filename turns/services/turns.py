@@ -281,42 +281,7 @@ def turn_retry(*, turn_id: int, acting_user: User | None = None) -> Turn:
                 f"turn {turn_id} cannot be retried from status {turn.status}; "
                 f"only {', '.join(sorted(RETRYABLE_STATUSES))} turns can"
             )
-        previous = max(turn.attempts, 1)
-        meta, archived = _archive(turn, attempt=previous, reason="retry")
-        event_append_many(
-            turn_id=turn_id,
-            events=[
-                NewEvent(
-                    EventType.ATTEMPT_RETRY,
-                    AttemptRetryData(
-                        {
-                            "attempt": previous + 1,
-                            "reason": "retry",
-                            "from": turn.status,
-                            "by": username_of(acting_user),
-                            "previous": _previous(archived),
-                        }
-                    ),
-                )
-            ],
-            turn_fields={
-                "status": TurnStatus.QUEUED,
-                "attempts": previous + 1,
-                "phase": "",
-                "outcome": "",
-                "stop_reason": "",
-                "answer": "",
-                "evidence": "",
-                "reasoning": "",
-                "clarifying_question": "",
-                "steps": 0,
-                "usage": {},
-                "timings": {},
-                "meta": meta,
-                "cancel_requested": False,
-                "finished_at": None,
-            },
-        )
+        _attempt_start_next(turn, reason="retry", acting_user=acting_user, fields=_RETRY_RESET)
     turn.refresh_from_db()
     return turn
 
@@ -346,43 +311,70 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: User | None = 
                 f"turn {turn_id} can only be continued after failing with max_steps "
                 f"(it is {turn.status}, stop reason {turn.stop_reason or 'none'})"
             )
-        previous = max(turn.attempts, 1)
-        meta, archived = _archive(turn, attempt=previous, reason="continue")
         max_steps = turn.max_steps + extra_steps
-        event_append_many(
-            turn_id=turn_id,
-            events=[
-                NewEvent(
-                    EventType.ATTEMPT_RETRY,
-                    AttemptRetryData(
-                        {
-                            "attempt": previous + 1,
-                            "reason": "continue",
-                            "extra_steps": extra_steps,
-                            "max_steps": max_steps,
-                            "from": turn.status,
-                            "by": username_of(acting_user),
-                            "previous": _previous(archived),
-                        }
-                    ),
-                )
-            ],
-            turn_fields={
-                "status": TurnStatus.QUEUED,
-                "attempts": previous + 1,
-                "max_steps": max_steps,
-                "phase": "",
-                "outcome": "",
-                "stop_reason": "",
-                "usage": {},
-                "timings": {},
-                "meta": meta,
-                "cancel_requested": False,
-                "finished_at": None,
-            },
+        _attempt_start_next(
+            turn,
+            reason="continue",
+            acting_user=acting_user,
+            data={"extra_steps": extra_steps, "max_steps": max_steps},
+            fields={"max_steps": max_steps},
         )
     turn.refresh_from_db()
     return turn
+
+
+#: The turn's fields a new attempt starts from, whatever the reason: queued,
+#: nothing left of the last attempt's finish.
+_ATTEMPT_RESET: dict[str, Any] = {
+    "status": TurnStatus.QUEUED,
+    "phase": "",
+    "outcome": "",
+    "stop_reason": "",
+    "usage": {},
+    "timings": {},
+    "cancel_requested": False,
+    "finished_at": None,
+}
+#: What a retry clears besides: it starts afresh, where a continued attempt
+#: builds on the previous one's steps and answer.
+_RETRY_RESET: dict[str, Any] = {
+    "answer": "",
+    "evidence": "",
+    "reasoning": "",
+    "clarifying_question": "",
+    "steps": 0,
+}
+
+
+def _attempt_start_next(
+    turn: Turn,
+    *,
+    reason: AttemptReason,
+    acting_user: User | None,
+    data: dict[str, Any] | None = None,
+    fields: dict[str, Any] | None = None,
+) -> None:
+    """Archive ``turn``'s current attempt and queue the next one, in the
+    caller's transaction (the turn's row locked): the ``attempt.retry`` event
+    ``{"attempt": new, "reason", **data, "from": old status, "by",
+    "previous"}`` and the turn's fields reset (``_ATTEMPT_RESET``, the new
+    attempt number, ``fields``, the meta with the archive). The one reset
+    shared by ``turn_retry`` and ``turn_continue``."""
+    previous = max(turn.attempts, 1)
+    meta, archived = _archive(turn, attempt=previous, reason=reason)
+    event_data = {
+        "attempt": previous + 1,
+        "reason": reason,
+        **(data or {}),
+        "from": turn.status,
+        "by": username_of(acting_user),
+        "previous": _previous(archived),
+    }
+    event_append_many(
+        turn_id=turn.pk,
+        events=[NewEvent(EventType.ATTEMPT_RETRY, AttemptRetryData(**event_data))],  # type: ignore[typeddict-item]
+        turn_fields={**_ATTEMPT_RESET, "attempts": previous + 1, **(fields or {}), "meta": meta},
+    )
 
 
 def _archive(turn: Turn, *, attempt: int, reason: AttemptReason) -> tuple[TurnMeta, ArchivedAttempt]:
