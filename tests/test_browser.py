@@ -103,7 +103,7 @@ def live_server_url(transactional_db):
             "AGENTLAB_MODEL": "stub-model",
             "DEBUG": "1",
             "HEARTBEAT_S": "1",
-            "AGENTLAB_TEST_TOOLS": "1",
+            "AGENTLAB_PLUGINS": "count",
             "AGENTLAB_TEST_COUNT_APPROVAL": "1",
             "AGENTLAB_TEST_COUNT_FILE": "/tmp/h14-browser-count.txt",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",

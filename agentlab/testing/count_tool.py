@@ -1,7 +1,8 @@
 """TEST ONLY: a ``count`` tool whose side effect survives the process.
 
-``AGENTLAB_TEST_TOOLS=1`` adds it to the registry background turns use
-(``turns.jobs.run.job_tools``), so an end-to-end test can count side
+The example plugin's ``count`` entry point offers it to every turn of a
+process started with ``AGENTLAB_PLUGINS=count``
+(``agentlab_example_plugin.count``), so an end-to-end test can count side
 effects in a worker process it does not share memory with.
 """
 
@@ -14,15 +15,6 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from agentlab.agent.tools import Tool, ToolContext
-
-#: The environment variable that turns the test tools on (``"1"``).
-TEST_TOOLS_ENV = "AGENTLAB_TEST_TOOLS"
-
-
-def count_tool_enabled() -> bool:
-    """Whether ``AGENTLAB_TEST_TOOLS=1`` is set."""
-    return os.environ.get(TEST_TOOLS_ENV) == "1"
-
 
 class CountArgs(BaseModel):
     label: str

@@ -262,7 +262,7 @@ def test_a_kill_between_a_tools_effect_and_its_result_reuses_the_idempotency_key
             AGENTLAB_LLM_BASE_URL=stub.base_url,
             HEARTBEAT_S="0.5",
             TURN_STALE_S="2",
-            AGENTLAB_TEST_TOOLS="1",
+            AGENTLAB_PLUGINS="count",
             AGENTLAB_TEST_COUNT_FILE=str(count_file),
             AGENTLAB_TEST_COUNT_IDEMPOTENT="1",
             AGENTLAB_TEST_COUNT_AFTER_S="60",  # the effect is done; the result waits

@@ -115,7 +115,7 @@ def e2e_env(tmp_path):
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "HEARTBEAT_S": "0.5",
         "TURN_STALE_S": "2",
-        "AGENTLAB_TEST_TOOLS": "1",
+        "AGENTLAB_PLUGINS": "count",
         "AGENTLAB_REVIEW": "0",  # this test is about crash-resume streaming; its stub has no reviewer
         "AGENTLAB_TEST_COUNT_FILE": str(tmp_path / "count.txt"),
         "AGENTLAB_TEST_COUNT_DELAY_S": "0.5",

@@ -13,7 +13,6 @@ from typing import Any
 
 from agentlab.agent.tools import ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
-from agentlab.testing.count_tool import count_tool, count_tool_enabled
 from common.db import DatabaseThreads
 from turns.driver.drive import drive_turn
 from turns.driver.policies import CHAT, EVALUATION
@@ -24,13 +23,9 @@ logger = logging.getLogger(__name__)
 
 
 def job_tools() -> ToolRegistry:
-    """The tool registry background turns use: the built-in tools, plus the
-    test-only ``count`` tool when ``AGENTLAB_TEST_TOOLS=1``
-    (``agentlab.testing.count_tool``)."""
-    registry = default_registry()
-    if count_tool_enabled():
-        registry.register(count_tool())
-    return registry
+    """The tool registry background turns use: the built-in tools (plugins
+    add theirs to each attempt, ``turns.driver.extensions``)."""
+    return default_registry()
 
 
 class UnavailableProvider:
