@@ -16,6 +16,7 @@ from pydantic import BaseModel
 
 from agentlab.agent.tools import Tool, ToolContext
 
+
 class CountArgs(BaseModel):
     label: str
 

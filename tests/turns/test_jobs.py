@@ -18,9 +18,10 @@ from common.errors import NotFound, StateConflict
 from turns.driver import turn_claim
 from turns.jobs import handover as jobs
 from turns.jobs import ids
+from turns.jobs.sweep import SweepResult, turns_sweep, turns_sweep_stale
 from turns.models import Conversation, Turn, TurnEvent
 from turns.selectors import events_after
-from turns.jobs.sweep import SweepResult, turns_sweep, turns_sweep_stale
+from turns.services import enqueue as dispatch
 from turns.services import (
     turn_cancel,
     turn_create,
@@ -28,7 +29,6 @@ from turns.services import (
     turn_resume_and_enqueue,
     turn_start,
 )
-from turns.services import enqueue as dispatch
 
 from .conftest import ws_app
 from .test_driver import counting_registry
