@@ -110,36 +110,9 @@ def parse_server(name: str, value: Any, *, where: str = "AGENTLAB_MCP_SERVERS") 
     here = f"{where}: server {name!r}"
     if not isinstance(name, str) or not SERVER_NAME_RE.match(name):
         raise MCPConfigError(f"{where}: server name {name!r} must be 1-32 letters, digits, '_' or '-'")
-    if isinstance(value, str):
-        text = value.strip()
-        if not text:
-            raise MCPConfigError(f"{here}: empty; give a URL or a command")
-        value = {"url": text} if re.match(r"^https?://", text) else {"command": text}
-    if not isinstance(value, Mapping):
-        raise MCPConfigError(f"{here}: must be a URL, a command or an object, got {value!r}")
-    unknown = set(value) - _KEYS
-    if unknown:
-        raise MCPConfigError(f"{here}: unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
-    if ("command" in value) == ("url" in value):
-        raise MCPConfigError(f"{here}: give exactly one of 'command' (stdio) and 'url' (streamable HTTP)")
-    command: tuple[str, ...] | None = None
-    url: str | None = None
-    if "command" in value:
-        raw = value["command"]
-        try:
-            parts = shlex.split(raw) if isinstance(raw, str) else _strings(raw, where=f"{here}: command")
-        except ValueError as exc:
-            raise MCPConfigError(f"{here}: command {raw!r} cannot be split: {exc}") from None
-        parts += _strings(value.get("args", []), where=f"{here}: args")
-        if not parts or not parts[0]:
-            raise MCPConfigError(f"{here}: command is empty")
-        command = tuple(parts)
-    else:
-        url = value["url"]
-        if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
-            raise MCPConfigError(f"{here}: url must be an http:// or https:// URL, got {url!r}")
-        if "args" in value or "env" in value or "cwd" in value:
-            raise MCPConfigError(f"{here}: 'args', 'env' and 'cwd' are for a stdio command, not a url")
+    value = _server_object(value, here=here)
+    command = _command(value, here=here) if "command" in value else None
+    url = None if command is not None else _url(value, here=here)
     env = value.get("env", {})
     if not isinstance(env, Mapping) or not all(
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
@@ -168,6 +141,48 @@ def parse_server(name: str, value: Any, *, where: str = "AGENTLAB_MCP_SERVERS") 
             value.get("start_timeout_s", DEFAULT_START_TIMEOUT_S), where=f"{here}: start_timeout_s"
         ),
     )
+
+
+def _server_object(value: Any, *, here: str) -> Mapping[str, Any]:
+    """A server's setting as an object with known keys and exactly one of
+    ``command`` and ``url`` (a string is one or the other)."""
+    if isinstance(value, str):
+        text = value.strip()
+        if not text:
+            raise MCPConfigError(f"{here}: empty; give a URL or a command")
+        value = {"url": text} if re.match(r"^https?://", text) else {"command": text}
+    if not isinstance(value, Mapping):
+        raise MCPConfigError(f"{here}: must be a URL, a command or an object, got {value!r}")
+    unknown = set(value) - _KEYS
+    if unknown:
+        raise MCPConfigError(f"{here}: unknown keys {sorted(unknown)} (known: {sorted(_KEYS)})")
+    if ("command" in value) == ("url" in value):
+        raise MCPConfigError(f"{here}: give exactly one of 'command' (stdio) and 'url' (streamable HTTP)")
+    return value
+
+
+def _command(value: Mapping[str, Any], *, here: str) -> tuple[str, ...]:
+    """A stdio server's command line: ``command`` (a string is split as a
+    shell would) followed by ``args``."""
+    raw = value["command"]
+    try:
+        parts = shlex.split(raw) if isinstance(raw, str) else _strings(raw, where=f"{here}: command")
+    except ValueError as exc:
+        raise MCPConfigError(f"{here}: command {raw!r} cannot be split: {exc}") from None
+    parts += _strings(value.get("args", []), where=f"{here}: args")
+    if not parts or not parts[0]:
+        raise MCPConfigError(f"{here}: command is empty")
+    return tuple(parts)
+
+
+def _url(value: Mapping[str, Any], *, here: str) -> str:
+    """A streamable-HTTP server's URL (no stdio keys beside it)."""
+    url = value["url"]
+    if not isinstance(url, str) or not re.match(r"^https?://[^\s/]+", url):
+        raise MCPConfigError(f"{here}: url must be an http:// or https:// URL, got {url!r}")
+    if "args" in value or "env" in value or "cwd" in value:
+        raise MCPConfigError(f"{here}: 'args', 'env' and 'cwd' are for a stdio command, not a url")
+    return url
 
 
 def parse_servers(

@@ -8,6 +8,7 @@ import re
 import sqlite3
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -173,7 +174,36 @@ def run_sql_query(
     """
     if not query.strip():
         raise SQLQueryError("empty query; write one SELECT statement")
-    path = Path(database_path)
+    connection = _open_read_only(Path(database_path), root)
+    helper = sqlite3.connect(":memory:", isolation_level=None)
+    guard = _QueryGuard(deadline=time.monotonic() + time_limit_s)
+    try:
+        guard.install(connection, helper)
+        try:
+            fetched = _fetch(connection.execute(query), max_rows=max_rows, guard=guard)
+        except sqlite3.ProgrammingError as exc:
+            if "one statement" in str(exc):
+                raise SQLQueryError("only one statement per call; send the queries one by one") from exc
+            raise SQLQueryError(_json_cell(str(exc))) from exc
+        except sqlite3.Error as exc:
+            raise _query_error(exc, guard=guard, connection=connection, time_limit_s=time_limit_s) from exc
+    finally:
+        connection.close()
+        helper.close()
+    result: dict[str, Any] = {
+        "columns": fetched.columns,
+        "rows": fetched.rows,
+        "row_count": fetched.row_count,
+    }
+    note = _rows_note(fetched, timed_out=guard.timed_out, time_limit_s=time_limit_s)
+    if note:
+        result["note"] = note
+    return result
+
+
+def _open_read_only(path: Path, root: str | Path | None) -> sqlite3.Connection:
+    """A read-only connection to ``path``, which must be a file that still
+    resolves inside ``root`` (when given). Raises ``SQLQueryError``."""
     # The model sees these messages: they name the file, not the server's folders.
     if not path.is_file():
         raise SQLQueryError(f"the database file {path.name} of this question is missing or not a file")
@@ -186,21 +216,42 @@ def run_sql_query(
             "folder (a link was put in its place); re-import the dataset"
         )
     try:
-        connection = sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, isolation_level=None)
+        return sqlite3.connect(f"{resolved.as_uri()}?mode=ro", uri=True, isolation_level=None)
     except sqlite3.Error as exc:
         raise SQLQueryError(f"cannot open the database: {exc}") from exc
-    helper = sqlite3.connect(":memory:", isolation_level=None)
-    denied: list[int] = []
-    denied_functions: list[str] = []
-    too_big: list[str] = []
-    timed_out = False
-    deadline = time.monotonic() + time_limit_s
+
+
+class _QueryGuard:
+    """What keeps one query read-only and bounded, and what it saw: the
+    actions and functions it denied, a value over the size limit, the time
+    limit passed (``deadline``, ``time.monotonic()`` seconds)."""
+
+    def __init__(self, *, deadline: float) -> None:
+        self.deadline = deadline
+        self.denied: list[int] = []
+        self.denied_functions: list[str] = []
+        self.too_big: list[str] = []
+        self.timed_out = False
+
+    def install(self, connection: sqlite3.Connection, helper: sqlite3.Connection) -> None:
+        """Set the limits, the checked ``printf``/``format``, ``query_only``,
+        the authorizer and the progress handler on ``connection``."""
+        for limited in (connection, helper):
+            limited.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQL_MAX_VALUE_BYTES)
+            limited.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, SQL_MAX_QUERY_BYTES)
+        bounded_printf = _bounded_printf(helper, self.too_big)
+        for name in ("printf", "format"):
+            connection.create_function(name, -1, bounded_printf, deterministic=True)
+        connection.execute("PRAGMA query_only = ON")
+        connection.set_authorizer(self.authorize)
+        connection.set_progress_handler(self.over_time, _PROGRESS_INSTRUCTIONS)
 
     def authorize(
-        action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
+        self, action: int, arg1: str | None, arg2: str | None, db: str | None, trigger: str | None
     ) -> int:
+        """SQLite's authorizer: only what a SELECT needs."""
         if action == sqlite3.SQLITE_FUNCTION and (arg2 or "").lower() in _DENIED_FUNCTIONS:
-            denied_functions.append(str(arg2))
+            self.denied_functions.append(str(arg2))
             return sqlite3.SQLITE_DENY
         if action in _READ_ACTIONS or (action == sqlite3.SQLITE_PRAGMA and arg1 in _SCHEMA_PRAGMAS):
             return sqlite3.SQLITE_OK
@@ -210,93 +261,91 @@ def run_sql_query(
             # into a no-op, and SQLite refuses an UPDATE of sqlite_master
             # statement before asking ("table sqlite_master may not be modified").
             return sqlite3.SQLITE_IGNORE
-        denied.append(action)
+        self.denied.append(action)
         return sqlite3.SQLITE_DENY
 
-    def over_time() -> int:
-        nonlocal timed_out
-        timed_out = time.monotonic() > deadline
-        return 1 if timed_out else 0
+    def over_time(self) -> int:
+        """SQLite's progress handler: non-zero (abort) once past the deadline."""
+        self.timed_out = time.monotonic() > self.deadline
+        return 1 if self.timed_out else 0
 
+
+@dataclass
+class _Fetched:
+    """A query's result as shown: its ``columns``, the ``rows`` kept, and
+    ``row_count`` (every row produced, counted past the ones kept)."""
+
+    columns: list[Any]
+    rows: list[list[Any]]
+    row_count: int
+    over_size: bool
+
+
+def _fetch(cursor: sqlite3.Cursor, *, max_rows: int, guard: _QueryGuard) -> _Fetched:
+    """Keep at most ``max_rows`` rows while their JSON stays within
+    ``SQL_MAX_RESULT_CHARS``, then count the rest (until the time limit)."""
+    columns = [_json_cell(str(d[0])) for d in cursor.description or ()]  # a name can be long too
+    rows: list[list[Any]] = []
+    fetched = extra = 0
+    rows_chars = 2  # the JSON of rows: "[" row ", " row … "]"
+    over_size = False
+    for row in cursor.fetchmany(max_rows):
+        fetched += 1
+        cells = [_json_cell(v) for v in row]
+        rows_chars += len(json.dumps(cells, ensure_ascii=False)) + (2 if rows else 0)
+        over_size = over_size or rows_chars > SQL_MAX_RESULT_CHARS
+        if not over_size:
+            rows.append(cells)
     try:
-        for limited in (connection, helper):
-            limited.setlimit(sqlite3.SQLITE_LIMIT_LENGTH, SQL_MAX_VALUE_BYTES)
-            limited.setlimit(sqlite3.SQLITE_LIMIT_SQL_LENGTH, SQL_MAX_QUERY_BYTES)
-        bounded_printf = _bounded_printf(helper, too_big)
-        for name in ("printf", "format"):
-            connection.create_function(name, -1, bounded_printf, deterministic=True)
-        connection.execute("PRAGMA query_only = ON")
-        connection.set_authorizer(authorize)
-        connection.set_progress_handler(over_time, _PROGRESS_INSTRUCTIONS)
-        rows: list[list[Any]] = []
-        fetched = 0
-        extra = 0
-        rows_chars = 2  # the JSON of rows: "[" row ", " row … "]"
-        over_size = False
-        try:
-            cursor = connection.execute(query)
-            columns = [_json_cell(str(d[0])) for d in cursor.description or ()]  # a name can be long too
-            for row in cursor.fetchmany(max_rows):
-                fetched += 1
-                cells = [_json_cell(v) for v in row]
-                rows_chars += len(json.dumps(cells, ensure_ascii=False)) + (2 if rows else 0)
-                over_size = over_size or rows_chars > SQL_MAX_RESULT_CHARS
-                if not over_size:
-                    rows.append(cells)
-            try:
-                while batch := cursor.fetchmany(1000):
-                    extra += len(batch)
-            except sqlite3.OperationalError:
-                if not timed_out:
-                    raise
-        except sqlite3.ProgrammingError as exc:
-            if "one statement" in str(exc):
-                raise SQLQueryError("only one statement per call; send the queries one by one") from exc
-            raise SQLQueryError(_json_cell(str(exc))) from exc
-        except sqlite3.Error as exc:
-            if denied_functions:
-                raise SQLQueryError(
-                    f"refused: the function {denied_functions[0]}() is not available in sql_query"
-                ) from exc
-            if denied:
-                raise SQLQueryError(
-                    "refused: sql_query only reads; send one SELECT (or WITH … SELECT)"
-                ) from exc
-            if timed_out:
-                raise SQLQueryError(
-                    f"stopped: the query ran longer than the {time_limit_s:g} s limit; simplify it or "
-                    "add a LIMIT"
-                ) from exc
-            message = str(exc) or type(exc).__name__
-            if too_big or message == "string or blob too big":
-                raise SQLQueryError(_TOO_BIG) from exc
-            if message == "query string is too large":
-                raise SQLQueryError(
-                    f"the query is longer than {SQL_MAX_QUERY_BYTES} bytes; shorten it"
-                ) from exc
-            if message.startswith(("no such table", "no such column")):
-                connection.set_progress_handler(None, 0)
-                tables = ", ".join(_table_names(connection))
-                message += f" (the tables are: {tables}; {SCHEMA_QUERY} shows their columns)"
-            raise SQLQueryError(_json_cell(message)) from exc  # SQLite quotes the query back
-    finally:
-        connection.close()
-        helper.close()
-    row_count = fetched + extra
-    result: dict[str, Any] = {"columns": columns, "rows": rows, "row_count": row_count}
-    if len(rows) < row_count or timed_out:
-        total = f"at least {row_count}" if timed_out else str(row_count)
-        reasons = []
-        if over_size:
-            reasons.append(
-                f"the rows are capped at {SQL_MAX_RESULT_CHARS} characters of JSON; "
-                "select fewer or shorter columns"
-            )
-        if timed_out:
-            reasons.append(f"counting stopped at the {time_limit_s:g} s limit")
-        why = f" ({'; '.join(reasons)})" if reasons else ""
-        result["note"] = f"Only the first {len(rows)} of {total} rows are shown{why}."
-    return result
+        while batch := cursor.fetchmany(1000):
+            extra += len(batch)
+    except sqlite3.OperationalError:
+        if not guard.timed_out:
+            raise
+    return _Fetched(columns=columns, rows=rows, row_count=fetched + extra, over_size=over_size)
+
+
+def _query_error(
+    exc: sqlite3.Error, *, guard: _QueryGuard, connection: sqlite3.Connection, time_limit_s: float
+) -> SQLQueryError:
+    """The model's message for a query SQLite refused or stopped."""
+    if guard.denied_functions:
+        return SQLQueryError(
+            f"refused: the function {guard.denied_functions[0]}() is not available in sql_query"
+        )
+    if guard.denied:
+        return SQLQueryError("refused: sql_query only reads; send one SELECT (or WITH … SELECT)")
+    if guard.timed_out:
+        return SQLQueryError(
+            f"stopped: the query ran longer than the {time_limit_s:g} s limit; simplify it or add a LIMIT"
+        )
+    message = str(exc) or type(exc).__name__
+    if guard.too_big or message == "string or blob too big":
+        return SQLQueryError(_TOO_BIG)
+    if message == "query string is too large":
+        return SQLQueryError(f"the query is longer than {SQL_MAX_QUERY_BYTES} bytes; shorten it")
+    if message.startswith(("no such table", "no such column")):
+        connection.set_progress_handler(None, 0)
+        tables = ", ".join(_table_names(connection))
+        message += f" (the tables are: {tables}; {SCHEMA_QUERY} shows their columns)"
+    return SQLQueryError(_json_cell(message))  # SQLite quotes the query back
+
+
+def _rows_note(fetched: _Fetched, *, timed_out: bool, time_limit_s: float) -> str | None:
+    """Why fewer rows are shown than the query produced, or ``None``."""
+    if len(fetched.rows) >= fetched.row_count and not timed_out:
+        return None
+    total = f"at least {fetched.row_count}" if timed_out else str(fetched.row_count)
+    reasons = []
+    if fetched.over_size:
+        reasons.append(
+            f"the rows are capped at {SQL_MAX_RESULT_CHARS} characters of JSON; "
+            "select fewer or shorter columns"
+        )
+    if timed_out:
+        reasons.append(f"counting stopped at the {time_limit_s:g} s limit")
+    why = f" ({'; '.join(reasons)})" if reasons else ""
+    return f"Only the first {len(fetched.rows)} of {total} rows are shown{why}."
 
 
 class SQLQueryArgs(BaseModel):
