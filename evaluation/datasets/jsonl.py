@@ -107,95 +107,111 @@ def _json_type(value: Any) -> str:
 
 
 def _example_from_record(record: Any, *, source: str, line: int | None, base_dir: Path | None) -> ExampleSpec:
+    """One line's example, each field checked; ``DatasetFormatError`` names
+    the source, the line and the field."""
     if not isinstance(record, dict):
         raise _fail(f"expected a JSON object, got {_json_type(record)}", source, line)
     # NUL and lone surrogates (and NaN) no database here can store: U+FFFD
     # (None) on every string of the line, so both backends store the same bytes
     record = json_safe(record)
-
-    raw_id = record.get("question_id")
-    if raw_id is None:
-        raise _fail("field 'question_id' is missing", source, line)
-    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
-        external_id = str(raw_id)
-    elif isinstance(raw_id, str):
-        if not raw_id.strip():
-            raise _fail("field 'question_id' is empty", source, line)
-        external_id = raw_id
-    else:
-        message = f"field 'question_id' must be a string or an integer, got {_json_type(raw_id)}"
-        raise _fail(message, source, line)
-
+    external_id = _external_id(record.get("question_id"), source, line)
     question = _require_text(record, "question", source, line)
-
     if "answer" not in record or record["answer"] is None:
         raise _fail("field 'answer' is missing", source, line)
     answer = gold_answer(record["answer"])
-
     task_type = _require_text(record, "task_type", source, line)
-
-    choices = record.get("choices")
-    if choices is not None:
-        if not isinstance(choices, list) or not choices:
-            raise _fail("field 'choices' must be a non-empty list of strings", source, line)
-        for i, option in enumerate(choices):
-            if not isinstance(option, str):
-                message = f"field 'choices' item {i} must be a string, got {_json_type(option)}"
-                raise _fail(message, source, line)
-        choices = list(choices)
-
-    context = record.get("context")
-    if context is not None:
-        if not isinstance(context, dict):
-            raise _fail(f"field 'context' must be an object, got {_json_type(context)}", source, line)
-        context = dict(context)
-        for derived in ("database_path", "database_root"):
-            if derived in context:
-                # derived here from database_file; taken from input it would
-                # point sql_query at any SQLite file, the application's own included
-                message = f"field 'context.{derived}' is not allowed (give 'context.database_file')"
-                raise _fail(message, source, line)
-        database_file = context.get("database_file")
-        if database_file is not None:
-            if not isinstance(database_file, str) or not database_file.strip():
-                raise _fail("field 'context.database_file' must be a non-empty string", source, line)
-            if Path(database_file).is_absolute():
-                message = f"field 'context.database_file' must be a relative path, got {database_file!r}"
-                raise _fail(message, source, line)
-            if base_dir is not None:
-                folder = base_dir.resolve()
-                database_path = (folder / database_file).resolve()
-                if not database_path.is_relative_to(folder):
-                    message = (
-                        f"field 'context.database_file' {database_file!r} is outside the dataset's folder"
-                    )
-                    raise _fail(message, source, line)
-                context["database_path"] = str(database_path)
-                # sql_query checks again when it opens the file: a link put
-                # in the way after the import must not lead out of the folder
-                context["database_root"] = str(folder)
-
-    scorer = record.get("scorer")
-    if scorer is not None:
-        if not isinstance(scorer, str):
-            raise _fail(f"field 'scorer' must be a string, got {_json_type(scorer)}", source, line)
-        if scorer not in SCORERS:
-            raise _fail(f"unknown scorer {scorer!r} (known: {', '.join(sorted(SCORERS))})", source, line)
-
-    plugins = _plugins(record.get("plugins"), source, line)
-
     metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
     return ExampleSpec(
         external_id=external_id,
         question=question,
         answer=answer,
         task_type=task_type,
-        scorer=scorer,
-        choices=choices,
-        context=context,
+        scorer=_scorer(record.get("scorer"), source, line),
+        choices=_choices(record.get("choices"), source, line),
+        context=_context(record.get("context"), source, line, base_dir),
         metadata=metadata,
-        plugins=plugins,
+        plugins=_plugins(record.get("plugins"), source, line),
     )
+
+
+def _external_id(raw_id: Any, source: str, line: int | None) -> str:
+    """``question_id``: a non-empty string, or an integer (as its text)."""
+    if raw_id is None:
+        raise _fail("field 'question_id' is missing", source, line)
+    if isinstance(raw_id, int) and not isinstance(raw_id, bool):
+        return str(raw_id)
+    if isinstance(raw_id, str):
+        if not raw_id.strip():
+            raise _fail("field 'question_id' is empty", source, line)
+        return raw_id
+    message = f"field 'question_id' must be a string or an integer, got {_json_type(raw_id)}"
+    raise _fail(message, source, line)
+
+
+def _choices(choices: Any, source: str, line: int | None) -> list[str] | None:
+    """``choices``: absent, or a non-empty list of strings."""
+    if choices is None:
+        return None
+    if not isinstance(choices, list) or not choices:
+        raise _fail("field 'choices' must be a non-empty list of strings", source, line)
+    for i, option in enumerate(choices):
+        if not isinstance(option, str):
+            message = f"field 'choices' item {i} must be a string, got {_json_type(option)}"
+            raise _fail(message, source, line)
+    return list(choices)
+
+
+def _context(context: Any, source: str, line: int | None, base_dir: Path | None) -> dict[str, Any] | None:
+    """``context``: absent, or an object; its ``database_file`` is resolved
+    inside the dataset's folder (``database_path``, ``database_root``)."""
+    if context is None:
+        return None
+    if not isinstance(context, dict):
+        raise _fail(f"field 'context' must be an object, got {_json_type(context)}", source, line)
+    context = dict(context)
+    for derived in ("database_path", "database_root"):
+        if derived in context:
+            # derived here from database_file; taken from input it would
+            # point sql_query at any SQLite file, the application's own included
+            message = f"field 'context.{derived}' is not allowed (give 'context.database_file')"
+            raise _fail(message, source, line)
+    database_file = context.get("database_file")
+    if database_file is not None:
+        context.update(_database_paths(database_file, source, line, base_dir))
+    return context
+
+
+def _database_paths(
+    database_file: Any, source: str, line: int | None, base_dir: Path | None
+) -> dict[str, str]:
+    """``database_path`` and ``database_root`` of a relative ``database_file``
+    that stays inside ``base_dir`` (none without a folder)."""
+    if not isinstance(database_file, str) or not database_file.strip():
+        raise _fail("field 'context.database_file' must be a non-empty string", source, line)
+    if Path(database_file).is_absolute():
+        message = f"field 'context.database_file' must be a relative path, got {database_file!r}"
+        raise _fail(message, source, line)
+    if base_dir is None:
+        return {}
+    folder = base_dir.resolve()
+    database_path = (folder / database_file).resolve()
+    if not database_path.is_relative_to(folder):
+        message = f"field 'context.database_file' {database_file!r} is outside the dataset's folder"
+        raise _fail(message, source, line)
+    # sql_query checks again when it opens the file: a link put in the way
+    # after the import must not lead out of the folder
+    return {"database_path": str(database_path), "database_root": str(folder)}
+
+
+def _scorer(scorer: Any, source: str, line: int | None) -> str | None:
+    """``scorer``: absent, or the name of a known scorer."""
+    if scorer is None:
+        return None
+    if not isinstance(scorer, str):
+        raise _fail(f"field 'scorer' must be a string, got {_json_type(scorer)}", source, line)
+    if scorer not in SCORERS:
+        raise _fail(f"unknown scorer {scorer!r} (known: {', '.join(sorted(SCORERS))})", source, line)
+    return scorer
 
 
 def _plugins(value: Any, source: str, line: int | None) -> tuple[str, ...]:

@@ -50,28 +50,10 @@ def dataset_import(
     dataset) would change what earlier runs measured. Raises ``BadInput`` for
     an empty name or no examples too; nothing is written then.
     """
-    name = (name or "").strip()
-    if not name:
-        raise BadInput("a dataset needs a non-empty name")
-    if name == DEMO_DATASET_NAME and source != DEMO_SOURCE:
-        raise BadInput(
-            f"dataset name {name!r} is reserved for the project's demo dataset; choose another name"
-        )
-    bad = _NAME_FORBIDDEN.search(name)
-    if bad:
-        # run ids are made from dataset names, and both appear in URLs
-        raise BadInput(
-            f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
-            "are not allowed"
-        )
+    name = _dataset_name(name, source=source)
     if not examples:
         raise BadInput(f"dataset {name!r} has no examples")
-    plugin_names = list(dict.fromkeys(p.strip() for p in plugins if p.strip()))
-    for plugin in plugin_names:
-        try:
-            load_plugin(plugin)
-        except PluginError as exc:
-            raise BadInput(f"--plugin {plugin}: {exc}") from None
+    plugin_names = _dataset_plugins(plugins)
     if scorer:
         check_scorer(scorer)
     for spec in examples:  # fail before writing anything
@@ -86,28 +68,8 @@ def dataset_import(
                 f"not {plugin_names}; import this file under another name: "
                 "manage.py import_dataset FILE --name NEW_NAME"
             )
-        existing = {e.external_id: e for e in dataset.examples.all()}
-        new, changed = [], []
-        for position, spec in enumerate(examples):
-            values = {
-                "position": position,
-                "question": spec.question,
-                "answer": spec.answer,
-                "task_type": spec.task_type,
-                "scorer": spec.scorer or "",
-                "choices": spec.choices,
-                "context": spec.context or {},
-                "metadata": spec.metadata or {},
-                "plugins": list(spec.plugins),
-            }
-            row = existing.get(spec.external_id)
-            if row is None:
-                new.append(Example(dataset=dataset, external_id=spec.external_id, **values))
-            elif any(getattr(row, k) != v for k, v in values.items()):
-                for k, v in values.items():
-                    setattr(row, k, v)
-                changed.append(row)
-        if not created and (new or changed or len(existing) != len(examples)):
+        new, same = _new_examples(dataset, examples)
+        if not created and not same:
             raise BadInput(
                 f"a dataset named {name!r} already exists with different examples"
                 + (f" (from {dataset.source})" if dataset.source else "")
@@ -120,6 +82,63 @@ def dataset_import(
             for k, v in scoring.items():
                 setattr(dataset, k, v)
     return dataset
+
+
+def _dataset_name(name: str, *, source: str) -> str:
+    """``name`` stripped: not empty, not the demo's (unless this is the
+    demo), none of the characters a URL cannot hold. ``BadInput`` otherwise."""
+    name = (name or "").strip()
+    if not name:
+        raise BadInput("a dataset needs a non-empty name")
+    if name == DEMO_DATASET_NAME and source != DEMO_SOURCE:
+        raise BadInput(
+            f"dataset name {name!r} is reserved for the project's demo dataset; choose another name"
+        )
+    bad = _NAME_FORBIDDEN.search(name)
+    if bad:
+        # run ids are made from dataset names, and both appear in URLs
+        raise BadInput(
+            f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
+            "are not allowed"
+        )
+    return name
+
+
+def _dataset_plugins(plugins: Sequence[str]) -> list[str]:
+    """The plugin names, stripped and without repeats, each checked to load."""
+    plugin_names = list(dict.fromkeys(p.strip() for p in plugins if p.strip()))
+    for plugin in plugin_names:
+        try:
+            load_plugin(plugin)
+        except PluginError as exc:
+            raise BadInput(f"--plugin {plugin}: {exc}") from None
+    return plugin_names
+
+
+def _new_examples(dataset: Dataset, examples: Sequence[ExampleSpec]) -> tuple[list[Example], bool]:
+    """The rows ``examples`` add to ``dataset``, and whether the dataset's
+    examples are exactly ``examples`` already (same ids, same values)."""
+    existing = {e.external_id: e for e in dataset.examples.all()}
+    new: list[Example] = []
+    changed = False
+    for position, spec in enumerate(examples):
+        values = {
+            "position": position,
+            "question": spec.question,
+            "answer": spec.answer,
+            "task_type": spec.task_type,
+            "scorer": spec.scorer or "",
+            "choices": spec.choices,
+            "context": spec.context or {},
+            "metadata": spec.metadata or {},
+            "plugins": list(spec.plugins),
+        }
+        row = existing.get(spec.external_id)
+        if row is None:
+            new.append(Example(dataset=dataset, external_id=spec.external_id, **values))
+        elif any(getattr(row, k) != v for k, v in values.items()):
+            changed = True
+    return new, not (new or changed or len(existing) != len(examples))
 
 
 def dataset_resolve(*, name_or_path: str) -> Dataset:
