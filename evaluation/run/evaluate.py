@@ -42,7 +42,7 @@ from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
 from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_run, queue_readers
 from evaluation.run.plan import PlannedExample, run_plan
-from evaluation.run.progress import ProgressFactory
+from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
 from turns.llm import get_provider
 
@@ -237,6 +237,20 @@ def _plan_note(
     )
 
 
+class _Tally:
+    """How far a run's drive got: its progress bar, the examples driven, and
+    whether the run was released to be followed again (not finished here)."""
+
+    def __init__(self, bar: Progress) -> None:
+        self.bar = bar
+        self.driven = 0
+        self.released = False
+
+    def done(self, *_: Any) -> None:
+        self.driven += 1
+        self.bar.update(1)
+
+
 def _drive_and_finish(
     run: Run,
     planned: list[PlannedExample],
@@ -247,68 +261,14 @@ def _drive_and_finish(
     extensions: RunExtensions,
 ) -> Run:
     """Drive ``planned`` and finish ``run`` whatever happens; returns the finished run."""
-    bar = progress(run.run_id, len(planned))
-    driven = 0
-
-    def done(*_: Any) -> None:
-        nonlocal driven
-        driven += 1
-        bar.update(1)
-
+    tally = _Tally(progress(run.run_id, len(planned)))
     status = RunStatus.SUCCESS
     started = time.monotonic()
-    outage = released = False
+    outage = False
     try:
-        if request.celery:
-            asyncio.run(provider.aclose())  # the workers build their own
-            try:
-                if follow_run(
-                    run,
-                    planned,
-                    queue=request.queue,
-                    max_in_flight=request.max_in_flight,
-                    on_done=done,
-                    on_poll=lambda: bar.update(0),  # a plain line is due every few seconds
-                ):
-                    status = RunStatus.CANCELLED
-            except KeyboardInterrupt:
-                released = True
-                run_release(run=run)  # the turns keep running; the run id follows them again
-                raise RunInterrupted(run.run_id, turns_keep_running=True) from None
-            except KombuOperationalError as exc:
-                # the broker went away while turns were being sent: those sent
-                # run on; the same run id sends the rest and follows them all
-                released = True
-                run_release(run=run)
-                raise RunOutage(
-                    run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker"
-                ) from None
-        else:
-            asyncio.run(
-                _drive(
-                    planned,
-                    provider=provider,
-                    request=request,
-                    on_done=done,
-                    extensions=extensions,
-                    run_id=run.run_id,
-                    dataset=run.dataset.name,
-                )
-            )
-        if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
-            # examples cancel_run ended before they ran, not driven again
-            # (--retry-errors does): the run stays cancelled, never a baseline
-            Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
-        ):
-            status = RunStatus.CANCELLED  # manage.py cancel_run
-        # the LLM judge grades the answers it is to score once the turns are done
-        if status != RunStatus.CANCELLED:
-            judge_pass(
-                run=run,
-                judge_model=request.judge_model,
-                run_model=request.model,
-                concurrency=request.concurrency,
-            )
+        status = _drive_all(
+            run, planned, request=request, provider=provider, extensions=extensions, tally=tally
+        )
     except (RunInterrupted, RunOutage):
         raise
     except KeyboardInterrupt:
@@ -319,19 +279,97 @@ def _drive_and_finish(
         outage = isinstance(exc, DatabaseOutage)
         raise
     finally:
-        bar.close()
+        tally.bar.close()
         # this thread's connection sat idle while the pool drove: a restart
         # meanwhile must cost a reconnect here, not the run's finish
         connections_retire_broken()
-        try:
-            if not released:
-                run = run_finish(run=run, status=status, driven=driven, wall_s=time.monotonic() - started)
-        except DatabaseError as exc:
-            # still down: the resume finishes the run (its metrics are
-            # recomputed from the stored rows) — report the outage, not this
-            if not (outage and is_connection_error(exc)):
-                raise
+        if not tally.released:
+            run = _finish(run, status=status, driven=tally.driven, started=started, outage=outage)
     return run
+
+
+def _drive_all(
+    run: Run,
+    planned: list[PlannedExample],
+    *,
+    request: EvalRequest,
+    provider: LLMProvider,
+    extensions: RunExtensions,
+    tally: _Tally,
+) -> RunStatus:
+    """Drive the examples (on Celery workers or in this process), then let
+    the LLM judge grade what awaits it; the run's status so far."""
+    status = RunStatus.SUCCESS
+    if request.celery:
+        if _follow_on_workers(run, planned, request=request, provider=provider, tally=tally):
+            status = RunStatus.CANCELLED
+    else:
+        asyncio.run(
+            _drive(
+                planned,
+                provider=provider,
+                request=request,
+                on_done=tally.done,
+                extensions=extensions,
+                run_id=run.run_id,
+                dataset=run.dataset.name,
+            )
+        )
+    if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
+        # examples cancel_run ended before they ran, not driven again
+        # (--retry-errors does): the run stays cancelled, never a baseline
+        Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
+    ):
+        status = RunStatus.CANCELLED  # manage.py cancel_run
+    # the LLM judge grades the answers it is to score once the turns are done
+    if status != RunStatus.CANCELLED:
+        judge_pass(
+            run=run,
+            judge_model=request.judge_model,
+            run_model=request.model,
+            concurrency=request.concurrency,
+        )
+    return status
+
+
+def _follow_on_workers(
+    run: Run, planned: list[PlannedExample], *, request: EvalRequest, provider: LLMProvider, tally: _Tally
+) -> bool:
+    """``--celery``: send the examples and follow them until done; True when
+    the run was cancelled meanwhile. Ctrl-C and a broker outage release the
+    run (its turns keep running) and raise."""
+    asyncio.run(provider.aclose())  # the workers build their own
+    try:
+        return follow_run(
+            run,
+            planned,
+            queue=request.queue,
+            max_in_flight=request.max_in_flight,
+            on_done=tally.done,
+            on_poll=lambda: tally.bar.update(0),  # a plain line is due every few seconds
+        )
+    except KeyboardInterrupt:
+        tally.released = True
+        run_release(run=run)  # the turns keep running; the run id follows them again
+        raise RunInterrupted(run.run_id, turns_keep_running=True) from None
+    except KombuOperationalError as exc:
+        # the broker went away while turns were being sent: those sent
+        # run on; the same run id sends the rest and follows them all
+        tally.released = True
+        run_release(run=run)
+        raise RunOutage(run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker") from None
+
+
+def _finish(run: Run, *, status: RunStatus, driven: int, started: float, outage: bool) -> Run:
+    """``run_finish``; when the database is still down after an outage the
+    resume finishes the run instead (its metrics are recomputed from the
+    stored rows), so the outage is what is reported, not this."""
+    try:
+        return run_finish(run=run, status=status, driven=driven, wall_s=time.monotonic() - started)
+    except DatabaseError as exc:
+        if not (outage and is_connection_error(exc)):
+            raise
+        return run
 
 
 async def _drive(

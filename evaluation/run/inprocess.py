@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.conf import settings
@@ -23,7 +24,7 @@ from common.db import DatabaseThreads, is_connection_error
 from evaluation.run.extensions import example_subject
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import TurnFinal, prediction_complete, prediction_record
-from turns.driver import EvaluationPolicy, drive_turn
+from turns.driver import DriveResult, EvaluationPolicy, drive_turn
 from turns.driver.extensions import Subject
 from turns.jobs.ids import local_job_id
 from turns.models import TurnStatus
@@ -82,28 +83,72 @@ async def drive_examples(
     failed under one of them (nothing more is started after that; what it
     hit stays resumable).
     """
-    extensions = extensions or RunExtensions(
-        settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
-    )
     if concurrency < 1:
         raise ValueError(f"concurrency must be at least 1, got {concurrency}")
-    gate = asyncio.Semaphore(concurrency)
-    numbers = itertools.count(1)
-    outage: list[BaseException] = []
+    driver = _ExampleDriver(
+        provider=provider,
+        db=db,
+        gate=asyncio.Semaphore(concurrency),
+        on_done=on_done,
+        review=review,
+        tools=tools,
+        extensions=extensions
+        or RunExtensions(
+            settings_plugins=tuple(settings.AGENTLAB_PLUGINS),
+            mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS),
+        ),
+        run_id=run_id,
+        dataset=dataset,
+        job_id=job_id or _local_eval_job,
+        record_unclaimed=record_unclaimed,
+    )
+    await asyncio.gather(*(driver.one(item) for item in planned))
+    if driver.outage:
+        raise DatabaseOutage.of(driver.outage[0])
 
-    async def one(item: PlannedExample) -> None:
-        async with gate:
-            if outage:
+
+def _settings_extensions() -> RunExtensions:
+    """The plugins and MCP servers of the settings only."""
+    return RunExtensions(
+        settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
+    )
+
+
+@dataclass
+class _ExampleDriver:
+    """``drive_examples``' settings and the outage it met: drives one
+    planned example at a time under the concurrency ``gate``."""
+
+    provider: LLMProvider
+    db: DatabaseThreads
+    gate: asyncio.Semaphore
+    on_done: Callable[[PlannedExample], None] | None
+    review: bool
+    tools: ToolRegistry | None
+    extensions: RunExtensions
+    run_id: str | None
+    dataset: str | None
+    job_id: Callable[[int], str]
+    record_unclaimed: bool
+    numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+    outage: list[BaseException] = field(default_factory=list)
+
+    async def one(self, item: PlannedExample) -> None:
+        """Drive ``item`` when the gate lets it, unless the database failed
+        under an earlier example (then it stays planned: the resume drives it)."""
+        async with self.gate:
+            if self.outage:
                 return  # left planned: the resume drives it
             try:
-                await drive_one(item)
+                await self.drive(item)
             except Exception as exc:
                 if not is_connection_error(exc):
                     raise
                 logger.warning("example %s: the database failed: %s", item.example_id, exc)
-                outage.append(exc)
+                self.outage.append(exc)
 
-    async def drive_one(item: PlannedExample) -> None:
+    async def drive(self, item: PlannedExample) -> None:
+        """Drive ``item``'s turn and make sure its prediction is complete."""
         recorded = False
 
         def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
@@ -119,18 +164,7 @@ async def drive_examples(
         error: str | None = None
         result = None
         try:
-            # a job id that names this process: another run_eval can tell
-            # whether the turn's driver is still alive (run_plan)
-            result = await drive_turn(
-                item.turn_id,
-                policy=EvaluationPolicy(finish=finish, review=review),
-                provider=provider,
-                db=db,
-                tools=tools,
-                job_id=(job_id or _local_eval_job)(next(numbers)),
-                extensions=extensions.for_example(item.example.plugins or ()),
-                subject=Subject(example=example_subject(item.example), run_id=run_id, dataset=dataset),
-            )
+            result = await self.turn(item, finish)
         except Exception as exc:
             if is_connection_error(exc):
                 raise
@@ -140,17 +174,28 @@ async def drive_examples(
             if result is not None and result.status == TurnStatus.INTERRUPTED:
                 # the database failed under the turn: it is interrupted,
                 # and its prediction stays open for the resume
-                outage.append(DatabaseOutage.of(result.error or "a turn was interrupted"))
+                self.outage.append(DatabaseOutage.of(result.error or "a turn was interrupted"))
                 return
-        if error is None and result is None and not record_unclaimed:
+        if error is None and result is None and not self.record_unclaimed:
             return  # another delivery drives it (or did): nothing of ours to record
         if not recorded:
             # not claimable (already ended) or the finish itself failed:
             # complete the row from what the turn row says now
-            await db.run(prediction_record, prediction_id=item.prediction_id, error=error)
-        if on_done is not None:
-            on_done(item)
+            await self.db.run(prediction_record, prediction_id=item.prediction_id, error=error)
+        if self.on_done is not None:
+            self.on_done(item)
 
-    await asyncio.gather(*(one(item) for item in planned))
-    if outage:
-        raise DatabaseOutage.of(outage[0])
+    async def turn(self, item: PlannedExample, finish: Callable[..., None]) -> DriveResult | None:
+        """``drive_turn`` for ``item`` under the evaluation policy."""
+        # a job id that names this process: another run_eval can tell
+        # whether the turn's driver is still alive (run_plan)
+        return await drive_turn(
+            item.turn_id,
+            policy=EvaluationPolicy(finish=finish, review=self.review),
+            provider=self.provider,
+            db=self.db,
+            tools=self.tools,
+            job_id=self.job_id(next(self.numbers)),
+            extensions=self.extensions.for_example(item.example.plugins or ()),
+            subject=Subject(example=example_subject(item.example), run_id=self.run_id, dataset=self.dataset),
+        )

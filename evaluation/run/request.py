@@ -62,6 +62,32 @@ class EvalRequest:
 MAX_EPOCHS = 100
 
 
+def _extensions_check(*, plugins: Sequence[str], mcp: Sequence[str]) -> tuple[MCPServerConfig, ...]:
+    """Every ``--plugin`` loads; the ``--mcp`` servers, parsed, each named once."""
+    for name in plugins:
+        try:
+            load_plugin(name)
+        except PluginError as exc:
+            raise BadInput(f"--plugin {name}: {exc}") from None
+    servers = tuple(parse_server_option(text) for text in mcp)
+    names = [server.name for server in servers]
+    if len(set(names)) != len(names):
+        raise ValueError(f"--mcp names a server twice: {', '.join(names)}")
+    return servers
+
+
+def _price_check(price_in: float | None, price_out: float | None) -> Price | None:
+    """``--price-in``/``--price-out`` (US dollars per million tokens): both or
+    neither, finite and not negative."""
+    if (price_in is None) != (price_out is None):
+        raise ValueError("--price-in and --price-out go together: give both (US dollars per million tokens)")
+    if price_in is None or price_out is None:
+        return None
+    if not (math.isfinite(price_in) and math.isfinite(price_out)) or price_in < 0 or price_out < 0:
+        raise ValueError(f"--price-in and --price-out must be numbers ≥ 0, got {price_in} and {price_out}")
+    return Price(input_per_mtok=price_in, output_per_mtok=price_out)
+
+
 def eval_request(
     *,
     dataset: str,
@@ -114,29 +140,13 @@ def eval_request(
         raise ValueError(f"--epochs must be between 1 and {MAX_EPOCHS}, got {epochs}")
     if fail_under is not None and not 0 <= fail_under <= 1:
         raise ValueError(f"--fail-under must be between 0 and 1, got {fail_under}")
-    for name in plugins:
-        try:
-            load_plugin(name)
-        except PluginError as exc:
-            raise BadInput(f"--plugin {name}: {exc}") from None
-    servers = tuple(parse_server_option(text) for text in mcp)
-    names = [server.name for server in servers]
-    if len(set(names)) != len(names):
-        raise ValueError(f"--mcp names a server twice: {', '.join(names)}")
+    servers = _extensions_check(plugins=plugins, mcp=mcp)
     max_output_tokens = (
         max_output_tokens if max_output_tokens is not None else int(settings.AGENTLAB_MAX_OUTPUT_TOKENS)
     )
     if max_output_tokens < 1:
         raise ValueError(f"--max-output-tokens must be at least 1, got {max_output_tokens}")
-    if (price_in is None) != (price_out is None):
-        raise ValueError("--price-in and --price-out go together: give both (US dollars per million tokens)")
-    price = None
-    if price_in is not None and price_out is not None:
-        if not (math.isfinite(price_in) and math.isfinite(price_out)) or price_in < 0 or price_out < 0:
-            raise ValueError(
-                f"--price-in and --price-out must be numbers ≥ 0, got {price_in} and {price_out}"
-            )
-        price = Price(input_per_mtok=price_in, output_per_mtok=price_out)
+    price = _price_check(price_in, price_out)
     return EvalRequest(
         dataset=dataset,
         run_id=run_id_check(run_id) if run_id is not None else None,
