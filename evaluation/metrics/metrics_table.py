@@ -34,17 +34,8 @@ def _cost(value: float | None, unpriced: int = 0) -> str:
     return f"${value:,.4f}" + (f" (+{unpriced} unpriced)" if unpriced else "")
 
 
-def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
-    """Render a metrics dict (as returned by :func:`evaluation.metrics.compute.compute_metrics`, or read back
-    from JSON) as plain-text tables: summary, per task type, per model (when the
-    metrics have usage), stop reasons, and the plugins' checks when the run
-    recorded any (``checks_table``).
-
-    Rendered with ``rich`` into a string, without colour or other escape codes,
-    ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
-    with ``correct/scored`` and its 95 % Wilson interval beside it (computed
-    from the counts, so runs stored before intervals existed show it too);
-    a run with epochs adds the "Epochs" table (``epochs_table``)."""
+def _summary_table(metrics: dict[str, Any]) -> Table:
+    """The summary: accuracy with its interval, counts, tokens, cost, latency, review."""
     tokens = metrics.get("tokens") or {}
     latency = metrics.get("latency_ms") or {}
 
@@ -72,7 +63,12 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     summary.add_row("latency p50 (ms)", _num(latency.get("p50")))
     summary.add_row("latency p95 (ms)", _num(latency.get("p95")))
     summary.add_row("latency mean (ms)", _num(latency.get("mean")))
-    review = metrics.get("review") or {}
+    _review_rows(summary, metrics.get("review") or {})
+    return summary
+
+
+def _review_rows(summary: Table, review: dict[str, Any]) -> None:
+    """The review phase's rows of the summary (when there were retries or verdicts)."""
     if review.get("review_retries"):
         summary.add_row("first-attempt accuracy", _pct(review.get("first_attempt_accuracy")))
         summary.add_row(
@@ -82,6 +78,9 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     if review.get("verdicts"):
         summary.add_row("review verdicts", ", ".join(f"{v} {n}" for v, n in review["verdicts"].items()))
 
+
+def _per_task_table(metrics: dict[str, Any]) -> Table:
+    """Accuracy per task type."""
     per_task = Table(title="Per task type")
     for name, justify in (
         ("task type", "left"),
@@ -99,7 +98,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
             str(bucket.get("correct", 0)),
             accuracy_text(int(bucket.get("correct", 0)), int(bucket.get("scored", 0))),
         )
+    return per_task
 
+
+def _by_model_table(metrics: dict[str, Any]) -> Table:
+    """Calls, tokens and cost per model."""
     by_model = Table(title="Per model")
     for name, justify in (
         ("model", "left"),
@@ -117,13 +120,36 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
             f"{bucket.get('output_tokens', 0):,}",
             _cost(bucket.get("cost"), int(bucket.get("unpriced_calls") or 0)),
         )
+    return by_model
 
+
+def _stops_table(metrics: dict[str, Any]) -> Table:
+    """How many turns ended with each stop reason."""
     stops = Table(title="Stop reasons")
     stops.add_column("stop reason")
     stops.add_column("count", justify="right")
     for reason, count in (metrics.get("stop_reasons") or {}).items():
         stops.add_row(reason or "(none)", str(count))
+    return stops
 
+
+def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
+    """Render a metrics dict (as returned by :func:`evaluation.metrics.compute.compute_metrics`, or read back
+    from JSON) as plain-text tables: summary, per task type, per model (when the
+    metrics have usage), stop reasons, and the plugins' checks when the run
+    recorded any (``checks_table``).
+
+    Rendered with ``rich`` into a string, without colour or other escape codes,
+    ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
+    with ``correct/scored`` and its 95 % Wilson interval beside it (computed
+    from the counts, so runs stored before intervals existed show it too);
+    a run with epochs adds the "Epochs" table (``epochs_table``)."""
+    summary, per_task, by_model, stops = (
+        _summary_table(metrics),
+        _per_task_table(metrics),
+        _by_model_table(metrics),
+        _stops_table(metrics),
+    )
     console, buffer = text_console(width)
     epochs = epochs_table(metrics.get("epochs") or {})
     tables = [
