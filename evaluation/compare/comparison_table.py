@@ -105,17 +105,12 @@ def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
     return table
 
 
-def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
-    """Render ``comparison`` as plain-text tables: the two runs, paired
-    accuracy overall and per task type (difference with its interval, fixed,
-    broken, exact McNemar p and Holm-adjusted p), the counts kept apart, the
-    deltas of cost, tokens, steps and latency, stop reasons, review and the
-    plugins' checks, then the fixed, broken and errored examples."""
-    base, candidate = comparison["base"], comparison["candidate"]
+def _runs_table(comparison: Comparison) -> Table:
+    """The two runs: id, status, model, code version, review, own accuracy."""
     runs = Table(title=f"Comparison on dataset {comparison['dataset']}")
     for name in ("", "run id", "status", "model", "code version", "review", "own accuracy"):
         runs.add_column(name)
-    for label, side in (("base", base), ("candidate", candidate)):
+    for label, side in (("base", comparison["base"]), ("candidate", comparison["candidate"])):
         runs.add_row(
             label,
             side["run_id"],
@@ -125,7 +120,11 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
             _DASH if side["review"] is None else ("on" if side["review"] else "off"),
             f"{_pct(side['accuracy'])} ({side['correct']}/{side['scored']})",
         )
+    return runs
 
+
+def _accuracy_table(comparison: Comparison) -> Table:
+    """Paired accuracy overall and per task type, the counts in its caption."""
     bootstrap = "method" in comparison  # runs with epochs: evaluation.compare.over_epochs
     confidence = f"{comparison['confidence']:.0%} CI, pp ({'bootstrap' if bootstrap else 'Newcombe'})"
     accuracy = Table(title="Paired accuracy (examples both runs scored)")
@@ -148,7 +147,12 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
             else ""
         )
     )
+    return accuracy
 
+
+def _delta_tables(comparison: Comparison) -> list[Table]:
+    """The deltas: cost, tokens, steps and latency; stop reasons; review;
+    the plugins' check pass rates (when there are checks)."""
     figures = _delta_table("Cost, tokens, steps, latency (each run's own rows)")
     m = comparison["metrics"]
     _delta_rows(
@@ -173,8 +177,7 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
             for key, d in comparison["review"].items()
         ],
     )
-    runs.caption = unfinished_warning(comparison)
-    tables = [runs, accuracy, figures, stops, review]
+    tables = [figures, stops, review]
     if comparison["checks"]:
         checks = _delta_table("Checks: pass rate")
         for name, c in comparison["checks"].items():
@@ -186,6 +189,18 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
                 _pp(c["difference"]),
             )
         tables.append(checks)
+    return tables
+
+
+def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
+    """Render ``comparison`` as plain-text tables: the two runs, paired
+    accuracy overall and per task type (difference with its interval, fixed,
+    broken, exact McNemar p and Holm-adjusted p), the counts kept apart, the
+    deltas of cost, tokens, steps and latency, stop reasons, review and the
+    plugins' checks, then the fixed, broken and errored examples."""
+    runs = _runs_table(comparison)
+    runs.caption = unfinished_warning(comparison)
+    tables = [runs, _accuracy_table(comparison), *_delta_tables(comparison)]
     tables += [
         _pair_table("Fixed: wrong → right", comparison["fixed"]),
         _pair_table("Broken: right → wrong", comparison["broken"]),

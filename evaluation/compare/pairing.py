@@ -21,6 +21,7 @@ apart and listed by id.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from evaluation.compare.shapes import (
@@ -155,76 +156,91 @@ def compare_rows(
     """
     by_base = _by_example(base_rows, "base")
     by_candidate = _by_example(candidate_rows, "candidate")
-    keys = list(by_base) + [k for k in by_candidate if k not in by_base]
-
-    tables: dict[str, list[int]] = {}  # task type → [both_right, broken, fixed, both_wrong]
-    overall = [0, 0, 0, 0]
-    fixed: list[ExamplePair] = []
-    broken: list[ExamplePair] = []
-    errored: list[ExamplePair] = []
-    unscored: list[str] = []
-    only_base: list[str] = []
-    only_candidate: list[str] = []
-    for key in keys:
-        b, c = by_base.get(key), by_candidate.get(key)
-        if (b is not None and b.error) or (c is not None and c.error):
-            errored.append(_pair(b, c))
-        if b is None or c is None:
-            (only_candidate if b is None else only_base).append((b or c).example_id)  # type: ignore[union-attr]
-            continue
-        if b.correct is None or c.correct is None:
-            unscored.append(b.example_id)
-            continue
-        cell = {(True, True): 0, (True, False): 1, (False, True): 2, (False, False): 3}[
-            (b.correct, c.correct)
-        ]
-        overall[cell] += 1
-        tables.setdefault(b.task_type, [0, 0, 0, 0])[cell] += 1
-        if cell == 1:
-            broken.append(_pair(b, c))
-        elif cell == 2:
-            fixed.append(_pair(b, c))
-
+    tally = _PairTally()
+    for key in list(by_base) + [k for k in by_candidate if k not in by_base]:
+        tally.add(by_base.get(key), by_candidate.get(key))
     per_task_type = {
-        task_type: paired_accuracy(PairedTable(*tables[task_type]), confidence=confidence)
-        for task_type in sorted(tables)
+        task_type: paired_accuracy(PairedTable(*tally.tables[task_type]), confidence=confidence)
+        for task_type in sorted(tally.tables)
     }
     adjusted = holm_adjust([s["p_value"] for s in per_task_type.values()])
     for stats, p_holm in zip(per_task_type.values(), adjusted, strict=True):
         stats["p_holm"] = p_holm
-
-    base_review, candidate_review = base_metrics.get("review") or {}, candidate_metrics.get("review") or {}
-    paired = sum(1 for k in by_base if k in by_candidate)
     return {
         "dataset": dataset,
         "confidence": confidence,
         "base": base,
         "candidate": candidate,
-        "overall": paired_accuracy(PairedTable(*overall), confidence=confidence),
+        "overall": paired_accuracy(PairedTable(*tally.overall), confidence=confidence),
         "per_task_type": per_task_type,
         "counts": {
-            "paired": paired,
-            "scored_both": sum(overall),
-            "unscored": len(unscored),
-            "only_base": len(only_base),
-            "only_candidate": len(only_candidate),
-            "errored": len(errored),
+            "paired": sum(1 for k in by_base if k in by_candidate),
+            "scored_both": sum(tally.overall),
+            "unscored": len(tally.unscored),
+            "only_base": len(tally.only_base),
+            "only_candidate": len(tally.only_candidate),
+            "errored": len(tally.errored),
         },
-        "fixed": fixed,
-        "broken": broken,
-        "errored": errored,
-        "unscored": unscored,
-        "only_base": only_base,
-        "only_candidate": only_candidate,
+        "fixed": tally.fixed,
+        "broken": tally.broken,
+        "errored": tally.errored,
+        "unscored": tally.unscored,
+        "only_base": tally.only_base,
+        "only_candidate": tally.only_candidate,
         "metrics": _metric_deltas(base_metrics, candidate_metrics),
         "stop_reasons": _count_deltas(
             base_metrics.get("stop_reasons") or {}, candidate_metrics.get("stop_reasons") or {}
         ),
-        "review": {k: _delta(base_review.get(k), candidate_review.get(k)) for k in _REVIEW_KEYS},
+        "review": _review_deltas(base_metrics, candidate_metrics),
         "checks": checks_side_by_side(
             base_metrics.get("checks") or {}, candidate_metrics.get("checks") or {}
         ),
     }
+
+
+def _review_deltas(base_metrics: Mapping[str, Any], candidate_metrics: Mapping[str, Any]) -> dict[str, Delta]:
+    """The review figures of both runs side by side."""
+    base_review, candidate_review = base_metrics.get("review") or {}, candidate_metrics.get("review") or {}
+    return {k: _delta(base_review.get(k), candidate_review.get(k)) for k in _REVIEW_KEYS}
+
+
+#: The cell of the 2×2 table a (base, candidate) pair of verdicts falls in:
+#: both right, broken, fixed, both wrong (``PairedTable``'s order).
+_CELL = {(True, True): 0, (True, False): 1, (False, True): 2, (False, False): 3}
+
+
+@dataclass
+class _PairTally:
+    """The pairs of one comparison sorted as they are added: the 2×2 counts
+    overall and per task type, and the examples fixed, broken, errored,
+    unscored or in one run only."""
+
+    tables: dict[str, list[int]] = field(default_factory=dict)
+    overall: list[int] = field(default_factory=lambda: [0, 0, 0, 0])
+    fixed: list[ExamplePair] = field(default_factory=list)
+    broken: list[ExamplePair] = field(default_factory=list)
+    errored: list[ExamplePair] = field(default_factory=list)
+    unscored: list[str] = field(default_factory=list)
+    only_base: list[str] = field(default_factory=list)
+    only_candidate: list[str] = field(default_factory=list)
+
+    def add(self, b: ComparedRow | None, c: ComparedRow | None) -> None:
+        """One example's rows (``None``: the run has none)."""
+        if (b is not None and b.error) or (c is not None and c.error):
+            self.errored.append(_pair(b, c))
+        if b is None or c is None:
+            (self.only_candidate if b is None else self.only_base).append((b or c).example_id)  # type: ignore[union-attr]
+            return
+        if b.correct is None or c.correct is None:
+            self.unscored.append(b.example_id)
+            return
+        cell = _CELL[(b.correct, c.correct)]
+        self.overall[cell] += 1
+        self.tables.setdefault(b.task_type, [0, 0, 0, 0])[cell] += 1
+        if cell == 1:
+            self.broken.append(_pair(b, c))
+        elif cell == 2:
+            self.fixed.append(_pair(b, c))
 
 
 def _by_example(rows: Iterable[ComparedRow], which: str) -> dict[int, ComparedRow]:
