@@ -32,11 +32,8 @@ def _multiple_choice(external_id: str, stem: str, choices: list[str], answer: st
     )
 
 
-def demo_examples() -> list[ExampleSpec]:
-    """The demo dataset's examples, in a fixed order (new objects on each call).
-
-    Returns 8 :class:`ExampleSpec`: ids ``demo-math-1..3``, ``demo-mc-1..3``,
-    ``demo-doc-1..2``; ``scorer`` is ``None`` on all (task-type defaults apply)."""
+def _math_examples() -> list[ExampleSpec]:
+    """Word problems with integer answers (``demo-math-1..3``)."""
     return [
         ExampleSpec(
             external_id="demo-math-1",
@@ -61,6 +58,12 @@ def demo_examples() -> list[ExampleSpec]:
             answer="6",
             task_type="math",
         ),
+    ]
+
+
+def _choice_examples() -> list[ExampleSpec]:
+    """Multiple-choice questions (``demo-mc-1..3``)."""
+    return [
         _multiple_choice(
             "demo-mc-1",
             "What do plants need from the Sun to make their food?",
@@ -79,6 +82,12 @@ def demo_examples() -> list[ExampleSpec]:
             ["Steam", "Ice", "Smoke", "Rain"],
             "B",
         ),
+    ]
+
+
+def _document_examples() -> list[ExampleSpec]:
+    """Questions answered from the documents they come with (``demo-doc-1..2``)."""
+    return [
         ExampleSpec(
             external_id="demo-doc-1",
             question="In which year did the Maple Street Library open?",
@@ -125,3 +134,11 @@ def demo_examples() -> list[ExampleSpec]:
             },
         ),
     ]
+
+
+def demo_examples() -> list[ExampleSpec]:
+    """The demo dataset's examples, in a fixed order (new objects on each call).
+
+    Returns 8 :class:`ExampleSpec`: ids ``demo-math-1..3``, ``demo-mc-1..3``,
+    ``demo-doc-1..2``; ``scorer`` is ``None`` on all (task-type defaults apply)."""
+    return [*_math_examples(), *_choice_examples(), *_document_examples()]
