@@ -145,6 +145,31 @@ def _judge_metrics(rows: Sequence[PredictionRow]) -> dict[str, Any] | None:
     }
 
 
+def _per_task_type(rows: Sequence[PredictionRow]) -> dict[str, dict[str, Any]]:
+    """Per task type: ``{"total", "scored", "correct", "accuracy", "accuracy_ci"}``."""
+    per_task: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        bucket = per_task.setdefault(r.task_type, {"total": 0, "scored": 0, "correct": 0, "accuracy": None})
+        bucket["total"] += 1
+        bucket["scored"] += r.correct is not None
+        bucket["correct"] += r.correct is True
+    for bucket in per_task.values():
+        bucket["accuracy"] = _accuracy(bucket["correct"], bucket["scored"])
+        bucket["accuracy_ci"] = _interval(bucket["correct"], bucket["scored"])
+    return per_task
+
+
+def _usage(rows: Sequence[PredictionRow]) -> UsageTotals:
+    """The usage of every row, the judge's included (kept apart by role)."""
+    usage = UsageTotals()
+    for r in rows:
+        if r.usage:
+            usage.merge(UsageTotals.from_dict(dict(r.usage)))
+        if r.judge_usage:
+            usage.merge(UsageTotals.from_dict(dict(r.judge_usage)))
+    return usage
+
+
 def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     """Aggregate prediction rows into the run's metrics dict (JSON-serialisable).
 
@@ -191,24 +216,10 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     scored = sum(1 for r in rows if r.correct is not None)
     correct = sum(1 for r in rows if r.correct is True)
 
-    per_task: dict[str, dict[str, Any]] = {}
-    for r in rows:
-        bucket = per_task.setdefault(r.task_type, {"total": 0, "scored": 0, "correct": 0, "accuracy": None})
-        bucket["total"] += 1
-        bucket["scored"] += r.correct is not None
-        bucket["correct"] += r.correct is True
-    for bucket in per_task.values():
-        bucket["accuracy"] = _accuracy(bucket["correct"], bucket["scored"])
-        bucket["accuracy_ci"] = _interval(bucket["correct"], bucket["scored"])
-
+    per_task = _per_task_type(rows)
     costs = [r.cost for r in rows if r.cost is not None]
     latencies = sorted(r.latency_ms for r in rows if r.latency_ms is not None)
-    usage = UsageTotals()
-    for r in rows:
-        if r.usage:
-            usage.merge(UsageTotals.from_dict(dict(r.usage)))
-        if r.judge_usage:
-            usage.merge(UsageTotals.from_dict(dict(r.judge_usage)))
+    usage = _usage(rows)
     # a row without a score value (rows built by hand) scores as its correctness
     scores = [r.score if r.score is not None else float(r.correct) for r in rows if r.correct is not None]
     epochs = max((r.epoch for r in rows), default=1)

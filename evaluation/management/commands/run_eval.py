@@ -16,7 +16,7 @@ import json
 import shlex
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -31,152 +31,195 @@ from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.progress import progress_for
-from evaluation.run.request import baseline_request, eval_request
+from evaluation.run.request import EvalRequest, baseline_request, eval_request
+
+
+def _add_run_options(parser: CommandParser) -> None:
+    """What to run and how: the dataset, the run id, the examples, the agent, the review."""
+    parser.add_argument("dataset", help="registered dataset name, 'demo', or a path to a .jsonl file")
+    parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
+    parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    parser.add_argument("--concurrency", type=int, default=4, help="examples driven at once (default 4)")
+    parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
+    parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
+    parser.add_argument(
+        "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
+    )
+    parser.add_argument(
+        "--review",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="review each answer with a second LLM call, retrying once on its "
+        "instruction (default on; --no-review halves the LLM calls)",
+    )
+    parser.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="when resuming, run again the examples whose turn ended in an error "
+        "(a provider outage, say) as a new attempt",
+    )
+
+
+def _add_celery_options(parser: CommandParser) -> None:
+    """Running the examples on Celery workers."""
+    parser.add_argument(
+        "--celery",
+        action="store_true",
+        help="send the examples' turns to Celery workers (CELERY_BROKER_URL) and follow them; "
+        "more cores or machines means more workers",
+    )
+    parser.add_argument(
+        "--queue",
+        default=None,
+        help="with --celery: the queue the workers read (default AGENTLAB_EVAL_QUEUE, else "
+        "Celery's default queue)",
+    )
+    parser.add_argument(
+        "--max-in-flight",
+        type=int,
+        default=None,
+        help="with --celery: at most N of this run's turns sent and not finished at once "
+        "(default: no cap, the workers' concurrency bounds it)",
+    )
+
+
+def _add_model_options(parser: CommandParser) -> None:
+    """The model's limits and prices, epochs, the judge."""
+    parser.add_argument(
+        "--max-output-tokens",
+        type=int,
+        default=None,
+        help="output-token limit of one LLM call (default AGENTLAB_MAX_OUTPUT_TOKENS); a final "
+        "answer cut by it fails its example with stop reason 'length'",
+    )
+    parser.add_argument(
+        "--price-in",
+        type=float,
+        default=None,
+        help="US dollars per million input tokens, for a model the price table does not know "
+        "(a self-hosted or the local one); needs --price-out",
+    )
+    parser.add_argument(
+        "--price-out",
+        type=float,
+        default=None,
+        help="US dollars per million output tokens; needs --price-in",
+    )
+    parser.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        help="run every example K times, as independent turns (default 1, or the resumed run's); "
+        "the metrics add pass@k, majority vote and how often epochs disagree",
+    )
+    parser.add_argument(
+        "--judge-model",
+        default=None,
+        help="the grading model of examples scored by the LLM judge (default: the run's model); "
+        "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
+    )
+
+
+def _add_report_options(parser: CommandParser) -> None:
+    """What the run writes and gates on: --json, the baseline comparison."""
+    parser.add_argument(
+        "--json",
+        dest="json_path",
+        default=None,
+        help="also write run and metrics (and the comparison with --baseline) to FILE",
+    )
+    parser.add_argument(
+        "--baseline",
+        default=None,
+        metavar="RUN_ID|previous",
+        help="compare the finished run with this run (same dataset), or with the latest finished "
+        "run on the dataset with the same config apart from model and code version ('previous')",
+    )
+    parser.add_argument(
+        "--fail-on-regression",
+        action="store_true",
+        help="exit 1 when the run is worse than --baseline with exact McNemar p < --alpha overall, "
+        "or with a Holm-adjusted p < --alpha in a task type",
+    )
+    parser.add_argument(
+        "--alpha", type=float, default=0.05, help="significance level of --fail-on-regression (0.05)"
+    )
+
+
+def _add_extension_options(parser: CommandParser) -> None:
+    """Plugins and MCP servers for this run."""
+    parser.add_argument(
+        "--plugin",
+        action="append",
+        default=[],
+        dest="plugins",
+        metavar="NAME",
+        help="an entry-point plugin to switch on for this run (repeatable; after the settings', "
+        "the dataset's and the example's, so its system prompt wins)",
+    )
+    parser.add_argument(
+        "--mcp",
+        action="append",
+        default=[],
+        metavar="NAME=SPEC",
+        help="an MCP tool server for this run (repeatable): NAME=URL (streamable HTTP), "
+        "NAME=COMMAND (stdio) or NAME={JSON} as in AGENTLAB_MCP_SERVERS",
+    )
+
+
+#: The option groups of ``run_eval --help``, in its order.
+_OPTION_GROUPS = (
+    _add_run_options,
+    _add_celery_options,
+    _add_model_options,
+    _add_report_options,
+    _add_extension_options,
+)
+
+
+def _eval_request(opts: dict[str, Any]) -> EvalRequest:
+    """The command's options as a checked ``EvalRequest`` (``eval_request``)."""
+    return eval_request(
+        dataset=opts["dataset"],
+        run_id=opts["run_id"],
+        limit=opts["limit"],
+        concurrency=opts["concurrency"],
+        max_steps=opts["max_steps"],
+        model=opts["model"],
+        fail_under=opts["fail_under"],
+        review=opts["review"],
+        retry_errors=opts["retry_errors"],
+        celery=opts["celery"],
+        queue=opts["queue"],
+        max_in_flight=opts["max_in_flight"],
+        plugins=opts["plugins"],
+        mcp=opts["mcp"],
+        max_output_tokens=opts["max_output_tokens"],
+        price_in=opts["price_in"],
+        price_out=opts["price_out"],
+        epochs=opts["epochs"],
+        judge_model=opts["judge_model"],
+    )
 
 
 class Command(BaseCommand):
     help = "Run the agent over a dataset (registered name, 'demo', or a .jsonl file) and record predictions."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("dataset", help="registered dataset name, 'demo', or a path to a .jsonl file")
-        parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
-        parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
-        parser.add_argument("--concurrency", type=int, default=4, help="examples driven at once (default 4)")
-        parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
-        parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
-        parser.add_argument(
-            "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
-        )
-        parser.add_argument(
-            "--review",
-            action=argparse.BooleanOptionalAction,
-            default=True,
-            help="review each answer with a second LLM call, retrying once on its "
-            "instruction (default on; --no-review halves the LLM calls)",
-        )
-        parser.add_argument(
-            "--retry-errors",
-            action="store_true",
-            help="when resuming, run again the examples whose turn ended in an error "
-            "(a provider outage, say) as a new attempt",
-        )
-        parser.add_argument(
-            "--celery",
-            action="store_true",
-            help="send the examples' turns to Celery workers (CELERY_BROKER_URL) and follow them; "
-            "more cores or machines means more workers",
-        )
-        parser.add_argument(
-            "--queue",
-            default=None,
-            help="with --celery: the queue the workers read (default AGENTLAB_EVAL_QUEUE, else "
-            "Celery's default queue)",
-        )
-        parser.add_argument(
-            "--max-in-flight",
-            type=int,
-            default=None,
-            help="with --celery: at most N of this run's turns sent and not finished at once "
-            "(default: no cap, the workers' concurrency bounds it)",
-        )
-        parser.add_argument(
-            "--max-output-tokens",
-            type=int,
-            default=None,
-            help="output-token limit of one LLM call (default AGENTLAB_MAX_OUTPUT_TOKENS); a final "
-            "answer cut by it fails its example with stop reason 'length'",
-        )
-        parser.add_argument(
-            "--price-in",
-            type=float,
-            default=None,
-            help="US dollars per million input tokens, for a model the price table does not know "
-            "(a self-hosted or the local one); needs --price-out",
-        )
-        parser.add_argument(
-            "--price-out",
-            type=float,
-            default=None,
-            help="US dollars per million output tokens; needs --price-in",
-        )
-        parser.add_argument(
-            "--epochs",
-            type=int,
-            default=None,
-            help="run every example K times, as independent turns (default 1, or the resumed run's); "
-            "the metrics add pass@k, majority vote and how often epochs disagree",
-        )
-        parser.add_argument(
-            "--judge-model",
-            default=None,
-            help="the grading model of examples scored by the LLM judge (default: the run's model); "
-            "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
-        )
-        parser.add_argument(
-            "--json",
-            dest="json_path",
-            default=None,
-            help="also write run and metrics (and the comparison with --baseline) to FILE",
-        )
-        parser.add_argument(
-            "--baseline",
-            default=None,
-            metavar="RUN_ID|previous",
-            help="compare the finished run with this run (same dataset), or with the latest finished "
-            "run on the dataset with the same config apart from model and code version ('previous')",
-        )
-        parser.add_argument(
-            "--fail-on-regression",
-            action="store_true",
-            help="exit 1 when the run is worse than --baseline with exact McNemar p < --alpha overall, "
-            "or with a Holm-adjusted p < --alpha in a task type",
-        )
-        parser.add_argument(
-            "--alpha", type=float, default=0.05, help="significance level of --fail-on-regression (0.05)"
-        )
-        parser.add_argument(
-            "--plugin",
-            action="append",
-            default=[],
-            dest="plugins",
-            metavar="NAME",
-            help="an entry-point plugin to switch on for this run (repeatable; after the settings', "
-            "the dataset's and the example's, so its system prompt wins)",
-        )
-        parser.add_argument(
-            "--mcp",
-            action="append",
-            default=[],
-            metavar="NAME=SPEC",
-            help="an MCP tool server for this run (repeatable): NAME=URL (streamable HTTP), "
-            "NAME=COMMAND (stdio) or NAME={JSON} as in AGENTLAB_MCP_SERVERS",
-        )
+        for add in (
+            _add_run_options,
+            _add_celery_options,
+            _add_model_options,
+            _add_report_options,
+            _add_extension_options,
+        ):
+            add(parser)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
         try:
             with database_errors():
-                request = eval_request(
-                    dataset=opts["dataset"],
-                    run_id=opts["run_id"],
-                    limit=opts["limit"],
-                    concurrency=opts["concurrency"],
-                    max_steps=opts["max_steps"],
-                    model=opts["model"],
-                    fail_under=opts["fail_under"],
-                    review=opts["review"],
-                    retry_errors=opts["retry_errors"],
-                    celery=opts["celery"],
-                    queue=opts["queue"],
-                    max_in_flight=opts["max_in_flight"],
-                    plugins=opts["plugins"],
-                    mcp=opts["mcp"],
-                    max_output_tokens=opts["max_output_tokens"],
-                    price_in=opts["price_in"],
-                    price_out=opts["price_out"],
-                    epochs=opts["epochs"],
-                    judge_model=opts["judge_model"],
-                )
+                request = _eval_request(opts)
                 baseline = baseline_request(
                     baseline=opts["baseline"],
                     fail_on_regression=opts["fail_on_regression"],
@@ -190,27 +233,40 @@ class Command(BaseCommand):
                 result = run_eval(request=request, note=self.stderr.write, progress=progress)
                 outcome = baseline_compare(run=result.run, request=baseline)
         except RunInterrupted as exc:
-            if exc.turns_keep_running:
-                self.stderr.write(
-                    f"\nstopped following; the turns of run {shlex.quote(exc.run_id)} keep running on "
-                    f"the workers (manage.py cancel_run {shlex.quote(exc.run_id)} stops them). "
-                    "To follow it again:"
-                )
-            else:
-                self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
-            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
-            raise SystemExit(130) from None
+            self._interrupted(exc, opts)
         except RunOutage as exc:
-            self.stderr.write(f"\n{exc}")
-            self.stderr.write(
-                f"the run is kept; once the {exc.what} is back, resume run {shlex.quote(exc.run_id)}:"
-                if exc.written
-                else f"once the {exc.what} is back, start run {shlex.quote(exc.run_id)} with:"
-            )
-            self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
-            raise SystemExit(EXIT_TEMPFAIL) from None
+            self._outage(exc, opts)
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
+        self._report(result, outcome, json_path)
+
+    def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
+        """Ctrl-C: say how to resume (or follow again), exit 130."""
+        if exc.turns_keep_running:
+            self.stderr.write(
+                f"\nstopped following; the turns of run {shlex.quote(exc.run_id)} keep running on "
+                f"the workers (manage.py cancel_run {shlex.quote(exc.run_id)} stops them). "
+                "To follow it again:"
+            )
+        else:
+            self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
+        self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
+        raise SystemExit(130) from None
+
+    def _outage(self, exc: RunOutage, opts: dict[str, Any]) -> NoReturn:
+        """The database or the broker went away: say how to resume, exit 75."""
+        self.stderr.write(f"\n{exc}")
+        self.stderr.write(
+            f"the run is kept; once the {exc.what} is back, resume run {shlex.quote(exc.run_id)}:"
+            if exc.written
+            else f"once the {exc.what} is back, start run {shlex.quote(exc.run_id)} with:"
+        )
+        self.stderr.write(f"  {self._resume(exc.run_id, opts)}")
+        raise SystemExit(EXIT_TEMPFAIL) from None
+
+    def _report(self, result: EvalResult, outcome: BaselineOutcome, json_path: str | None) -> None:
+        """The metrics table, the run id, the comparison, the JSON file; exit 1
+        on a failed gate (``--fail-under``, ``--fail-on-regression``)."""
         self.stdout.write(format_table(result.run.metrics))
         self.stdout.write(f"run id: {shlex.quote(result.run.run_id)}")
         if outcome.note:
