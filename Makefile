@@ -22,7 +22,7 @@ EXTRAS := local,dev
 PYTEST_MARK :=
 endif
 
-.PHONY: setup demo test test-postgres test-sqlite lint lock bench migrate clean
+.PHONY: setup demo test test-postgres test-sqlite lint docs lock bench migrate clean
 
 # The example plugin package: its entry points are what the plugin tests load.
 EXAMPLE_PLUGIN := examples/agentlab_example_plugin
@@ -48,11 +48,20 @@ test: lint test-postgres test-sqlite
 
 # ruff (rules in pyproject.toml), the formatter's check, mypy with the django-stubs
 # plugin over the whole tree, and the import-linter contracts (layers, no circles).
-lint: setup
+lint: setup docs
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
+
+# The documentation site (mkdocs.yml) built with --strict: a broken link or
+# anchor fails. The site must fetch nothing from another host, and the
+# README stays a front page (at most 15,000 bytes).
+docs: setup
+	$(VENV)/bin/mkdocs build --strict --quiet
+	@! grep -rElq '<(script|link|img)[^>]+(src|href)="(https?:)?//' var/site --include='*.html' \
+	    || { echo "docs: the site loads an asset from another host"; exit 1; }
+	@test "$$(wc -c < README.md)" -le 15000 || { echo "docs: README.md is over 15,000 bytes"; exit 1; }
 
 test-postgres: setup
 	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q $(PYTEST_MARK)

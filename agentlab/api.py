@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN.md §7): one ``NinjaAPI``, its default auth and the
+"""The HTTP API (docs/chat-and-api.md#the-http-api): one ``NinjaAPI``, its default auth and the
 exception handlers that give every error one shape.
 
 Routers live with their apps (``turns.api``, ``evaluation.api``) and are
@@ -12,7 +12,7 @@ unsafe methods (the API's default); the evaluation routes also accept
 
 **Errors.** Every error, ours (``common.errors``) or the framework's, leaves
 as ``{"error": {"code": …, "message": …, "details": […] | null}}``
-(``common.api.error_body``) with the status of the error class (STYLE.md 13):
+(``common.api.error_body``) with the status of the error class (CONTRIBUTING.md#one-error-hierarchy):
 400 bad input, 401 not logged in, 403 forbidden (CSRF, API key off its
 routes), 404 not found — also for an object the caller may not see —, 409
 state conflict, 422 invalid request.

@@ -1,4 +1,5 @@
-"""The Celery app (DESIGN.md §2): turn jobs, the stale-turn sweeper and the
+"""The Celery app (docs/architecture.md#processes-embedded-and-production): turn jobs, the
+stale-turn sweeper and the
 scheduled evaluations.
 
 Configuration comes from Django settings under the ``CELERY_`` namespace;

@@ -1,5 +1,5 @@
 """What the settings need to tell a deployment from a developer's machine
-(DESIGN.md §11). Pure functions over the settings' values: no Django here,
+(docs/configuration.md). Pure functions over the settings' values: no Django here,
 so ``agentlab.settings`` can import them before Django is configured.
 """
 

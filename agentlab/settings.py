@@ -1,6 +1,7 @@
-"""Django settings, read from the environment with django-environ (DESIGN.md §11).
+"""Django settings, read from the environment with django-environ (docs/configuration.md).
 
-Every setting has an embedded default (DESIGN.md §2), so a fresh machine with
+Every setting has an embedded default (docs/architecture.md#processes-embedded-and-production), so
+a fresh machine with
 nothing configured runs on a SQLite file, the in-memory channel layer, the
 inline job executor and the local GGUF model. A ``.env`` file in the project
 root is read if present.
@@ -226,7 +227,8 @@ else:
 
 # --- jobs ---------------------------------------------------------------------
 # No broker configured means turns run inside the server process (the inline
-# executor, DESIGN.md §2); Celery is used only when CELERY_BROKER_URL is set.
+# executor, docs/architecture.md#processes-embedded-and-production); Celery is used only when
+# CELERY_BROKER_URL is set.
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="")
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -260,8 +262,8 @@ CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 #: slot, so its turns must go to another queue (evaluation.schedules.options).
 AGENTLAB_SCHEDULE_QUEUE = env.str("AGENTLAB_SCHEDULE_QUEUE", default="").strip()
 #: Most database threads (each with its own PostgreSQL connection) one
-#: in-process run_eval uses: min(--concurrency, this). See the README for
-#: max_connections.
+#: in-process run_eval uses: min(--concurrency, this). See
+#: docs/production.md#postgresql-connections for max_connections.
 AGENTLAB_DB_THREADS_MAX = env_number("AGENTLAB_DB_THREADS_MAX", 32, minimum=1)
 #: Seconds between run_eval's plain progress lines when stderr is not a terminal.
 AGENTLAB_PROGRESS_EVERY_S = env_number("AGENTLAB_PROGRESS_EVERY_S", 10.0, positive=True)
@@ -281,11 +283,12 @@ AGENTLAB_MAX_OUTPUT_TOKENS = env_number("AGENTLAB_MAX_OUTPUT_TOKENS", 512, minim
 HEARTBEAT_S = env_number("HEARTBEAT_S", 15.0, positive=True)
 TURN_STALE_S = env_number("TURN_STALE_S", 120.0, positive=True)
 REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0, minimum=0.0)
-#: Review answered attempts with a second LLM call (DESIGN.md §4); run_eval has --review/--no-review.
+#: Review answered attempts with a second LLM call (docs/architecture.md#the-turn-lifecycle);
+# run_eval has --review/--no-review.
 AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
 APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0, minimum=0.0) or None
 
-# --- your own agent (DESIGN.md §12) ---------------------------------------------
+# --- your own agent (docs/extending.md) ---------------------------------------------
 #: Plugins active in every turn: dotted paths (or entry-point names), in the
 #: order whose last system prompt wins. Imported at the first turn, checked by
 #: ``manage.py check`` (and so at server start) and by run_eval.

@@ -1,4 +1,5 @@
-"""Work done once when the ASGI server starts serving (DESIGN.md §2, §8).
+"""Work done once when the ASGI server starts serving
+(docs/architecture.md#processes-embedded-and-production; docs/architecture.md#the-driver).
 
 Daphne has no ASGI lifespan protocol, and ``AppConfig.ready`` must not touch
 the database (it runs for every management command, migrations included). So

@@ -1,4 +1,4 @@
-"""The API's two ways in (DESIGN.md §7): the Django session, and ``X-API-Key``.
+"""The API's two ways in (docs/chat-and-api.md#the-http-api): the Django session, and ``X-API-Key``.
 
 Browsers use the Django session: ``SessionAuth`` accepts a logged-in user and
 checks CSRF on unsafe methods (the ``X-CSRFToken`` header, as Django's own

@@ -7,7 +7,7 @@ import from here, never from the wiring.
 
 **Errors.** Every error leaves as ``{"error": {"code": …, "message": …,
 "details": […] | null}}`` (``error_body``) with the status of the error class
-(STYLE.md 13): 400 bad input, 401 not logged in, 403 forbidden, 404 not found
+(CONTRIBUTING.md#one-error-hierarchy): 400 bad input, 401 not logged in, 403 forbidden, 404 not found
 — also for an object the caller may not see —, 409 state conflict, 422
 invalid request.
 """

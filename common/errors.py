@@ -1,4 +1,4 @@
-"""The application's error hierarchy, mapped to HTTP once in the API (STYLE.md 13)."""
+"""The application's error hierarchy, mapped to HTTP once in the API (CONTRIBUTING.md#one-error-hierarchy)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""API routes for evaluation runs and predictions (DESIGN.md §7): read only.
+"""API routes for evaluation runs and predictions (docs/chat-and-api.md#the-http-api): read only.
 
 Readable with a session or an API key (``X-API-Key``); runs are team-wide.
 """

@@ -1,4 +1,5 @@
-"""Datasets, examples, evaluation runs and predictions (DESIGN.md §3, §10)."""
+"""Datasets, examples, evaluation runs and predictions (docs/architecture.md#the-data-model;
+docs/architecture.md#evaluation-semantics)."""
 
 from __future__ import annotations
 

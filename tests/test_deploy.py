@@ -51,10 +51,10 @@ def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def readme_production_env() -> dict[str, str]:
-    """The ``/etc/agentlab/env`` block of the README's Production section."""
-    text = (ROOT / "README.md").read_text()
+    """The ``/etc/agentlab/env`` block of docs/production.md."""
+    text = (ROOT / "docs" / "production.md").read_text()
     block = re.search(r"```sh\n# /etc/agentlab/env\n(.*?)```", text, re.S)
-    assert block, "the README's production environment block is missing"
+    assert block, "the production environment block of docs/production.md is missing"
     pairs = (line.split("=", 1) for line in block.group(1).splitlines() if "=" in line)
     return {name.strip(): value.strip() for name, value in pairs}
 

@@ -1,4 +1,4 @@
-"""API routes for conversations, turns, their event logs and approvals (DESIGN.md §7).
+"""API routes for conversations, turns, their event logs and approvals (docs/chat-and-api.md#the-http-api).
 
 Session users only (``apikeys.auth.SessionAuth``, the API's default); API keys get 403 here.
 Ownership is checked by ``turns.selectors`` (404 for what the caller may not

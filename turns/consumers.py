@@ -1,7 +1,7 @@
 """Websocket stream of one turn's event log: ``ws/turns/<turn_id>/?after=<seq>``.
 
-The protocol (DESIGN.md §5–§6): the server sends every event with ``seq >
-after`` in order, then live ones, each exactly once; a ``{"type":
+The protocol (docs/chat-and-api.md#the-websocket-protocol): the server
+sends every event with ``seq > after`` in order, then live ones, each exactly once; a ``{"type":
 "heartbeat"}`` frame every ``HEARTBEAT_S``; after the terminal event a
 ``{"type": "stream.end", "status": <turn status>}`` frame and a normal close
 (1000). Frames other than events carry no ``seq``.

@@ -1,4 +1,5 @@
-"""The doorbell: ring a turn's channel-layer group after its events commit (DESIGN.md §5).
+"""The doorbell: ring a turn's channel-layer group after its events commit
+(docs/architecture.md#the-event-log).
 
 The channel layer is only a doorbell, never the log: a lost ring delays
 nothing a subscriber cannot recover from the database on its next heartbeat
@@ -111,7 +112,7 @@ doorbell = _Doorbell()
 def ring_turn(turn_id: int, frames: Iterable[dict[str, Any]]) -> None:
     """Ring the doorbell of a turn's group, carrying the new event frames.
 
-    Best effort by design (DESIGN.md §5): returns at once; a full channel, a
+    Best effort by design (docs/architecture.md#the-event-log): returns at once; a full channel, a
     missing layer or a broken connection is logged and swallowed — subscribers
     read the gap from the database on their next tick. Never raises.
     """

@@ -1,4 +1,5 @@
-"""The payload of every event type, in one place (DESIGN.md §5; STYLE.md 6b, 14).
+"""The payload of every event type, in one place (docs/architecture.md#the-event-log;
+CONTRIBUTING.md#shapes-in-one-place, 14).
 
 One ``TypedDict`` per ``EventType`` value, listed in ``PAYLOADS``. Code that
 builds an event builds its payload with these (``PhaseData(phase=…)``), so

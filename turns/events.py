@@ -1,4 +1,4 @@
-"""The per-turn event log: the one place that appends events (DESIGN.md §5).
+"""The per-turn event log: the one place that appends events (docs/architecture.md#the-event-log).
 
 ``event_append_many`` locks the turn row, stamps each event with the next seq
 (``last_seq + 1``, ``+ 2`` …), inserts them, updates the turn, and after the

@@ -1,4 +1,4 @@
-"""The plugins and MCP servers of the settings, for the turns that run with them (DESIGN.md §12).
+"""The plugins and MCP servers of the settings, for the turns that run with them (docs/extending.md).
 
 ``AGENTLAB_PLUGINS`` and ``AGENTLAB_MCP_SERVERS`` apply to every turn: chat
 turns run with exactly these, evaluation turns with these and whatever their

@@ -1,4 +1,5 @@
-"""The replay-then-live contract of a turn's event log, for any transport (DESIGN.md §5–§7).
+"""The replay-then-live contract of a turn's event log, for any transport
+(docs/architecture.md#streaming-replay-then-live).
 
 One implementation serves the websocket consumer (``turns.consumers``) and
 the server-sent-events view (``turns.sse``): a ``TurnStream`` holds the

@@ -1,4 +1,5 @@
-"""The LLM provider a turn uses, built from settings (DESIGN.md §2, §11)."""
+"""The LLM provider a turn uses, built from settings
+(docs/architecture.md#processes-embedded-and-production; docs/configuration.md)."""
 
 from __future__ import annotations
 

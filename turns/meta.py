@@ -1,4 +1,4 @@
-"""The keys of ``Turn.meta``, defined once, with typed reads and writes (STYLE.md 6b).
+"""The keys of ``Turn.meta``, defined once, with typed reads and writes (CONTRIBUTING.md#shapes-in-one-place).
 
 ``Turn.meta`` is a JSON object (``TurnMeta``):
 

@@ -1,4 +1,5 @@
-"""Conversations, turns, turn events and approvals (DESIGN.md §3–§5).
+"""Conversations, turns, turn events and approvals (docs/architecture.md#the-data-model;
+docs/architecture.md#the-turn-lifecycle; docs/architecture.md#the-event-log).
 
 Models hold only what concerns their own fields; every write that changes a
 turn's life goes through ``turns.services`` and every event through
@@ -132,7 +133,7 @@ class Turn(models.Model):
 
 
 class EventType(models.TextChoices):
-    """The fixed set of event types (DESIGN.md §5). Terminal types end a stream."""
+    """The fixed set of event types (docs/architecture.md#the-event-log). Terminal types end a stream."""
 
     TURN_QUEUED = "turn.queued"
     TURN_STARTED = "turn.started"
@@ -184,7 +185,7 @@ class TurnEvent(models.Model):
         return f"{self.turn_id}#{self.seq} {self.type}"
 
     def as_frame(self) -> dict[str, object]:
-        """The event's wire shape (DESIGN.md §5): ``{"seq", "type", "data", "at"}``."""
+        """The event's wire shape (docs/architecture.md#the-event-log): ``{"seq", "type", "data", "at"}``."""
         return {"seq": self.seq, "type": self.type, "data": self.data, "at": self.created_at.isoformat()}
 
 

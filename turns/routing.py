@@ -1,4 +1,4 @@
-"""Websocket routes of the turns app (DESIGN.md §6)."""
+"""Websocket routes of the turns app (docs/chat-and-api.md#the-websocket-protocol)."""
 
 from __future__ import annotations
 

@@ -127,7 +127,7 @@ class EventPage:
 
 def turn_events_page(*, turn: Turn, after: int = 0, limit: int = 500) -> EventPage:
     """Events of ``turn`` with ``seq > after`` (at most ``limit``), with the
-    websocket's contract (DESIGN.md §6).
+    websocket's contract (docs/chat-and-api.md#the-websocket-protocol).
 
     The turn row is read *before* the events: its status and ``last_seq``
     change in the same transaction as the terminal event is written, so a

@@ -1,4 +1,5 @@
-"""Server-sent events of one turn's event log: ``GET /api/turns/{id}/stream?after=N`` (DESIGN.md §7).
+"""Server-sent events of one turn's event log: ``GET /api/turns/{id}/stream?after=N``
+(docs/chat-and-api.md#the-http-api).
 
 For clients without websockets (``curl -N``, ``EventSource``): the same
 replay-then-live contract as the websocket (``turns.live.TurnStream``), served

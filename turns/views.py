@@ -2,7 +2,7 @@
 
 The conversation page is server-rendered; its script (``turns/static/turns/chat.js``)
 asks questions and presses buttons through the HTTP API and watches turns over
-the websocket (DESIGN.md §6), so reloading it replays every turn from its log.
+the websocket (docs/chat-and-api.md#the-websocket-protocol), so reloading it replays every turn from its log.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The framework-free agent core: LLM providers, tools and the agent loop.
 
-No Django in here (STYLE.md §4): ``import agentlab.agent`` works without
+No Django in here (CONTRIBUTING.md#the-agent-core-has-no-django): ``import agentlab.agent`` works without
 settings and without the optional ``local`` extra (llama-cpp-python).
 """
 

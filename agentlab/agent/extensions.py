@@ -10,7 +10,7 @@ checks met on the way (a plugin that raised in ``agentlab_tools``, say).
 
 An MCP server that cannot be started or reached raises ``MCPUnavailable``:
 a turn cannot be measured with a tool set it was not given, so the driver
-fails it (DESIGN.md §12).
+fails it (docs/extending.md).
 """
 
 from __future__ import annotations

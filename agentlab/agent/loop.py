@@ -6,7 +6,7 @@ Every completion and every tool result is handed to ``on_report`` *before* the
 loop goes on, so the driver can append it to the turn's event log; on resume
 the driver passes those recorded steps back as ``recorded`` and the loop
 rebuilds the conversation from them without calling the LLM or the tools again
-(DESIGN.md §8, §9).
+(docs/architecture.md#the-driver; docs/architecture.md#the-agent-core).
 
 The model is offered the tools available in the turn's ``ToolContext``
 (``ToolRegistry.offered``): the tool specs of each call, and, without native
@@ -14,7 +14,7 @@ tools, the tool list in the system prompt. A call of a tool that is not
 available is answered like an unknown tool (``ToolRegistry.execute``).
 
 The loop never raises for what the model, a tool or a provider did: it ends
-with a ``LoopResult`` whose ``stop_reason`` says why (DESIGN.md §4). Only an
+with a ``LoopResult`` whose ``stop_reason`` says why (docs/architecture.md#the-turn-lifecycle). Only an
 exception from ``on_report`` (the driver could not record a step — going on
 would lose it) and ``asyncio.CancelledError`` propagate.
 """

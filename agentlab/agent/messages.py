@@ -1,6 +1,6 @@
 """A turn's steps as the chat messages of the next LLM call.
 
-Two shapes, by provider (DESIGN.md §9). Native tools: each step is an
+Two shapes, by provider (docs/architecture.md#the-agent-core). Native tools: each step is an
 assistant message with ``tool_calls`` followed by one ``tool`` message per
 result. JSON-in-text (``agentlab.agent.protocol``): the assistant's text, then
 one user message with every observation of that step; the step's tool calls

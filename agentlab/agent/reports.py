@@ -1,7 +1,7 @@
 """What the agent loop reports to its driver, step by step (``AgentLoop.run``'s
 ``on_report``): a completion, a tool about to run, a tool's result. Each is
 reported before the loop goes on, so the driver can persist it first
-(DESIGN.md §8). Re-exported by ``agentlab.agent.loop``.
+(docs/architecture.md#the-driver). Re-exported by ``agentlab.agent.loop``.
 """
 
 from __future__ import annotations

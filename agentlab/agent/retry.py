@@ -5,7 +5,7 @@ Providers never retry by themselves (the OpenAI SDK is built with
 limits, 5xx, timeouts and dropped connections, and this module retries those
 with exponential backoff and a little jitter (tenacity). Permanent errors
 (bad request, auth, insufficient quota, context overflow) are raised at once.
-(STYLE.md §10; healthchecks ``TransportError(permanent)``.)
+(CONTRIBUTING.md#classified-failures; healthchecks ``TransportError(permanent)``.)
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The reviewer: one LLM call that judges an answered attempt (DESIGN.md §4).
+"""The reviewer: one LLM call that judges an answered attempt (docs/architecture.md#the-turn-lifecycle).
 
 After an attempt ends with stop reason ``final``, the driver asks the same
 provider, with the prompt below, for a JSON verdict::
@@ -11,7 +11,7 @@ provider, with the prompt below, for a JSON verdict::
 attempt whose question is ``retry_question(...)``. Models wrap JSON in prose
 or code fences, use other words for the verdict or drop fields: ``parse_review``
 takes what it can and says ``failed`` (with the reason) only when there is no
-verdict at all. No Django here (STYLE.md §4); the driver records the result.
+verdict at all. No Django here (CONTRIBUTING.md#the-agent-core-has-no-django); the driver records the result.
 
 The seed turn driver (``shared/seeds/004``) reviewed each run and retried once
 on the reviewer's instruction; this is the same idea for an agent loop.

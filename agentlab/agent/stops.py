@@ -2,7 +2,7 @@
 awaiting a step's work so that a cancel or the deadline interrupts it.
 
 ``LoopStop`` carries a stop reason out of the loop's inner calls to
-``AgentLoop.run``, which turns it into a ``LoopResult`` (DESIGN.md §4).
+``AgentLoop.run``, which turns it into a ``LoopResult`` (docs/architecture.md#the-turn-lifecycle).
 """
 
 from __future__ import annotations

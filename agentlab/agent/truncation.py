@@ -1,4 +1,4 @@
-"""A reply cut by the output-token limit is not an answer (DESIGN.md §4).
+"""A reply cut by the output-token limit is not an answer (docs/architecture.md#the-turn-lifecycle).
 
 A completion whose ``finish_reason`` is ``length`` stopped because it reached
 ``max_tokens`` — OpenAI's "incomplete: max_output_tokens". The loop treats it

@@ -11,7 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
-#: The agent loop's own stop reasons (DESIGN.md §4).
+#: The agent loop's own stop reasons (docs/architecture.md#the-turn-lifecycle).
 StopReason = Literal[
     "final",
     "length",

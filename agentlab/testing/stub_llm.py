@@ -1,6 +1,6 @@
 """A real OpenAI-compatible HTTP server on loopback, for tests and benchmarks.
 
-The LLM is the edge we fake (STYLE.md §17), but through real HTTP so the
+The LLM is the edge we fake (CONTRIBUTING.md#tests-that-assert), but through real HTTP so the
 official SDK, its error mapping and our retry policy are exercised as in
 production::
 

@@ -1,5 +1,5 @@
 """Comparing two runs on one dataset: the typed result and the pure functions
-that build it (no Django; STYLE.md 5 and 6b).
+that build it (no Django; CONTRIBUTING.md#pure-scoring-and-metrics; CONTRIBUTING.md#shapes-in-one-place).
 
 ``evaluation.compare.services.run_compare`` loads both runs' predictions as
 :class:`ComparedRow` s and their metrics, and calls :func:`compare_rows`. The

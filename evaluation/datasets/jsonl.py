@@ -1,8 +1,9 @@
-"""Read evaluation datasets (JSONL, DESIGN.md §10) into plain :class:`ExampleSpec` values.
+"""Read evaluation datasets (JSONL, docs/architecture.md#evaluation-semantics) into plain
+:class:`ExampleSpec` values.
 
 No Django here: the evaluation service calls :func:`parse_jsonl`, and only if it
 returns writes the Dataset and Example rows. The whole file is validated before
-anything is returned, so a bad line means nothing is written (DESIGN.md §10:
+anything is returned, so a bad line means nothing is written (docs/architecture.md#evaluation-semantics:
 "a bad line is a clear error naming the line, and nothing is written").
 
 Line format (one JSON object per line; layout of shared/datasets/README.md):

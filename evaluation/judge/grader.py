@@ -1,6 +1,6 @@
 """The ``judge`` scorer: a grading model reads the question, the gold
 answer(s), the prediction and a rubric, and returns a grade with an
-explanation (DESIGN.md §10). No Django here; the caller caches and records.
+explanation (docs/architecture.md#evaluation-semantics). No Django here; the caller caches and records.
 
 The grade is JSON, decoded under :data:`JUDGE_SCHEMA` where the provider
 supports constrained decoding (the local model), as the reviewer's verdict is

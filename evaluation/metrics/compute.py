@@ -4,7 +4,7 @@ The evaluation selector ``run_metrics`` turns each stored prediction into a
 :class:`PredictionRow` and calls :func:`compute_metrics`; ``run_finish`` stores
 the returned dict on the run (it is JSON-serialisable), and ``manage.py
 run_eval`` prints it with :func:`evaluation.metrics.metrics_table.format_table`.
-No Django here (STYLE.md point 5). Unscored rows (``correct is None``) are counted
+No Django here (CONTRIBUTING.md#pure-scoring-and-metrics). Unscored rows (``correct is None``) are counted
 apart and never enter the accuracy denominator — the inspect_ai convention.
 
 A run with epochs (``run_eval --epochs K``) ran every example K times, as

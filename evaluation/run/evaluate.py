@@ -1,5 +1,5 @@
 """``run_eval``'s body, a service over the others: resolve the dataset, start
-(or resume) the run, plan it, drive its examples, finish it (DESIGN.md §10).
+(or resume) the run, plan it, drive its examples, finish it (docs/architecture.md#evaluation-semantics).
 
 It sits above the writes (``lifecycle``, ``plan``, ``record``) and the
 drivers (``evaluation.run.inprocess`` in process, ``evaluation.run.on_workers``
@@ -200,7 +200,7 @@ def _run_eval(
 
 
 def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> dict[str, Any]:
-    """The run's config snapshot (DESIGN.md §3)."""
+    """The run's config snapshot (docs/architecture.md#the-data-model)."""
     return {
         "provider": provider.name,
         "model": provider.model,

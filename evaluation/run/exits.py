@@ -1,5 +1,5 @@
 """How ``run_eval`` ends when it cannot finish now: the outage that stops a
-run, and the command line that resumes it (DESIGN.md §10).
+run, and the command line that resumes it (docs/architecture.md#evaluation-semantics).
 
 Exit codes (``manage.py run_eval``): 75 — ``EX_TEMPFAIL`` of sysexits.h, try
 again later — when the database failed mid-run or the Celery broker cannot

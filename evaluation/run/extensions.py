@@ -1,4 +1,4 @@
-"""A run's plugins and MCP servers (DESIGN.md §10, §12).
+"""A run's plugins and MCP servers (docs/architecture.md#evaluation-semantics; docs/extending.md).
 
 An example's turn runs with, in this order (the last system prompt wins):
 the plugins of ``AGENTLAB_PLUGINS``, its dataset's (``import_dataset

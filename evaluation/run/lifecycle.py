@@ -32,7 +32,7 @@ logger = logging.getLogger(__name__)
 
 
 def _system_user(run_id: str) -> User:
-    """The per-run system user that owns a run's turns (DESIGN.md §8)."""
+    """The per-run system user that owns a run's turns (docs/architecture.md#the-driver)."""
     User = get_user_model()
     username = f"eval-{secrets.token_hex(4)}-{run_id}"[:150]
     user = User(username=username, is_active=False)

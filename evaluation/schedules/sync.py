@@ -4,7 +4,7 @@ together, in one transaction, so beat never fires a schedule that is not
 there nor misses one that is.
 
 The admin calls these (``evaluation.admin.schedules``); nothing hooks
-``save()`` or signals (STYLE.md 3). A ``PeriodicTask`` deleted by hand in
+``save()`` or signals (CONTRIBUTING.md#models-hold-their-own-fields). A ``PeriodicTask`` deleted by hand in
 beat's own admin leaves the schedule without one (``periodic_task`` is
 ``None``): saving the schedule again writes a new one.
 """

@@ -1,7 +1,7 @@
 """Scorers: compare one prediction with one gold answer. Pure functions, no Django.
 
 The evaluation service loads a prediction and its example, calls :func:`score`,
-and saves the :class:`Score` it gets back (STYLE.md point 5). "Could not score"
+and saves the :class:`Score` it gets back (CONTRIBUTING.md#pure-scoring-and-metrics). "Could not score"
 (:meth:`Score.unscored`, ``value is None``, ``correct is None``) is kept apart
 from "wrong" (``value == 0.0``, ``correct is False``) — the idea and the name come
 from inspect_ai's ``scorer/`` package, where an unscorable sample is not counted
@@ -47,7 +47,7 @@ a number; ``choice``: a letter) — if not, unscored — and only then looks at 
 prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
 
 ``judge``
-    An LLM judge (DESIGN.md §10): a grading model reads question, gold,
+    An LLM judge (docs/architecture.md#evaluation-semantics): a grading model reads question, gold,
     prediction and a rubric and grades ``correct`` (1.0), ``partial`` (0.5,
     scored but not correct) or ``incorrect`` (0.0); a failed call or an
     unreadable grade is unscored. It needs a provider, so it is not in

@@ -1,4 +1,4 @@
-"""The runs and predictions API (DESIGN.md §7): data written by a real
+"""The runs and predictions API (docs/chat-and-api.md#the-http-api): data written by a real
 ``run_eval`` against a stub OpenAI-compatible server."""
 
 from __future__ import annotations

@@ -256,7 +256,7 @@ def test_run_eval_reviews_by_default_and_not_with_no_review(settings):
 def test_chat_and_evaluation_paths_write_the_same_event_types(owner, settings):
     """Parity: one scripted model, one question, reviewed, through the chat
     policy and through the run_eval runner. The documented differences
-    (DESIGN.md §8) are approvals (chat waits, evaluation cancels), a late
+    (docs/architecture.md#the-driver) are approvals (chat waits, evaluation cancels), a late
     review (chat only) — neither happens here — and streaming: the model
     streams, but only the chat policy streams its calls, so chat's log also
     has ``llm.delta`` events and is otherwise equal to evaluation's."""

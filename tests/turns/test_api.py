@@ -1,4 +1,4 @@
-"""The conversations/turns/approvals API (DESIGN.md §7) against the real database.
+"""The conversations/turns/approvals API (docs/chat-and-api.md#the-http-api) against the real database.
 
 Turns are started through ``turn_start``; in these (non-transactional) tests
 the job hand-over waits for a commit that never comes, so turns stay queued

@@ -1,4 +1,5 @@
-"""The turn stream consumer against the real database (DESIGN.md §5–§6)."""
+"""The turn stream consumer against the real database (docs/architecture.md#the-event-log;
+docs/chat-and-api.md#the-websocket-protocol)."""
 
 from __future__ import annotations
 

@@ -111,7 +111,7 @@ async def test_a_retried_completion_starts_its_text_again(owner, db_threads):
 
 
 async def test_only_the_chat_policy_streams(owner, db_threads):
-    """The documented policy difference (DESIGN.md §8): an evaluation turn's LLM
+    """The documented policy difference (docs/architecture.md#the-driver): an evaluation turn's LLM
     calls are not streamed and write no ``llm.delta``; the rest of the log is
     the same as a chat turn's."""
     logs = {}

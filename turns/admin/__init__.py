@@ -10,7 +10,7 @@ time, reporting per row what happened; the admin history (``LogEntry``)
 records who did it.
 
 Access: any active staff user sees everything and may run the actions
-(DESIGN.md §7, "staff see all"); nobody adds, edits or deletes rows here.
+(docs/chat-and-api.md#the-http-api, "staff see all"); nobody adds, edits or deletes rows here.
 
 Query budget: list pages run a constant number of queries whatever the number
 of rows — related rows come with ``select_related`` and counts, the last

@@ -1,4 +1,4 @@
-"""The turn driver (DESIGN.md §8): one driver for chat and evaluation turns.
+"""The turn driver (docs/architecture.md#the-driver): one driver for chat and evaluation turns.
 
 - ``drive``: ``drive_turn``, the drive itself, phase by phase (``TurnDrive``);
 - ``result``: what a driven turn ended with, and the ends written when it

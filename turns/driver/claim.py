@@ -1,4 +1,5 @@
-"""Claiming a queued turn for one driver (DESIGN.md §8; STYLE.md 9).
+"""Claiming a queued turn for one driver (docs/architecture.md#the-driver;
+CONTRIBUTING.md#conditional-claims).
 
 ``turn_claim`` is what the driver calls; ``event_append_claim`` is the one
 statement behind it: a conditional ``UPDATE … WHERE status = 'queued'`` that

@@ -1,4 +1,4 @@
-"""Coalescing a streaming completion's text into ``llm.delta`` events (DESIGN.md §5).
+"""Coalescing a streaming completion's text into ``llm.delta`` events (docs/architecture.md#the-event-log).
 
 The agent loop hands the visible text of a streaming reply over in small
 pieces (``agentlab.agent.streaming.TextDelta``, often one token each). Each

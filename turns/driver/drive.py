@@ -1,7 +1,7 @@
 """The turn driver: runs one turn through the agent core, for chat and evaluation.
 
 One driver serves both; a ``TurnPolicy`` carries the few differences
-(DESIGN.md §8). ``drive_turn``
+(docs/architecture.md#the-driver). ``drive_turn``
 
 1. claims the turn with a conditional update (``queued → running``,
    ``claim.turn_claim``), so a duplicate job delivery does nothing and writes
@@ -105,7 +105,7 @@ async def drive_turn(
     are ``asyncio.CancelledError``, which leaves the turn running for the
     sweeper to mark interrupted).
 
-    Phases (DESIGN.md §4): **act** (the agent loop) → **review** when the
+    Phases (docs/architecture.md#the-turn-lifecycle): **act** (the agent loop) → **review** when the
     attempt answered and ``policy.review_enabled()`` — one reviewer call
     (``agentlab.agent.review``), recorded as a ``review`` event whose usage is
     added to the turn's — → at most one automatic retry on a ``retry``

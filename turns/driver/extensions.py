@@ -1,4 +1,4 @@
-"""The driver's side of plugins and MCP servers (DESIGN.md §12).
+"""The driver's side of plugins and MCP servers (docs/extending.md).
 
 For each attempt the driver asks ``attempt_setup`` for the tools, the system
 prompt and the plugins it runs with (``agentlab.agent.extensions``), and when

@@ -1,4 +1,5 @@
-"""Ending a turn: map the loop's stop reason to a terminal event and write it (DESIGN.md §4)."""
+"""Ending a turn: map the loop's stop reason to a terminal event and write it
+(docs/architecture.md#the-turn-lifecycle)."""
 
 from __future__ import annotations
 

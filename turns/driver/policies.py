@@ -1,4 +1,4 @@
-"""What differs between a chat turn and an evaluation turn (DESIGN.md §8).
+"""What differs between a chat turn and an evaluation turn (docs/architecture.md#the-driver).
 
 The chat and evaluation paths differ only in how a pending approval is
 handled and how long a review may take; the seed turn driver
@@ -22,7 +22,7 @@ from turns.services.approvals import approval_open, approval_poll, approval_runn
 
 
 class TurnPolicy:
-    """What differs between a chat turn and an evaluation turn (DESIGN.md §8).
+    """What differs between a chat turn and an evaluation turn (docs/architecture.md#the-driver).
 
     ``approval`` decides a tool call that needs approval: ``"approved"`` runs
     it, ``"rejected"`` ends the turn as rejected, ``"unavailable"`` stops the

@@ -1,4 +1,4 @@
-"""Persisting the agent loop's reports as events, before its next step (DESIGN.md §8)."""
+"""Persisting the agent loop's reports as events, before its next step (docs/architecture.md#the-driver)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Rebuilding an attempt's recorded steps from the event log (DESIGN.md §8, resume).
+"""Rebuilding an attempt's recorded steps from the event log (docs/architecture.md#the-driver, resume).
 
 A resumed turn reuses the LLM replies and tool results its log already holds
 instead of requesting or running them again; a continued attempt

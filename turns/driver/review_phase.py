@@ -1,4 +1,5 @@
-"""The review phase of an answered attempt, and the one retry it may ask for (DESIGN.md §4).
+"""The review phase of an answered attempt, and the one retry it may ask for
+(docs/architecture.md#the-turn-lifecycle).
 
 A reviewer LLM judges the answer (``agentlab.agent.review``); a ``retry``
 verdict with an instruction archives the attempt (``turns.meta.attempt_archive``)

@@ -1,4 +1,4 @@
-"""The watcher of running turns: heartbeats and the cancel flag (DESIGN.md §8).
+"""The watcher of running turns: heartbeats and the cancel flag (docs/architecture.md#the-driver).
 
 One ``TurnWatcher`` per process watches every turn any driver of the process
 runs, on a thread of its own with its own database connection: Celery's

@@ -1,4 +1,5 @@
-"""Turn jobs: the hand-over of a queued turn, and the inline executor (DESIGN.md §2, §8).
+"""Turn jobs: the hand-over of a queued turn, and the inline executor
+(docs/architecture.md#processes-embedded-and-production; docs/architecture.md#the-driver).
 
 ``turn_hand_over`` is what ``turns.services.enqueue.turn_enqueue`` hands turns to
 after the commit (``TurnsConfig.ready()`` plugs it in): with

@@ -1,9 +1,10 @@
-"""Celery tasks: run one turn, sweep stale turns. Thin by design (STYLE.md §2).
+"""Celery tasks: run one turn, sweep stale turns. Thin by design (CONTRIBUTING.md#thin-interfaces).
 
 Pool: a turn spends nearly all its time waiting on the LLM, so one worker
 process runs many turns at once with the threads pool —
 ``celery -A agentlab worker --pool threads --concurrency 16`` — rather than a
-~110 MB prefork child per turn (DESIGN.md §2). Each task thread runs the
+~110 MB prefork child per turn (docs/architecture.md#processes-embedded-and-production). Each task
+thread runs the
 driver under its own ``asyncio.run``; the ORM pool (``DatabaseThreads``) is
 shared by all task threads of the process, while the LLM provider is built per
 task because its async HTTP client belongs to the event loop it first ran on.

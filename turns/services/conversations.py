@@ -23,7 +23,7 @@ from turns.services.turns import turn_cancel, turn_continue, turn_create, turn_r
 def turn_start(*, conversation: Conversation, question: str, acting_user: User) -> Turn:
     """Create the next turn of ``conversation`` and run it in the background.
 
-    The turn belongs to the conversation's owner (DESIGN.md §8) and is handed
+    The turn belongs to the conversation's owner (docs/architecture.md#the-driver) and is handed
     to ``turns.services.enqueue.turn_enqueue`` after the commit. One active turn per
     conversation: the conversation row is locked first, so two concurrent
     starts cannot both see "no active turn" (check-then-act under a lock).

@@ -1,4 +1,5 @@
-"""Handing a queued turn to whatever runs turns, after the commit (DESIGN.md §2, §8).
+"""Handing a queued turn to whatever runs turns, after the commit
+(docs/architecture.md#processes-embedded-and-production; docs/architecture.md#the-driver).
 
 ``turn_enqueue(turn_id)`` is what services call. It does not know the
 executors: ``TurnsConfig.ready()`` plugs in ``turns.jobs.handover.turn_hand_over``

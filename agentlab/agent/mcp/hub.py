@@ -13,7 +13,7 @@ worker process), its tools listed once, and the session reused by every turn
 of the process until ``close()`` (registered with ``atexit``; Django wiring
 also calls it at worker shutdown).
 
-Failures (DESIGN.md §12, STYLE.md §10):
+Failures (docs/extending.md, CONTRIBUTING.md#classified-failures):
 
 - a server that cannot be started or reached, or does not list its tools
   within ``start_timeout_s``, raises ``MCPUnavailable`` — the driver fails the

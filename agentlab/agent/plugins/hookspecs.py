@@ -71,7 +71,7 @@ class PluginContext:
 class TurnSummary:
     """How an attempt ended, for ``agentlab_turn_finished``.
 
-    ``stop_reason``: the loop's (``final``, ``max_steps``, … DESIGN.md §4).
+    ``stop_reason``: the loop's (``final``, ``max_steps``, … docs/architecture.md#the-turn-lifecycle).
     ``answer`` / ``evidence`` / ``reasoning``: text (``""`` unless
     answered). ``question``: the clarifying question of an ``asked`` turn.
     ``steps``: every step of the attempt, each a completion with its tool

@@ -16,7 +16,8 @@ def make_provider(
     gguf_path: str | None,
     price: Price | None = None,
 ) -> LLMProvider:
-    """The provider the settings ask for (DESIGN.md §2, §11).
+    """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
+    docs/configuration.md).
 
     ``base_url`` set (``AGENTLAB_LLM_BASE_URL``) → ``OpenAICompatibleProvider``,
     which needs ``model`` (``ValueError`` otherwise). Unset → the embedded

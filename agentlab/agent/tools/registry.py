@@ -6,7 +6,7 @@ gives the JSON schema sent to the model) and a function
 raises for anything the model or the tool did wrong: an unknown tool, bad
 arguments or an exception in the tool all come back as a
 ``ToolResult(is_error=True)`` whose text tells the model what to fix — a tool's
-failure is data for the model (STYLE.md §10; inspect_ai ``ToolError``).
+failure is data for the model (CONTRIBUTING.md#classified-failures; inspect_ai ``ToolError``).
 
 A tool may be offered only in some turns: ``Tool.available(context)`` decides.
 The loop sends the model only the tools of ``ToolRegistry.offered(context)``
@@ -40,7 +40,7 @@ class ToolContext:
     (``evaluation.datasets.jsonl`` resolves ``context.database_file``), which both
     offers and feeds ``sql_query``.
 
-    Idempotency (DESIGN.md §12): ``idempotency_key`` is set for the one call
+    Idempotency (docs/extending.md): ``idempotency_key`` is set for the one call
     a tool is running — ``<idempotency_scope>/<tool call id>``, the scope
     being the turn and its attempt (``turn-7/attempt-1``), so the key is the
     same when a resumed turn runs a call again. A tool with side effects

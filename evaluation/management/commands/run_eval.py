@@ -1,4 +1,5 @@
-"""``manage.py run_eval DATASET`` — evaluate the agent over a dataset (DESIGN.md §10).
+"""``manage.py run_eval DATASET`` — evaluate the agent over a dataset
+(docs/architecture.md#evaluation-semantics).
 
 Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints
 the metrics table — and, with ``--baseline``, the comparison with the baseline

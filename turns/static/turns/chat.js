@@ -1,5 +1,5 @@
 /* AgentLab conversation page: ask through the HTTP API, watch each turn over
- * its websocket (ws/turns/<id>/?after=<seq>, DESIGN.md §6).
+ * its websocket (ws/turns/<id>/?after=<seq>, docs/chat-and-api.md#the-websocket-protocol).
  *
  * Every turn is drawn only from its event log: finished turns are read with
  * GET /api/turns/<id>/events?after=, active ones are streamed. A dropped
