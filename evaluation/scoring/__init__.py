@@ -17,11 +17,16 @@ runs, so they are part of the data format and must not be renamed):
     One widening: punctuation is every character of ``string.punctuation`` (as
     in SQuAD) *and* every Unicode punctuation character (curly quotes, dashes),
     so a model that types a typographic apostrophe is not penalised.
+``f1``
+    SQuAD v1.1's token-level F1 after the same normalisation: ``value`` is the
+    F1 in [0, 1] (partial credit), ``correct`` is exact match; the run's
+    metrics give the mean F1 with its interval beside the accuracy (EM).
 ``numeric``
     The **last** number in the prediction (the "flexible extract" rule used for
-    GSM8K in lm-evaluation-harness) against the gold number, with tolerance
-    ``abs 1e-6`` or ``rel 1e-4`` (:func:`math.isclose`) — only ``abs 1e-6`` when
-    the gold is a whole number, so ``27001`` is not ``27000``. See
+    GSM8K in lm-evaluation-harness) against the gold number: equal within
+    ``abs 1e-6``, or, for a gold that is not a whole number, one of the two
+    is the other rounded to its own decimal places (:func:`is_close`), so
+    ``31.33`` is ``31.333333333333332`` but ``27001`` is not ``27000``. See
     :func:`extract_last_number` for what counts as a number.
 ``choice``
     Multiple-choice option letter; see :func:`extract_choice` for the rule.
@@ -54,7 +59,7 @@ prediction; an empty or missing prediction is wrong (``0.0``), never unscored.
     :data:`SCORERS` and :func:`score` refuses it; see :mod:`.judge`.
 
 Modules, one per scorer family: :mod:`.text` (normalisation, ``exact``,
-``contains``), :mod:`.numeric`, :mod:`.choice`, :mod:`.sql_result`,
+``f1``, ``contains``), :mod:`.numeric`, :mod:`.choice`, :mod:`.sql_result`,
 :mod:`.judge` (the LLM judge: prompt, schema, grade, cache key);
 :mod:`.base` holds :class:`Score`; :mod:`.dispatch` holds :data:`SCORERS`,
 the defaults per task type, :func:`scorer_for` and :func:`score`. Import the
@@ -78,10 +83,10 @@ from evaluation.scoring.dispatch import (
     scorer_for,
 )
 from evaluation.scoring.normalize import normalize_answer
-from evaluation.scoring.numbers import ABS_TOL, REL_TOL, extract_last_number, parse_number
+from evaluation.scoring.numbers import ABS_TOL, extract_last_number, is_close, parse_number
 from evaluation.scoring.numeric import score_numeric
 from evaluation.scoring.sql_result import score_sql_result
-from evaluation.scoring.text import score_contains, score_exact
+from evaluation.scoring.text import score_contains, score_exact, score_f1, token_f1
 
 __all__ = [
     "ABS_TOL",
@@ -90,7 +95,6 @@ __all__ = [
     "FALLBACK_SCORER",
     "KNOWN_SCORERS",
     "MODEL_GRADED_SCORERS",
-    "REL_TOL",
     "SCORERS",
     "Score",
     "ScorerFn",
@@ -98,13 +102,16 @@ __all__ = [
     "check_scorer",
     "extract_choice",
     "extract_last_number",
+    "is_close",
     "normalize_answer",
     "parse_number",
     "score",
     "score_choice",
     "score_contains",
     "score_exact",
+    "score_f1",
     "score_numeric",
     "score_sql_result",
     "scorer_for",
+    "token_f1",
 ]

@@ -17,9 +17,11 @@ from typing import Any, Protocol
 class Score:
     """The result of scoring one prediction.
 
-    - ``value``: ``1.0`` correct, ``0.0`` wrong, ``None`` could not score.
-    - ``correct``: ``True`` / ``False`` / ``None`` (unscored), always consistent
-      with ``value``.
+    - ``value``: ``1.0`` correct, ``0.0`` wrong, ``None`` could not score;
+      partial credit in between for ``f1`` (the token F1) and the judge's
+      ``partial`` (0.5).
+    - ``correct``: ``True`` / ``False`` / ``None`` (unscored); ``None``
+      exactly when ``value`` is. For ``f1`` it is exact match.
     - ``scorer``: the scorer name (a key of :data:`SCORERS`).
     - ``explanation``: one short human sentence on what was compared.
     """

@@ -15,8 +15,27 @@ _MARKDOWN_RE = re.compile(r"[*_`]+")
 _LETTER_ONLY_RE = re.compile(r"[(\[]?\s*([A-Za-z])\s*[)\]]?\s*[.:)]?")
 _BRACKETED_LETTER_RE = re.compile(r"\s*[(\[]\s*([A-Za-z])\s*[)\]]")
 _DELIMITED_LETTER_RE = re.compile(r"\s*([A-Za-z])[.:)](?!\w)")
-_BARE_CAPITAL_RE = re.compile(r"\s*([A-Z])(?=\s*$|\s*[,;!?]|\s+[-\u2013\u2014:])")
-_BARE_LETTER_RE = re.compile(r"\s*([A-Za-z])(?=\s*$|\s*[,;!?]|\s+[-\u2013\u2014:])")
+# a letter standing alone: at the end of the text or of its line (an answer
+# line followed by an explanation), or before , ; ! ? or a dash or colon
+_ALONE = r"(?=\s*$|[ \t]*\r?\n|\s*[,;!?]|\s+[-\u2013\u2014:])"
+_BARE_CAPITAL_RE = re.compile(r"\s*([A-Z])" + _ALONE)
+_BARE_LETTER_RE = re.compile(r"\s*([A-Za-z])" + _ALONE)
+# right after an answer marker, a capital followed by the reason for it
+_LETTER_BECAUSE_RE = re.compile(r"\s*([A-Z])\s+(?=(?i:because|since|as|given|for|so)\b)")
+# a letter said to be the answer: "C is correct.", "(C) is the right answer"
+_LETTER_IS_CORRECT_RE = re.compile(
+    r"(?:^|(?<=\s))\s*(?:(?i:option|choice|letter)\s+)?[(\[]?([A-Z])[)\]]?\s+(?i:is)\s+"
+    r"(?:(?i:the)\s+)?(?i:correct|right|best|true)\b"
+)
+# two or more letters offered together: "C, A", "A or C", "Both A and C", "A/C"
+_HEDGE_LETTER = r"[(\[]?[A-Z][)\]]?(?![^\W_])"
+_HEDGE_JOIN = r"\s*(?:,|/|&|\b(?i:or|and)\b)\s*(?:(?i:or|and)\s+)?"
+_HEDGE_LIST = (
+    r"(?:(?i:both|either)\s+)?(" + _HEDGE_LETTER + r"(?:" + _HEDGE_JOIN + _HEDGE_LETTER + r")+)\s*[.!]?"
+)
+_HEDGE_RE = re.compile(r"\s*" + _HEDGE_LIST + r"(?=\s*$|[ \t]*\r?\n)")
+_HEDGE_AT_END_RE = re.compile(r"(?:^|(?<=\s))" + _HEDGE_LIST + r"\s*$")
+_LONE_CAPITAL_RE = re.compile(r"(?<![^\W\d_])[A-Z](?![^\W\d_])")
 _LETTER_THEN_TEXT_RE = re.compile(r"\s*([A-Za-z])\s+(\S.*)", re.DOTALL)
 _ANSWER_MARKER_RE = re.compile(
     r"\b(?:answer|option|choice)\b(?:\s+is\b)?\s*[:=\-\u2013\u2014]?\s*(?:(?:option|choice|letter)\b\s*)?",
@@ -43,12 +62,18 @@ def _letter_at_start(
 
     ``(C)`` / ``[C]``; ``C.`` / ``c)`` / ``C:`` (any case, delimiter required, not
     followed by a word character, so ``e.g.`` is not ``E``); a capital letter alone
-    at the end or before ``, ; ! ? - :``; or a letter followed by the text of that
-    very option (``C Planetary days will become shorter``). A capital followed by
-    an ordinary word (``A planet ...``, ``I think ...``) is *not* a letter. Right
-    after an answer marker a lone letter may be lower case (``answer: c``)."""
+    at the end of the text or of its line, or before ``, ; ! ? - :``; a letter
+    said to be the answer (``C is correct``, ``(B) is the right answer``); or a
+    letter followed by the text of that very option (``C Planetary days will
+    become shorter``). A capital followed by an ordinary word (``A planet ...``,
+    ``I think ...``) is *not* a letter. Right after an answer marker a lone
+    letter may be lower case (``answer: c``), and a capital may be followed by
+    its reason (``the answer is C because …``)."""
     bare = _BARE_LETTER_RE if after_marker else _BARE_CAPITAL_RE
-    for pattern in (_BRACKETED_LETTER_RE, _DELIMITED_LETTER_RE, bare):
+    patterns = [_BRACKETED_LETTER_RE, _DELIMITED_LETTER_RE, bare, _LETTER_IS_CORRECT_RE]
+    if after_marker:
+        patterns.append(_LETTER_BECAUSE_RE)
+    for pattern in patterns:
         m = pattern.match(text)
         if m:
             letter = m.group(1).upper()
@@ -61,6 +86,13 @@ def _letter_at_start(
             if option and normalize_answer(m.group(2)).startswith(option):
                 return letter
     return None
+
+
+def _hedge(match: re.Match[str] | None, letters: str) -> bool:
+    """Whether a match of the hedge patterns names two or more different valid letters."""
+    if match is None:
+        return False
+    return len(set(_LONE_CAPITAL_RE.findall(match.group(1))) & set(letters)) >= 2
 
 
 def _choice_by_text(text: str, choices: Sequence[str] | None, letters: str) -> list[str]:
@@ -86,19 +118,30 @@ def extract_choice(prediction: str, choices: Sequence[str] | None = None) -> tup
        ``C.``, ``[B]``.
     2. ``"answer marker"`` — the **last** ``answer`` / ``option`` / ``choice``
        keyword (``Answer: C``, ``The answer is (C).``, ``the correct option is
-       B``) followed by a letter in an explicit form (see rule 3; here a lone
-       lower-case letter also counts: ``answer: c``).
+       B``, ``ANSWER: C`` on a line followed by an explanation) followed by a
+       letter in an explicit form (see rule 3; here a lone lower-case letter
+       also counts, ``answer: c``, and so does a capital followed by its
+       reason, ``the answer is C because …``).
     3. ``"leading letter"`` — the prediction starts with ``(C)``, ``C.``,
-       ``c)``, ``C:``, a capital alone, or a letter followed by its own option
+       ``c)``, ``C:``, a capital alone on its line, a letter said to be the
+       answer (``C is correct.``), or a letter followed by its own option
        text: ``c) Planetary days``, ``C. Planetary days will become shorter``.
     4. ``"option text"`` — the prediction (after an optional ``The answer is``
        prefix) equals, normalised, the text of an option.
-    5. ``"trailing letter"`` — the prediction ends with a capital letter standing
+    5. ``"said correct"`` — a letter said to be the answer anywhere
+       (``I believe C is correct.``), the last one.
+    6. ``"trailing letter"`` — the prediction ends with a capital letter standing
        alone, optionally bracketed and followed by ``.`` or ``!``:
        ``I think it is B.``
 
     Explicit forms only, so that ``"A planet rotates..."`` (article) or
     ``"I think..."`` (pronoun) is never taken as an option letter.
+
+    A **hedge** — two or more different letters offered together where one
+    answer is due (``C, A``, ``ANSWER: C, A``, ``A or C``, ``Both A and C``,
+    ``A/C``) — names no single answer and picks nothing (rule ``"hedge"``),
+    whichever letter comes first; Inspect AI's ``choice()`` scorer treats it
+    the same way.
 
     A prediction that lists two or more lettered options, one per line
     (``"A. …\nB. …"`` — the model echoing the question), picks nothing unless
@@ -109,30 +152,49 @@ def extract_choice(prediction: str, choices: Sequence[str] | None = None) -> tup
     letters = _valid_letters(choices)
     if not text:
         return [], "empty"
-    listed = {m.group(1).upper() for m in _LISTED_OPTION_RE.finditer(text)} & set(letters)
     m = _LETTER_ONLY_RE.fullmatch(text)
     if m:
         letter = m.group(1).upper()
         return ([letter] if letter in letters else []), "letter"
-    found: str | None = None
-    for marker in _ANSWER_MARKER_RE.finditer(text):
-        letter = _letter_at_start(text[marker.end() :], letters, choices, after_marker=True)
-        if letter is not None:
-            found = letter
-    if found is not None:
-        return [found], "answer marker"
+    marked = _after_last_marker(text, letters, choices)
+    if marked is not None:
+        return ([], "hedge") if marked == _HEDGE else ([marked], "answer marker")
+    listed = {m.group(1).upper() for m in _LISTED_OPTION_RE.finditer(text)} & set(letters)
     if len(listed) >= 2:
         return [], "several options listed"
+    if _hedge(_HEDGE_RE.match(text), letters) or _hedge(_HEDGE_AT_END_RE.search(text), letters):
+        return [], "hedge"
     letter = _letter_at_start(text, letters, choices)
     if letter is not None:
         return [letter], "leading letter"
     by_text = _choice_by_text(text, choices, letters)
     if by_text:
         return by_text, "option text"
+    said = [m.group(1) for m in _LETTER_IS_CORRECT_RE.finditer(text) if m.group(1) in letters]
+    if said:
+        return [said[-1]], "said correct"
     m = _TRAILING_LETTER_RE.search(text)
     if m and m.group(1) in letters:
         return [m.group(1)], "trailing letter"
     return [], "no option letter found"
+
+
+_HEDGE = "hedge"
+
+
+def _after_last_marker(text: str, letters: str, choices: Sequence[str] | None) -> str | None:
+    """What the last answer marker that is followed by a letter (or by a
+    hedge, :data:`_HEDGE`) says; ``None`` when no marker says anything."""
+    found: str | None = None
+    for marker in _ANSWER_MARKER_RE.finditer(text):
+        rest = text[marker.end() :]
+        if _hedge(_HEDGE_RE.match(rest), letters):
+            found = _HEDGE
+            continue
+        letter = _letter_at_start(rest, letters, choices, after_marker=True)
+        if letter is not None:
+            found = letter
+    return found
 
 
 def _gold_letter(gold: str, choices: Sequence[str] | None) -> str | None:

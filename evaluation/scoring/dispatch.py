@@ -14,6 +14,7 @@ or missing prediction is wrong (``0.0``), never unscored.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,11 +22,12 @@ from evaluation.scoring.base import Score, ScorerFn
 from evaluation.scoring.choice import score_choice
 from evaluation.scoring.numeric import score_numeric
 from evaluation.scoring.sql_result import score_sql_result
-from evaluation.scoring.text import score_contains, score_exact
+from evaluation.scoring.text import score_contains, score_exact, score_f1
 
 #: Scorer name → function. Names are stored on examples and runs; do not rename.
 SCORERS: dict[str, ScorerFn] = {
     "exact": score_exact,
+    "f1": score_f1,
     "numeric": score_numeric,
     "choice": score_choice,
     "contains": score_contains,
@@ -58,6 +60,7 @@ KNOWN_SCORERS: frozenset[str] = frozenset(SCORERS) | MODEL_GRADED_SCORERS
 #: rows, so an array is what it expects; the others read text or a number.
 EXPECTED_ANSWER_TYPES: dict[str, frozenset[str]] = {
     "exact": frozenset({"string", "number"}),
+    "f1": frozenset({"string", "number"}),
     "contains": frozenset({"string", "number"}),
     "choice": frozenset({"string"}),
     "numeric": frozenset({"string", "number"}),
@@ -66,6 +69,7 @@ EXPECTED_ANSWER_TYPES: dict[str, frozenset[str]] = {
 }
 _EXPECTED_WORDS = {
     "exact": "text",
+    "f1": "text",
     "contains": "text",
     "choice": "an option letter",
     "numeric": "a number",
@@ -146,7 +150,9 @@ def _score_any(
     metadata: dict[str, Any] | None,
 ) -> Score:
     """Any-match over gold aliases: the first alias that matches decides;
-    else the first scored alias's (wrong) score; else unscored."""
+    else the scored alias with the highest value (the first of equals; SQuAD's
+    ``metric_max_over_ground_truths``, which matters for ``f1``'s partial
+    credit); else unscored."""
     scores = [fn(prediction, g, choices=choices, metadata=metadata) for g in aliases if g.strip()]
     if not scores:
         return Score.unscored(scorer, "gold answer is missing (no alias)")
@@ -156,4 +162,8 @@ def _score_any(
     scored = [s for s in scores if s.is_scored]
     if not scored:
         return Score.unscored(scorer, f"no alias of {len(scores)} could be scored: {scores[0].explanation}")
-    return Score.of(False, scorer, f"no alias of {len(scores)} matched; first: {scored[0].explanation}")
+    best = max(scored, key=lambda s: s.value or 0.0)
+    which = "first" if best is scored[0] else "best"
+    return dataclasses.replace(
+        best, explanation=f"no alias of {len(scores)} matched; {which}: {best.explanation}"
+    )

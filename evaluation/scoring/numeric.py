@@ -2,9 +2,9 @@
 
 ``numeric``
     The **last** number in the prediction (the "flexible extract" rule used for
-    GSM8K in lm-evaluation-harness) against the gold number, with tolerance
-    ``abs 1e-6`` or ``rel 1e-4`` (:func:`math.isclose`) — only ``abs 1e-6`` when
-    the gold is a whole number, so ``27001`` is not ``27000``. See
+    GSM8K in lm-evaluation-harness) against the gold number, equal by
+    :func:`is_close`: within ``abs 1e-6``, or one rounded to the other's
+    decimal places when the gold is not a whole number. See
     :func:`extract_last_number` for what counts as a number.
 """
 
@@ -24,8 +24,8 @@ def score_numeric(
     choices: Sequence[str] | None = None,
     metadata: dict[str, Any] | None = None,
 ) -> Score:
-    """Last number of the prediction vs. the gold number (tolerance abs 1e-6 or rel 1e-4;
-    abs 1e-6 only for a whole-number gold, see :func:`is_close`).
+    """Last number of the prediction vs. the gold number (:func:`is_close`:
+    abs 1e-6, or rounding to the digits written for a gold that is not whole).
 
     Gold not a number (by :func:`parse_number`) → unscored. No number in the
     prediction → wrong."""

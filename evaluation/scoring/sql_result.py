@@ -13,10 +13,12 @@
 from __future__ import annotations
 
 import ast
+import itertools
 import json
 import re
 import warnings
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from evaluation.scoring.base import Score
@@ -107,14 +109,12 @@ def _rows_equal(pred_row: Sequence[Any], gold_row: Sequence[Any]) -> bool:
     )
 
 
-def _results_match(pred_rows: list[list[Any]], gold_rows: list[list[Any]], *, ordered: bool) -> bool:
-    if len(pred_rows) != len(gold_rows):
-        return False
+def _same_rows(pred_rows: list[list[Any]], gold_rows: list[list[Any]], *, ordered: bool) -> bool:
     if ordered:
         return all(_rows_equal(p, g) for p, g in zip(pred_rows, gold_rows, strict=True))
     # Multiset comparison. Greedy matching is exact when equality is transitive;
-    # with a 1e-4 tolerance that only fails for rows differing by about the
-    # tolerance itself, which query results do not contain.
+    # with the rounding tolerance that only fails for rows differing by about
+    # half a unit in their last place, which query results do not contain.
     unused = list(pred_rows)
     for gold_row in gold_rows:
         for i, pred_row in enumerate(unused):
@@ -124,6 +124,53 @@ def _results_match(pred_rows: list[list[Any]], gold_rows: list[list[Any]], *, or
         else:
             return False
     return True
+
+
+#: At most this many column orders are tried (8 columns have 40,320).
+MAX_COLUMN_ORDERS = 40_320
+
+
+def _cell_kind(cell: Any) -> tuple[str, str]:
+    """What a cell must share with the gold's to possibly equal it: a number
+    (any: tolerance is checked later), NULL, or its text case-folded."""
+    if _cell_number(cell) is not None:
+        return ("number", "")
+    if cell is None:
+        return ("null", "")
+    return ("text", str(cell).strip().casefold())
+
+
+def _column_orders(
+    pred_rows: list[list[Any]], gold_rows: list[list[Any]], width: int
+) -> Iterator[tuple[int, ...]]:
+    """Orders of the prediction's columns worth trying against the gold's: the
+    given order first, then every other assignment in which each gold column
+    gets a prediction column of the same kinds of cells (:func:`_cell_kind`,
+    as a multiset) — the pruning of the Spider test-suite's
+    ``get_constraint_permutation``, exact here rather than sampled. At most
+    :data:`MAX_COLUMN_ORDERS` are tried."""
+    identity = tuple(range(width))
+    yield identity
+    kinds_pred = [Counter(_cell_kind(row[i]) for row in pred_rows) for i in range(width)]
+    kinds_gold = [Counter(_cell_kind(row[j]) for row in gold_rows) for j in range(width)]
+    fits = [[i for i in range(width) if kinds_pred[i] == kinds_gold[j]] for j in range(width)]
+    orders = (o for o in itertools.product(*fits) if len(set(o)) == width and o != identity)
+    yield from itertools.islice(orders, MAX_COLUMN_ORDERS)
+
+
+def _results_match(pred_rows: list[list[Any]], gold_rows: list[list[Any]], *, ordered: bool) -> str | None:
+    """How the prediction's rows match the gold's — ``"same columns"`` or
+    ``"columns in another order"`` — or ``None`` when they do not."""
+    if len(pred_rows) != len(gold_rows):
+        return None
+    width = len(gold_rows[0]) if gold_rows else 0
+    if not gold_rows or any(len(r) != width for r in (*pred_rows, *gold_rows)):
+        return "same columns" if _same_rows(pred_rows, gold_rows, ordered=ordered) else None
+    for order in _column_orders(pred_rows, gold_rows, width):
+        permuted = [[row[i] for i in order] for row in pred_rows]
+        if _same_rows(permuted, gold_rows, ordered=ordered):
+            return "same columns" if order == tuple(range(width)) else "columns in another order"
+    return None
 
 
 def _gold_rows(gold: str, metadata: dict[str, Any] | None) -> list[list[Any]] | None:
@@ -157,10 +204,13 @@ def score_sql_result(
     first ``[`` … last ``]`` span; failing that, the raw text as one value. A flat
     list may be one column or one row — either reading counts.
 
-    Comparison: same number of rows and columns (column order matters); cells
-    equal when both parse as numbers (``6`` == ``"6"`` == ``6.0``; tolerance abs
-    1e-6 / rel 1e-4, so ``31.333`` == ``31.333333333333332``; abs only for a
-    whole-number gold cell, so ``52501`` != ``52500``), else as text after
+    Comparison: same number of rows and columns, in any column order (a
+    query selecting ``name, age`` for a gold ``age, name`` is right, as in the
+    Spider test-suite's ``result_eq``, which searches column permutations); cells
+    equal when both parse as numbers (``6`` == ``"6"`` == ``6.0``; equal within
+    abs 1e-6 or, for a gold cell that is not whole, rounded to the digits
+    written, so ``31.333`` == ``31.333333333333332`` but ``52501`` != ``52500``;
+    ``evaluation.scoring.numbers.is_close``), else as text after
     ``strip()`` and case folding (``"Gonzalo Higuaín "`` == ``"gonzalo higuaín"``).
     Rows are compared in order only when ``metadata["ordered"]`` is ``True``
     (Spider: gold query has ``ORDER BY``); otherwise as a multiset (duplicates
@@ -191,9 +241,13 @@ def score_sql_result(
         return Score.of(
             False, "sql_result", f"prediction is not a list of rows; gold has {len(gold_rows)} rows"
         )
-    views = _row_views(parsed)
-    ok = any(_results_match(rows, gold_rows, ordered=ordered) for rows in views)
+    matches = [
+        m for m in (_results_match(rows, gold_rows, ordered=ordered) for rows in _row_views(parsed)) if m
+    ]
     order = "ordered" if ordered else "unordered"
+    columns = "; columns in another order" if matches and "same columns" not in matches else ""
     return Score.of(
-        ok, "sql_result", f"{order} result {'matches' if ok else 'differs from'} gold ({len(gold_rows)} rows)"
+        bool(matches),
+        "sql_result",
+        f"{order} result {'matches' if matches else 'differs from'} gold ({len(gold_rows)} rows{columns})",
     )

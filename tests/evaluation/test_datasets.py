@@ -302,7 +302,7 @@ def test_a_dataset_folder_reached_through_a_symlink_still_resolves(tmp_path: Pat
         (_line(scorer=1), "field 'scorer' must be a string, got number"),
         (
             _line(scorer="fuzzy"),
-            "unknown scorer 'fuzzy' (known: choice, contains, exact, numeric, sql_result)",
+            "unknown scorer 'fuzzy' (known: choice, contains, exact, f1, numeric, sql_result)",
         ),
     ],
 )

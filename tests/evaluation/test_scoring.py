@@ -76,7 +76,7 @@ def test_unknown_scorer_name_is_a_value_error_naming_it() -> None:
 
 
 def test_scorer_registry_and_task_type_defaults() -> None:
-    assert sorted(SCORERS) == ["choice", "contains", "exact", "numeric", "sql_result"]
+    assert sorted(SCORERS) == ["choice", "contains", "exact", "f1", "numeric", "sql_result"]
     assert DEFAULT_SCORER_BY_TASK_TYPE == {
         "math": "numeric",
         "multiple_choice": "choice",
@@ -253,7 +253,9 @@ def test_numeric_accepts_all_gsm8k_golds_with_thousands_separators_and_rejects_o
     ("prediction", "gold", "correct"),
     [
         ("0.30000001", "0.3", True),  # absolute 1e-6
-        ("1000.05", "1000.01", True),  # relative 4e-5 < 1e-4
+        ("1000.05", "1000.01", False),  # a different number, though within rel 1e-4
+        ("1000.0", "1000.01", False),  # rounded to fewer places than the gold's own
+        ("1000.01000001", "1000.01", True),  # the gold is this rounded to its own places
         ("1000.2", "1000.01", False),  # relative 1.9e-4
         ("27001", "27000", False),  # a whole-number gold gets no relative tolerance
         ("27000.5", "27000", False),
@@ -384,8 +386,10 @@ def _sql(qid: str, prediction: str, *, with_metadata: bool = True) -> Score:
         ("spider-dev-0", "There are 6 singers.", True),
         ("spider-dev-0", "7", False),
         ("spider-dev-416", "31.333333333333332", True),  # an average, full float precision
-        ("spider-dev-416", "31.333", True),  # within rel 1e-4
-        ("spider-dev-416", "31.33", False),  # off by 1e-4 relative
+        ("spider-dev-416", "31.333", True),  # the gold rounded to the places written
+        ("spider-dev-416", "31.33", True),
+        ("spider-dev-416", "31.34", False),
+        ("spider-dev-416", "31", False),  # a whole number for a gold that is not
         ("spider-dev-413", "36", True),  # gold "36.0"
         ("spider-dev-425", "570.84", True),
         ("spider-dev-16", "[[52501, 730]]", False),  # whole numbers: no relative tolerance
@@ -401,7 +405,8 @@ def _sql(qid: str, prediction: str, *, with_metadata: bool = True) -> Score:
         ),
         ("spider-dev-4", "[34.5, 25, 43]", True),  # one row given flat
         ("spider-dev-4", "(34.5, 25, 43)", True),  # Python tuple as printed by sqlite3
-        ("spider-dev-4", "[[34.5, 43, 25]]", False),  # column order matters
+        ("spider-dev-4", "[[34.5, 43, 25]]", True),  # columns in another order (the Spider test-suite)
+        ("spider-dev-4", "[[34.5, 43, 26]]", False),
         ("spider-dev-6", '[["Love", 2016]]', True),  # gold has the year as text "2016"
         ("spider-dev-420", "[[3, 'Arjen Robben', 1]]", True),  # gold has "3" as text
         ("spider-dev-412", '["Gonzalo Higuaín", "Fernando Gago", "Guti Midfielder"]', True),  # trailing space
