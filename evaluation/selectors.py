@@ -147,6 +147,7 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             example=p.example_id,
             epoch=p.epoch,
             score=p.score,
+            scorer=p.scorer,
             judge_grade=(p.judgement or {}).get("grade", ""),
             judge_cached=bool((p.judgement or {}).get("cached")),
             judge_usage=(p.judgement or {}).get("usage") or None,

@@ -61,6 +61,12 @@ class BootstrapResult:
         return asdict(self)
 
 
+def _order(key: Hashable) -> tuple[int, Any]:
+    """Keys in a fixed order, so the same runs give the same resamples:
+    whole numbers (database ids) in numeric order, anything else by its repr."""
+    return (0, key) if isinstance(key, int) and not isinstance(key, bool) else (1, repr(key))
+
+
 def paired_bootstrap(
     base: Mapping[K, float],
     candidate: Mapping[K, float],
@@ -80,7 +86,7 @@ def paired_bootstrap(
         raise ValueError(f"resamples must be at least 1, got {resamples}")
     if not 0 < confidence < 1:
         raise ValueError(f"confidence must be between 0 and 1, got {confidence}")
-    keys = sorted((k for k in base if k in candidate), key=repr)
+    keys = sorted((k for k in base if k in candidate), key=_order)
     if not keys:
         raise ValueError("the two runs share no scored example to compare")
     a = np.array([float(base[k]) for k in keys])

@@ -125,8 +125,8 @@ def _runs_table(comparison: Comparison) -> Table:
 
 def _accuracy_table(comparison: Comparison) -> Table:
     """Paired accuracy overall and per task type, the counts in its caption."""
-    bootstrap = "method" in comparison  # runs with epochs: evaluation.compare.over_epochs
-    confidence = f"{comparison['confidence']:.0%} CI, pp ({'bootstrap' if bootstrap else 'Newcombe'})"
+    bootstrap = "method" in comparison  # epochs or partial credit: evaluation.compare.over_epochs
+    confidence = f"{comparison['confidence']:.0%} CI, pp ({'Agresti–Min' if bootstrap else 'Newcombe'})"
     accuracy = Table(title="Paired accuracy (examples both runs scored)")
     for name in ("", "examples", "base", "candidate", "difference", confidence, "fixed", "broken"):
         accuracy.add_column(name, justify="left" if not name else "right")
@@ -141,8 +141,7 @@ def _accuracy_table(comparison: Comparison) -> Table:
         f"{counts['unscored']}, only in base {counts['only_base']}, only in candidate "
         f"{counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
         + (
-            f"; runs with epochs: {comparison['method']} (10,000 seeded resamples), "
-            "fixed/broken by majority vote"
+            f"; {comparison['method']} (10,000 seeded resamples), fixed/broken by majority vote"
             if bootstrap
             else ""
         )

@@ -14,6 +14,7 @@ from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
 from evaluation.compare.shapes import CONFIDENCE, Comparison, RunSide
+from evaluation.metrics.compute import CONTINUOUS_SCORERS
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_get, run_stored_metrics
 
@@ -41,10 +42,13 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
     """Compare ``candidate`` with ``base``, paired by example (see
     ``evaluation.compare.pairing``).
 
-    When either run has epochs (``run_eval --epochs``), each example's
-    epochs are reduced to a majority vote for the counts and lists, and the
-    accuracies, interval and p-values come from a paired bootstrap over
-    per-example mean scores (``evaluation.compare.over_epochs``).
+    When either run has epochs (``run_eval --epochs``) or was scored with
+    partial credit (``f1``), each example's epochs are reduced to a majority
+    vote for the counts and lists, and the accuracies, interval and p-values
+    come from a paired bootstrap over per-example means
+    (``evaluation.compare.over_epochs``): of correctness (a judge's
+    ``partial`` is not correct, as in the run's own epoch accuracy), or of
+    the token F1 for ``f1``.
 
     Raises ``BadInput`` when the two runs are on different datasets (their
     examples do not pair up) or are the same run.
@@ -57,7 +61,9 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
             f"({base.dataset.name!r} and {candidate.dataset.name!r}): a comparison pairs the same "
             "examples, so both runs must be on one dataset"
         )
-    if Prediction.objects.filter(run__in=(base, candidate), epoch__gt=1).exists():
+    runs = Prediction.objects.filter(run__in=(base, candidate))
+    continuous = runs.filter(scorer__in=CONTINUOUS_SCORERS).exists()
+    if continuous or runs.filter(epoch__gt=1).exists():
         base_epochs = run_compared_epoch_rows(run=base)
         candidate_epochs = run_compared_epoch_rows(run=candidate)
         comparison = compare_rows(
@@ -70,7 +76,7 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
             candidate_metrics=run_stored_metrics(run=candidate),
             confidence=confidence,
         )
-        return apply_bootstrap(comparison, base_epochs, candidate_epochs)
+        return apply_bootstrap(comparison, base_epochs, candidate_epochs, continuous=continuous)
     return compare_rows(
         run_compared_rows(run=base),
         run_compared_rows(run=candidate),

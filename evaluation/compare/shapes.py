@@ -161,8 +161,8 @@ class Comparison(TypedDict):
     review: dict[str, Delta]
     checks: dict[str, dict[str, Any]]
     #: how the accuracies, interval and p-values were computed when not by
-    #: exact McNemar and Newcombe: runs with epochs use a paired bootstrap
-    #: over per-example mean scores (``evaluation.compare.over_epochs``)
+    #: exact McNemar and Newcombe: runs with epochs or partial credit
+    #: compare per-example means (``evaluation.compare.over_epochs``)
     method: NotRequired[str]
 
 

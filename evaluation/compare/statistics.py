@@ -19,6 +19,10 @@ base wrong        ``fixed``           ``both_wrong``
 - :func:`newcombe_paired_interval` — the confidence interval of the paired
   difference of proportions, Newcombe (1998) method 10, built on the Wilson
   limits of the two marginal proportions.
+- :func:`adjusted_difference_interval` — the interval of a mean paired
+  difference of per-example scores in [0, 1] (runs with epochs, partial
+  credit): Agresti & Min's (2005) adjusted Wald interval, generalised from
+  the 2×2 table to per-example means.
 - :func:`holm_adjust` — Holm's (1979) step-down adjustment of several
   p-values (the per-task-type tests of one comparison).
 
@@ -37,6 +41,7 @@ from evaluation.metrics.intervals import wilson_interval
 
 __all__ = [
     "PairedTable",
+    "adjusted_difference_interval",
     "holm_adjust",
     "mcnemar_exact_p",
     "newcombe_paired_interval",
@@ -147,6 +152,48 @@ def newcombe_paired_interval(table: PairedTable, *, confidence: float = 0.95) ->
     low = theta - math.sqrt(max(0.0, d1 * d1 - 2 * phi * d1 * e2 + e2 * e2))
     high = theta + math.sqrt(max(0.0, d2 * d2 - 2 * phi * d2 * e1 + e1 * e1))
     return max(-1.0, low), min(1.0, high)
+
+
+def adjusted_difference_interval(
+    differences: Sequence[float], *, confidence: float = 0.95
+) -> tuple[float, float] | None:
+    """The confidence interval ``(low, high)`` of the mean of paired
+    per-example differences ``candidate − base``, each in [−1, 1] (an
+    example's mean score over its epochs, or its partial credit, in one run
+    minus the other).
+
+    Agresti, A. & Min, Y. (2005), "Simple improved confidence intervals for
+    comparing matched proportions", Statistics in Medicine 24:729–740: add
+    one half to each cell of the paired 2×2 table and take the Wald
+    interval. Here the half-cells become pseudo-examples — a difference of
+    +1 and one of −1 with weight ½ each and a difference of 0 with weight 1
+    — so that for right/wrong values it *is* Agresti and Min's interval,
+    and for means it is its natural generalisation::
+
+        n' = n + 2,   d' = Σ d / n',   v' = (Σ w (d − d')²) / n'
+        d' ± z · sqrt(v' / n')
+
+    Why not the percentile bootstrap: with few discordant examples it
+    under-covers (0.82 at 30 examples in ``bench/bootstrap_coverage.py``),
+    where this interval stays at or above the nominal level. Clipped to
+    [−1, 1]; ``None`` for no difference. Raises ``ValueError`` for a
+    difference outside [−1, 1] or ``confidence`` outside (0, 1).
+    """
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be in (0, 1), got {confidence}")
+    if not differences:
+        return None
+    for d in differences:
+        if not -1 <= d <= 1:
+            raise ValueError(f"a paired difference must be in [-1, 1], got {d}")
+    weighted = [(float(d), 1.0) for d in differences] + [(1.0, 0.5), (-1.0, 0.5), (0.0, 1.0)]
+    total = len(differences) + 2
+    mean = math.fsum(d * w for d, w in weighted) / total
+    variance = math.fsum(w * (d - mean) ** 2 for d, w in weighted) / total
+    from scipy.stats import norm  # lazy: see the module docstring
+
+    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(variance / total)
+    return max(-1.0, mean - half), min(1.0, mean + half)
 
 
 def holm_adjust(p_values: Sequence[float | None]) -> list[float | None]:

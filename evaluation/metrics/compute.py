@@ -42,10 +42,12 @@ from agentlab.agent.usage import UsageTotals
 from evaluation.metrics.intervals import mean_interval, wilson_interval
 
 __all__ = [
+    "CONTINUOUS_SCORERS",
     "EpochRow",
     "PredictionRow",
     "compute_metrics",
     "epoch_metrics",
+    "mean_score_block",
     "pass_at_k",
     "per_example_means",
     "percentile",
@@ -99,6 +101,8 @@ class PredictionRow:
     judge_grade: str = ""
     judge_cached: bool = False
     judge_usage: Mapping[str, Any] | None = None
+    #: the scorer that gave ``score`` (``"f1"``: a token F1, partial credit)
+    scorer: str = ""
 
     @property
     def first(self) -> bool | None:
@@ -145,17 +149,43 @@ def _judge_metrics(rows: Sequence[PredictionRow]) -> dict[str, Any] | None:
     }
 
 
+#: Scorers whose value is partial credit in [0, 1] rather than right or
+#: wrong; the metrics give their mean with an interval beside the accuracy.
+CONTINUOUS_SCORERS = frozenset({"f1"})
+
+
+def mean_score_block(rows: Iterable[PredictionRow], scorer: str) -> dict[str, Any] | None:
+    """The mean value of the rows scored by ``scorer`` — ``{"scored", "mean",
+    "ci"}``, ``ci`` the 95 % Student-t interval over the rows (``None`` under
+    two rows) — or ``None`` when no row was scored by it."""
+    values = [r.score for r in rows if r.scorer == scorer and r.score is not None and r.correct is not None]
+    if not values:
+        return None
+    interval = mean_interval(values)
+    return {
+        "scored": len(values),
+        "mean": math.fsum(values) / len(values),
+        "ci": list(interval) if interval is not None else None,
+    }
+
+
 def _per_task_type(rows: Sequence[PredictionRow]) -> dict[str, dict[str, Any]]:
-    """Per task type: ``{"total", "scored", "correct", "accuracy", "accuracy_ci"}``."""
+    """Per task type: ``{"total", "scored", "correct", "accuracy",
+    "accuracy_ci"}``, and ``"f1"`` (:func:`mean_score_block`) where some row
+    was scored by ``f1``."""
     per_task: dict[str, dict[str, Any]] = {}
     for r in rows:
         bucket = per_task.setdefault(r.task_type, {"total": 0, "scored": 0, "correct": 0, "accuracy": None})
         bucket["total"] += 1
         bucket["scored"] += r.correct is not None
         bucket["correct"] += r.correct is True
-    for bucket in per_task.values():
+    for task_type, bucket in per_task.items():
         bucket["accuracy"] = _accuracy(bucket["correct"], bucket["scored"])
         bucket["accuracy_ci"] = _interval(bucket["correct"], bucket["scored"])
+        for scorer in sorted(CONTINUOUS_SCORERS):
+            block = mean_score_block((r for r in rows if r.task_type == task_type), scorer)
+            if block is not None:
+                bucket[scorer] = block
     return per_task
 
 
@@ -205,6 +235,10 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
       ``per_task_type``.
     - ``judge`` (only when some row was judged): ``{"graded", "grades":
       {grade: count}, "cached"}``.
+    - ``f1`` (only when some row was scored by ``f1``): the mean token F1 of
+      those rows with its 95 % Student-t interval, ``{"scored", "mean",
+      "ci"}`` (:func:`mean_score_block`), overall and in ``per_task_type`` —
+      SQuAD's F1 beside the exact match that ``accuracy`` counts.
     - ``epochs`` (only when some row has an epoch above 1):
       :func:`epoch_metrics` — mean accuracy over examples
       with its interval, pass@k, majority vote, disagreement.
@@ -253,6 +287,10 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
     judge = _judge_metrics(rows)
     if judge is not None:
         metrics["judge"] = judge
+    for scorer in sorted(CONTINUOUS_SCORERS):
+        block = mean_score_block(rows, scorer)
+        if block is not None:
+            metrics[scorer] = block
     if epochs > 1:
         metrics["epochs"] = epoch_metrics(
             (EpochRow(r.example, r.task_type, r.correct, r.score) for r in rows), epochs=epochs

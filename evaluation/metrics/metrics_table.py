@@ -43,8 +43,11 @@ def _summary_table(metrics: dict[str, Any]) -> Table:
     summary.add_column("metric")
     summary.add_column("value", justify="right")
     summary.add_row("accuracy", accuracy_text(int(metrics.get("correct", 0)), int(metrics.get("scored", 0))))
+    f1 = metrics.get("f1")
+    if f1:
+        summary.add_row("mean token F1", mean_text(f1))
     score_mean = metrics.get("score_mean")
-    if score_mean is not None and score_mean != metrics.get("accuracy"):
+    if not f1 and score_mean is not None and score_mean != metrics.get("accuracy"):
         summary.add_row("mean score (partial = 0.5)", f"{score_mean:.3f}")
     judge = metrics.get("judge") or {}
     if judge:
@@ -82,23 +85,38 @@ def _review_rows(summary: Table, review: dict[str, Any]) -> None:
 def _per_task_table(metrics: dict[str, Any]) -> Table:
     """Accuracy per task type."""
     per_task = Table(title="Per task type")
-    for name, justify in (
+    with_f1 = bool(metrics.get("f1"))
+    columns = [
         ("task type", "left"),
         ("total", "right"),
         ("scored", "right"),
         ("correct", "right"),
         ("accuracy (95% CI)", "right"),
-    ):
+    ]
+    if with_f1:
+        columns.append(("token F1 (95% CI)", "right"))
+    for name, justify in columns:
         per_task.add_column(name, justify=justify)  # type: ignore[arg-type]
     for task_type, bucket in (metrics.get("per_task_type") or {}).items():
-        per_task.add_row(
+        cells = [
             task_type,
             str(bucket.get("total", 0)),
             str(bucket.get("scored", 0)),
             str(bucket.get("correct", 0)),
             accuracy_text(int(bucket.get("correct", 0)), int(bucket.get("scored", 0))),
-        )
+        ]
+        if with_f1:
+            cells.append(mean_text(bucket["f1"]) if bucket.get("f1") else _DASH)
+        per_task.add_row(*cells)
     return per_task
+
+
+def mean_text(block: Mapping[str, Any]) -> str:
+    """A mean score as people should read it: ``"0.734 (n=52; 95% CI 0.61–0.85)"``
+    (``block`` is ``{"scored", "mean", "ci"}``, from ``mean_score_block``)."""
+    ci = block.get("ci")
+    interval = f"; 95% CI {ci[0]:.2f}–{ci[1]:.2f}" if ci else ""
+    return f"{block['mean']:.3f} (n={block['scored']}{interval})"
 
 
 def _by_model_table(metrics: dict[str, Any]) -> Table:
