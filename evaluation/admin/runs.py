@@ -31,7 +31,7 @@ from common.admin import (
 )
 from evaluation.admin.regressions import RegressionFilter, regression_badge, regression_summary
 from evaluation.admin.report import RunReportViews
-from evaluation.metrics.intervals import accuracy_text
+from evaluation.metrics.intervals import accuracy_text, mean_text
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_metrics
 from turns.admin import status_badge
@@ -212,6 +212,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         tokens = metrics.get("tokens") or {}
         rows = [
             ("accuracy", accuracy_text(int(metrics.get("correct", 0)), int(metrics.get("scored", 0)))),
+            *([("mean token F1", mean_text(metrics["f1"]))] if metrics.get("f1") else []),
             ("total", metrics.get("total", 0)),
             ("scored", metrics.get("scored", 0)),
             ("unscored", metrics.get("unscored", 0)),

@@ -18,9 +18,10 @@ interval for small n; computed by ``scipy.stats.binomtest(k, n)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-__all__ = ["CONFIDENCE", "accuracy_text", "mean_interval", "wilson_interval"]
+__all__ = ["CONFIDENCE", "accuracy_text", "mean_interval", "mean_text", "wilson_interval"]
 
 #: The confidence level of every interval shown.
 CONFIDENCE = 0.95
@@ -72,3 +73,11 @@ def accuracy_text(correct: int, scored: int) -> str:
         return "— (0 scored)"
     low, high = interval
     return f"{correct / scored * 100:.1f}% ({correct}/{scored}; 95% CI {low * 100:.1f}–{high * 100:.1f}%)"
+
+
+def mean_text(block: Mapping[str, Any]) -> str:
+    """A mean score as people should read it: ``"0.734 (n=52; 95% CI 0.61–0.85)"``
+    (``block`` is ``{"scored", "mean", "ci"}``, from ``mean_score_block``)."""
+    ci = block.get("ci")
+    interval = f"; 95% CI {ci[0]:.2f}–{ci[1]:.2f}" if ci else ""
+    return f"{block['mean']:.3f} (n={block['scored']}{interval})"

@@ -13,7 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from evaluation.metrics.intervals import accuracy_text
+from evaluation.metrics.intervals import accuracy_text, mean_text
 
 __all__ = ["format_table"]
 
@@ -109,14 +109,6 @@ def _per_task_table(metrics: dict[str, Any]) -> Table:
             cells.append(mean_text(bucket["f1"]) if bucket.get("f1") else _DASH)
         per_task.add_row(*cells)
     return per_task
-
-
-def mean_text(block: Mapping[str, Any]) -> str:
-    """A mean score as people should read it: ``"0.734 (n=52; 95% CI 0.61–0.85)"``
-    (``block`` is ``{"scored", "mean", "ci"}``, from ``mean_score_block``)."""
-    ci = block.get("ci")
-    interval = f"; 95% CI {ci[0]:.2f}–{ci[1]:.2f}" if ci else ""
-    return f"{block['mean']:.3f} (n={block['scored']}{interval})"
 
 
 def _by_model_table(metrics: dict[str, Any]) -> Table:

@@ -6,6 +6,7 @@ agree."""
 from __future__ import annotations
 
 import pytest
+from django.urls import reverse
 
 from evaluation.compare.over_epochs import (
     BOOTSTRAP_METHOD,
@@ -20,6 +21,7 @@ from evaluation.compare.statistics import PairedTable, adjusted_difference_inter
 from evaluation.metrics.compute import PredictionRow, compute_metrics
 from evaluation.metrics.intervals import mean_interval
 from evaluation.metrics.metrics_table import format_table
+from evaluation.models import Run
 from evaluation.run.rescoring import rescore
 from tests.evaluation.test_rescore import dataset_file, exact_run  # noqa: F401 - fixtures
 
@@ -159,7 +161,7 @@ def test_when_every_example_s_epochs_agree_the_figures_are_the_exact_ones() -> N
 
 
 @pytest.mark.django_db(transaction=True)
-def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dataset_file):
+def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dataset_file, client, staff):
     exact_run(endpoint, dataset_file)
     result = rescore(source_run_id="exact", scorer="f1", run_id="f1")
     by_question = {p.example.question: p for p in result.run.predictions.select_related("example")}
@@ -177,3 +179,12 @@ def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dat
     exact_values = {q: float(q == "Which river flows through Vienna?") for q in F1}
     low, high = adjusted_difference_interval([F1[q] - exact_values[q] for q in F1])  # type: ignore[misc]
     assert (overall["ci_low"], overall["ci_high"]) == (pytest.approx(low), pytest.approx(high))
+
+    client.force_login(staff)
+    page = client.get(reverse("admin:evaluation_run_change", args=[result.run.pk]))
+    assert page.status_code == 200
+    assert "mean token F1" in page.content.decode()
+    base_pk = Run.objects.get(run_id="exact").pk
+    compare = client.get(reverse("admin:evaluation_run_compare", args=[base_pk, result.run.pk]))
+    assert compare.status_code == 200
+    assert "Agresti–Min" in compare.content.decode()
