@@ -50,8 +50,8 @@ __all__ = ["BOOTSTRAP_METHOD", "EpochComparedRow", "apply_bootstrap", "majority_
 
 #: ``Comparison["method"]`` of a comparison of runs with epochs or partial credit.
 BOOTSTRAP_METHOD = (
-    "per-example means: Agresti–Min interval and paired bootstrap p-value "
-    "(the exact methods where every example's epochs agree)"
+    "per-example means: Agresti–Min interval, paired bootstrap p-value (10,000 seeded resamples); "
+    "the exact methods where every example's epochs agree"
 )
 
 
@@ -88,6 +88,11 @@ def _means(rows: Iterable[EpochComparedRow], *, continuous: bool) -> tuple[dict[
 _FIGURES = ("base_accuracy", "candidate_accuracy", "difference", "ci_low", "ci_high", "p_value")
 
 
+def _right_or_wrong(base: Mapping[int, float], candidate: Mapping[int, float]) -> bool:
+    """Whether every example both have is 0 or 1 in both: nothing to average."""
+    return all(base[k] in (0.0, 1.0) and candidate[k] in (0.0, 1.0) for k in base if k in candidate)
+
+
 def paired_mean_figures(
     base: Mapping[int, float], candidate: Mapping[int, float], *, confidence: float
 ) -> dict[str, float | None]:
@@ -102,7 +107,7 @@ def paired_mean_figures(
     if not shared:
         return dict.fromkeys(_FIGURES)
     pairs = [(base[k], candidate[k]) for k in shared]
-    if all(b in (0.0, 1.0) and c in (0.0, 1.0) for b, c in pairs):
+    if _right_or_wrong(base, candidate):
         table = PairedTable(
             both_right=sum(1 for b, c in pairs if b and c),
             broken=sum(1 for b, c in pairs if b and not c),
@@ -150,7 +155,9 @@ def apply_bootstrap(
     scored; per task type, that task type's; of the token F1 when
     ``continuous``, else of correctness), ``p_holm`` recomputed, and
     ``method`` set to :data:`BOOTSTRAP_METHOD`. The 2×2 counts stay the
-    majority votes'."""
+    majority votes'. When every example is right or wrong in both runs the
+    figures are the exact methods' and ``method`` is left unset, so the
+    comparison reads as a single-epoch one."""
     base_means, task_types = _means(base_rows, continuous=continuous)
     candidate_means, candidate_types = _means(candidate_rows, continuous=continuous)
     task_types.update(candidate_types)
@@ -169,4 +176,7 @@ def apply_bootstrap(
     adjusted = holm_adjust([s["p_value"] for s in per_task_type.values()])
     for stats, p_holm in zip(per_task_type.values(), adjusted, strict=True):
         stats["p_holm"] = p_holm
-    return {**comparison, "overall": overall, "per_task_type": per_task_type, "method": BOOTSTRAP_METHOD}
+    compared: Comparison = {**comparison, "overall": overall, "per_task_type": per_task_type}
+    if not _right_or_wrong(base_means, candidate_means):
+        compared["method"] = BOOTSTRAP_METHOD
+    return compared
