@@ -10,6 +10,10 @@ shape the output.
 unsafe methods (the API's default); the evaluation routes also accept
 ``X-API-Key`` — on any other route a valid key gets 403, an unknown one 401.
 
+**Bodies** are JSON: a form or multipart body gets 415 and a body over
+``DATA_UPLOAD_MAX_MEMORY_SIZE`` 413 (``agentlab.middleware``), and text in
+a body follows the one text rule (:class:`TextSafeParser`).
+
 **Errors.** Every error, ours (``common.errors``) or the framework's, leaves
 as ``{"error": {"code": …, "message": …, "details": […] | null}}``
 (``common.api.error_body``) with the status of the error class (CONTRIBUTING.md#one-error-hierarchy):
@@ -26,12 +30,28 @@ from typing import Any
 from django.http import Http404, HttpRequest, HttpResponse
 from ninja import NinjaAPI
 from ninja.errors import HttpError, Throttled, ValidationError
+from ninja.parser import Parser
 
+from agentlab.agent.text import json_body_safe
 from apikeys.auth import session_auth
 from common.api import ERROR_CODES, error_body
 from common.errors import AgentLabError
 
+
+class TextSafeParser(Parser):
+    """django-ninja's JSON body parser with the project's one text rule: a
+    character no database here can store — a lone UTF-16 surrogate sent as a
+    JSON escape (``"\\ud800"``), NUL — becomes U+FFFD, as in a dataset
+    import and in what the driver records (``agentlab.agent.text``), instead
+    of pydantic's 422 "unable to parse raw data as a unicode string"."""
+
+    def parse_body(self, request: HttpRequest) -> dict[str, Any]:
+        parsed: dict[str, Any] = json_body_safe(super().parse_body(request))
+        return parsed
+
+
 api = NinjaAPI(
+    parser=TextSafeParser(),
     title="AgentLab API",
     version="1",
     description="Conversations, turns and their event logs (session + CSRF); evaluation runs and "

@@ -120,6 +120,8 @@ MIDDLEWARE = [
     # daphne serves no static files: WhiteNoise does, in every mode, so the
     # chat pages work under a plain `runserver` with DEBUG off too.
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    # before anything reads a body: the API's 415 and 413 (agentlab.middleware)
+    "agentlab.middleware.ApiBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",

@@ -32,6 +32,8 @@ ERROR_CODES = {
     404: "not_found",
     405: "method_not_allowed",
     409: "state_conflict",
+    413: "too_large",
+    415: "unsupported_media_type",
     422: "invalid",
     429: "throttled",
 }

@@ -158,8 +158,8 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
         await self.close(code=CLOSE_NORMAL)
 
     def _parse_after(self) -> int | None:
-        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"))
-        return parse_after((query.get("after") or ["0"])[-1])
+        query = parse_qs(self.scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)
+        return parse_after((query.get("after") or [None])[-1])
 
 
 class NoRouteConsumer(AsyncWebsocketConsumer):

@@ -103,10 +103,14 @@ class Ticking(Protocol):
 
 
 def parse_after(raw: str | None) -> int | None:
-    """The ``after`` seq a client sent (``?after=`` or ``Last-Event-ID``): an
-    integer >= 0; ``None`` or "" mean 0; anything else is ``None`` (refused)."""
-    raw = (raw or "0").strip() or "0"
-    if not raw.isdigit() or len(raw) > 18:
+    """The ``after`` seq a client sent (``?after=`` or ``Last-Event-ID``): ASCII
+    digits, at most 18 (surrounding whitespace ignored); ``None`` (not sent)
+    means 0; anything else — ``""``, ``-1``, ``٣`` (an Arabic-Indic digit,
+    which ``str.isdigit`` and ``int`` accept) — is ``None`` (refused)."""
+    if raw is None:
+        return 0
+    raw = raw.strip()
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         return None
     return int(raw)
 

@@ -163,7 +163,7 @@ async def turn_stream(request: HttpRequest, turn_id: int) -> HttpResponseBase:
         return _error(401, "log in to watch a turn")
     after = parse_after(request.headers.get("Last-Event-ID") or request.GET.get("after"))
     if after is None:
-        return _error(400, "after (or Last-Event-ID) must be an integer >= 0")
+        return _error(400, "after (or Last-Event-ID) must be an integer >= 0 in ASCII digits")
     access = await turn_access(turn_id) if 0 < turn_id < 2**63 else None
     if access is None or (access[0] != user.pk and not user.is_staff):
         return _error(404, f"turn {turn_id} not found")

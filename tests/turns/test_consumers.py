@@ -253,9 +253,10 @@ async def test_refused_connections_get_distinct_close_codes(
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": code}
 
 
-async def test_a_bad_after_is_refused(owner, db_threads):
+@pytest.mark.parametrize("after", ["x", "", "%D9%A3", "-1"])  # %D9%A3: an Arabic-Indic three
+async def test_a_bad_after_is_refused(owner, db_threads, after):
     turn = await db_threads.run(turn_create, owner=owner, question="q")
-    communicator = WebsocketCommunicator(ws_app(owner), f"/ws/turns/{turn.pk}/?after=x")
+    communicator = WebsocketCommunicator(ws_app(owner), f"/ws/turns/{turn.pk}/?after={after}")
     await communicator.connect(timeout=5)
     assert await communicator.receive_output(timeout=5) == {"type": "websocket.close", "code": 4400}
 

@@ -1,0 +1,74 @@
+"""The API's body rules, checked before anything reads a request body.
+
+Every API operation that takes a body takes JSON (docs/chat-and-api.md#the-http-api). Two
+bodies used to fail outside the API's error shape, and only under a real
+server (Django's test client hides both):
+
+- a ``multipart/form-data`` or form-encoded body: Django's CSRF middleware
+  parses it as a form (reading the stream), and django-ninja then cannot read
+  ``request.body`` — ``RawPostDataException``, a 500 under daphne. Such a
+  body now gets **415** before either looks at it.
+- a body over ``DATA_UPLOAD_MAX_MEMORY_SIZE``: Django raises
+  ``RequestDataTooBig``, which became its HTML "Bad Request (400)" page and a
+  logged traceback. It now gets **413** with the limit in the message.
+
+Both answer in the API's one error shape (``common.api.error_body``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from django.conf import settings
+from django.core.exceptions import RequestDataTooBig
+from django.http import HttpRequest, HttpResponse, JsonResponse
+
+from common.api import error_body
+
+#: Methods whose body an API operation reads.
+_BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
+
+
+def _is_json(content_type: str) -> bool:
+    media_type = content_type.split(";", 1)[0].strip().lower()
+    return media_type == "application/json" or (
+        media_type.startswith("application/") and media_type.endswith("+json")
+    )
+
+
+def _error(status: int, message: str) -> JsonResponse:
+    return JsonResponse(error_body(status, message), status=status)
+
+
+class ApiBodyMiddleware:
+    """Answer 415 to an API request whose body is not JSON and 413 to one
+    over the upload limit, in the API's error shape; leave every other
+    request as it is. Must come before ``CsrfViewMiddleware`` (which reads a
+    form body)."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path.startswith("/api/") and request.method in _BODY_METHODS:
+            refused = self._refusal(request)
+            if refused is not None:
+                return refused
+        return self.get_response(request)
+
+    @staticmethod
+    def _refusal(request: HttpRequest) -> JsonResponse | None:
+        content_type = request.META.get("CONTENT_TYPE", "")
+        length = request.META.get("CONTENT_LENGTH") or ""
+        has_body = (length.isascii() and length.isdigit() and int(length) > 0) or (
+            "HTTP_TRANSFER_ENCODING" in request.META
+        )
+        if has_body and not _is_json(content_type):
+            shown = content_type.split(";", 1)[0].strip() or "no Content-Type"
+            return _error(415, f"the API takes a JSON body (Content-Type: application/json), not {shown}")
+        limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+        try:
+            request.body  # noqa: B018 - read now, where its limit can be answered in the API's shape
+        except RequestDataTooBig:
+            return _error(413, f"the request body is over the limit of {limit:,} bytes")
+        return None

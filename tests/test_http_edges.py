@@ -1,0 +1,146 @@
+"""HTTP edge cases through a real daphne (Django's test client hides some:
+a multipart POST to a JSON endpoint is a 400 there and was a 500 here).
+
+One daphne per module, on a SQLite file of its own with in-process jobs and
+the in-memory channel layer; a logged-in session with its CSRF cookie.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from agentlab.testing.net import free_port, port_open
+
+ROOT = Path(__file__).resolve().parent.parent
+
+SETUP = """
+import json, django
+django.setup()
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from turns.models import Conversation
+user = get_user_model().objects.create_user("edge-owner", password="pw-edge-123")
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+conversation = Conversation.objects.create(owner=user, title="edges")
+print(json.dumps({"session": session.session_key, "conversation": conversation.pk}))
+"""
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("edges")
+    env = {
+        **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
+        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "AGENTLAB_SQLITE_PATH": str(tmp / "edges.sqlite3"),
+        "ALLOWED_HOSTS": "127.0.0.1,localhost",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
+        env.pop(name, None)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=180
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", SETUP],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    setup = json.loads(out.stdout.strip().splitlines()[-1])
+    port = free_port()
+    log = tmp / "daphne.log"
+    with log.open("w") as fh:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
+            cwd=ROOT,
+            env=env,
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 30
+        while not port_open("127.0.0.1", port):
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+        base = f"http://127.0.0.1:{port}"
+        with httpx.Client(base_url=base, timeout=30) as client:
+            client.cookies.set("sessionid", setup["session"])
+            client.get("/")  # sets the csrftoken cookie
+            token = client.cookies.get("csrftoken")
+            assert token
+            client.headers["X-CSRFToken"] = token
+            yield {"client": client, "conversation": setup["conversation"], "log": log, "base": base}
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def _error(response: httpx.Response) -> dict[str, Any]:
+    assert response.headers["content-type"].startswith("application/json"), response.text[:200]
+    body: dict[str, Any] = response.json()["error"]
+    return body
+
+
+def test_a_multipart_or_form_post_to_a_json_endpoint_is_415_not_500(server: dict[str, Any]) -> None:
+    client: httpx.Client = server["client"]
+    turns = f"/api/conversations/{server['conversation']}/turns"
+    multipart = client.post(turns, files={"question": (None, "hi")})
+    assert multipart.status_code == 415
+    error = _error(multipart)
+    assert error["code"] == "unsupported_media_type"
+    assert (
+        error["message"]
+        == "the API takes a JSON body (Content-Type: application/json), not multipart/form-data"
+    )
+    form = client.post("/api/conversations", data={"title": "x"})
+    assert (form.status_code, _error(form)["code"]) == (415, "unsupported_media_type")
+    anonymous = httpx.post(f"{server['base']}/api/conversations", data={"title": "x"})
+    assert anonymous.status_code == 415
+    assert "RawPostDataException" not in server["log"].read_text()
+
+
+def test_a_body_over_the_limit_is_413_in_the_api_s_shape(server: dict[str, Any]) -> None:
+    client: httpx.Client = server["client"]
+    big = json.dumps({"title": "x" * (8 * 1024 * 1024)})
+    response = client.post("/api/conversations", content=big, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413
+    assert _error(response) == {
+        "code": "too_large",
+        "message": "the request body is over the limit of 2,621,440 bytes",
+        "details": None,
+    }
+    assert "Traceback" not in server["log"].read_text()
+
+
+def test_a_lone_surrogate_in_json_text_becomes_the_replacement_character(server: dict[str, Any]) -> None:
+    client: httpx.Client = server["client"]
+    raw = '{"title": "before \\ud800 after"}'  # the JSON escape of a lone surrogate
+    response = client.post("/api/conversations", content=raw, headers={"Content-Type": "application/json"})
+    assert response.status_code == 201, response.text
+    assert response.json()["title"] == "before \ufffd after"
+
+
+@pytest.mark.parametrize("after", ["", "\u0663", "-1", "1.0", " ", "12345678901234567890"])
+def test_sse_after_takes_ascii_digits_only(server: dict[str, Any], after: str) -> None:
+    client: httpx.Client = server["client"]
+    response = client.get("/api/turns/1/stream", params={"after": after})
+    assert response.status_code == 400
+    assert "ASCII digits" in _error(response)["message"]
