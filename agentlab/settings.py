@@ -70,6 +70,12 @@ ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[:
 #: and the development SECRET_KEY is refused; on a developer's machine (nothing
 #: set) they are off, so `runserver` over plain HTTP and `make demo` work.
 DEPLOYMENT = is_deployment(ALLOWED_HOSTS)
+if not SECRET_KEY.strip():
+    # Django would start and then answer every request with a 500
+    raise ImproperlyConfigured(
+        "SECRET_KEY is set but empty: set it to a long random value (e.g. python -c "
+        "'import secrets; print(secrets.token_urlsafe(50))'), or unset it on a developer's machine"
+    )
 if DEPLOYMENT and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
     raise ImproperlyConfigured(
         f"ALLOWED_HOSTS names {', '.join(public_hosts(ALLOWED_HOSTS))}, a deployment, but SECRET_KEY is "

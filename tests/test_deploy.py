@@ -123,6 +123,17 @@ def test_a_deployment_refuses_to_start_with_the_development_secret_key():
     assert "SECRET_KEY is the development key" in out.stderr
 
 
+@pytest.mark.parametrize("hosts", ["agentlab.example.com", "localhost"])
+def test_an_empty_secret_key_is_refused_at_start(hosts):
+    """Before: with a public host, ``check --deploy`` passed (W009 only) and
+    the server then answered 500 to every request."""
+    for command in (["check", "--deploy"], ["migrate", "--check"]):
+        out = _run([sys.executable, "manage.py", *command], ALLOWED_HOSTS=hosts, SECRET_KEY=" ")
+        assert out.returncode == 2, out.stderr
+        assert out.stderr.startswith("configuration error: SECRET_KEY is set but empty"), out.stderr
+        assert "Traceback" not in out.stderr
+
+
 def test_check_deploy_is_clean_with_the_readme_production_environment():
     env = readme_production_env()
     assert env["ALLOWED_HOSTS"] == "agentlab.example.com"

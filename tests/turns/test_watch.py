@@ -110,3 +110,31 @@ def test_a_turn_its_own_driver_just_ended_is_not_a_lost_claim(owner):
     Turn.objects.filter(pk=swept).update(status=TurnStatus.INTERRUPTED)
     states = turns_poll(holders=holders, beat=False)
     assert states == {done: (False, None), swept: (False, False), running: (False, True)}
+
+
+async def test_a_database_outage_is_one_line_without_a_traceback(monkeypatch, caplog):
+    """Before: every failed tick logged a WARNING with a traceback, printed
+    ahead of run_eval's one-line exit-75 message."""
+    from django.db import OperationalError
+
+    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.02)
+    failed = threading.Event()
+
+    def down(**_: object) -> None:
+        failed.set()
+        raise OperationalError("connection refused")
+
+    monkeypatch.setattr(watch_module, "turns_poll", down)
+    watcher = turn_watcher()
+    with caplog.at_level("INFO", logger=watch_module.logger.name):
+        watcher.add(turn_id=2**40, holder="h", cancel=asyncio.Event())
+        try:
+            assert await asyncio.to_thread(failed.wait, 5)
+            polls = watcher.polls
+            while watcher.polls < polls + 2:
+                await asyncio.sleep(0.01)
+        finally:
+            watcher.discard(2**40, "h")
+    records = [r for r in caplog.records if "turn watch" in r.getMessage()]
+    assert records and all(r.levelname == "INFO" and r.exc_info is None for r in records)
+    assert records[0].getMessage().endswith("turns failed: connection refused")

@@ -208,10 +208,14 @@ class TurnWatcher:
             beat = time.monotonic() - last_beat >= beat_every
             try:
                 states = turns_poll(holders={t: w.holder for t, w in watched.items()}, beat=beat)
-            except Exception as exc:  # the thread must outlive any one failed tick
+            except DatabaseError as exc:
+                # an outage: the turns' own writes fail and say so (run_eval
+                # exits 75 with one line); no traceback from here on top
+                logger.info("turn watch: polling %d turns failed: %s", len(watched), exc)
+                connections_retire_broken()
+                continue
+            except Exception:  # the thread must outlive any one failed tick
                 logger.warning("turn watch: polling %d turns failed", len(watched), exc_info=True)
-                if isinstance(exc, DatabaseError):
-                    connections_retire_broken()
                 continue
             finally:
                 self.polls += 1
