@@ -10,6 +10,7 @@ subprocess with its own environment.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -56,7 +57,39 @@ def readme_production_env() -> dict[str, str]:
     block = re.search(r"```sh\n# /etc/agentlab/env\n(.*?)```", text, re.S)
     assert block, "the production environment block of docs/production.md is missing"
     pairs = (line.split("=", 1) for line in block.group(1).splitlines() if "=" in line)
-    return {name.strip(): value.strip() for name, value in pairs}
+    # as systemd's EnvironmentFile reads it: surrounding double quotes stripped
+    return {name.strip(): _unquoted(value.strip()) for name, value in pairs}
+
+
+def _unquoted(value: str) -> str:
+    return value[1:-1] if len(value) >= 2 and value[0] == value[-1] == '"' else value
+
+
+def readme_env_block() -> str:
+    text = (ROOT / "docs" / "production.md").read_text()
+    block = re.search(r"```sh\n(# /etc/agentlab/env\n.*?)```", text, re.S)
+    assert block
+    return block.group(1)
+
+
+@pytest.mark.skipif(shutil.which("dash") is None, reason="dash is not installed")
+def test_the_cron_line_reads_the_documented_env_file_under_dash(tmp_path):
+    """Before: ``ADMINS=Ops <ops@example.com>`` was a syntax error in dash,
+    so neither run_eval nor the ``|| mail`` alert of the cron line ran."""
+    env_file = tmp_path / "env"
+    env_file.write_text(readme_env_block())
+    cron = (ROOT / "docs" / "comparing.md").read_text()
+    line = next(x for x in cron.splitlines() if x.startswith("30 2 * * *"))
+    prefix = line.split("cd /srv/agentlab && ", 1)[1].split(".venv/bin/python", 1)[0]
+    assert prefix == "set -a && . /etc/agentlab/env && set +a && "
+    show = 'import json, os; print(json.dumps({k: os.environ[k] for k in ("ADMINS", "EMAIL_URL", "SECRET_KEY")}))'
+    script = prefix.replace("/etc/agentlab/env", str(env_file)) + f"{sys.executable} -c '{show}'"
+    out = subprocess.run(["dash", "-c", script], capture_output=True, text=True, timeout=30, env={})
+    assert out.returncode == 0, out.stderr
+    expected = readme_production_env()
+    assert json.loads(out.stdout) == {k: expected[k] for k in ("ADMINS", "EMAIL_URL", "SECRET_KEY")}
+    assert expected["ADMINS"] == "Ops <ops@example.com>"
+    assert admins_setting(expected["ADMINS"].split(",")) == [("Ops", "ops@example.com")]
 
 
 @pytest.mark.parametrize(
