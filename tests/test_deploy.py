@@ -82,12 +82,13 @@ def test_the_cron_line_reads_the_documented_env_file_under_dash(tmp_path):
     line = next(x for x in cron.splitlines() if x.startswith("30 2 * * *"))
     prefix = line.split("cd /srv/agentlab && ", 1)[1].split(".venv/bin/python", 1)[0]
     assert prefix == "set -a && . /etc/agentlab/env && set +a && "
-    show = 'import json, os; print(json.dumps({k: os.environ[k] for k in ("ADMINS", "EMAIL_URL", "SECRET_KEY")}))'
+    names = ("ADMINS", "EMAIL_URL", "SECRET_KEY")
+    show = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {names!r}}}))"
     script = prefix.replace("/etc/agentlab/env", str(env_file)) + f"{sys.executable} -c '{show}'"
     out = subprocess.run(["dash", "-c", script], capture_output=True, text=True, timeout=30, env={})
     assert out.returncode == 0, out.stderr
     expected = readme_production_env()
-    assert json.loads(out.stdout) == {k: expected[k] for k in ("ADMINS", "EMAIL_URL", "SECRET_KEY")}
+    assert json.loads(out.stdout) == {k: expected[k] for k in names}
     assert expected["ADMINS"] == "Ops <ops@example.com>"
     assert admins_setting(expected["ADMINS"].split(",")) == [("Ops", "ops@example.com")]
 
