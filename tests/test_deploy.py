@@ -83,7 +83,7 @@ def test_the_cron_line_reads_the_documented_env_file_under_dash(tmp_path):
     prefix = line.split("cd /srv/agentlab && ", 1)[1].split(".venv/bin/python", 1)[0]
     assert prefix == "set -a && . /etc/agentlab/env && set +a && "
     names = ("ADMINS", "EMAIL_URL", "SECRET_KEY")
-    show = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {names!r}}}))"
+    show = f"import json, os; print(json.dumps({{k: os.environ[k] for k in {json.dumps(names)}}}))"
     script = prefix.replace("/etc/agentlab/env", str(env_file)) + f"{sys.executable} -c '{show}'"
     out = subprocess.run(["dash", "-c", script], capture_output=True, text=True, timeout=30, env={})
     assert out.returncode == 0, out.stderr
