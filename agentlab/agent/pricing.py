@@ -48,7 +48,8 @@ class Price:
                 raise ValueError(f"a price per million tokens must be a number ≥ 0, got {value!r} for {name}")
 
     def cost(self, usage: Usage) -> float | None:
-        """The cost of ``usage`` at this price; ``None`` when a count is unknown."""
+        """The cost of ``usage`` at this price; ``None`` when a count is unknown.
+        An override has one input rate: cached input tokens are charged at it."""
         if usage.input_tokens is None or usage.output_tokens is None:
             return None
         return (usage.input_tokens * self.input_per_mtok + usage.output_tokens * self.output_per_mtok) / 1e6
@@ -84,6 +85,9 @@ def table_cost(*, base_url: str | None, model: str, usage: Usage) -> float | Non
     ``base_url`` ``None`` means the OpenAI SDK's default endpoint. Matching is
     by base URL only (never by model name alone), so a self-hosted endpoint is
     unknown cost. Prices that depend on the request time use the current one.
+    Input tokens read from the provider's prompt cache
+    (``usage.cached_input_tokens``) are charged at the table's cached rate
+    (``cache_read_tokens``), the rest at the input rate.
     """
     if usage.input_tokens is None or usage.output_tokens is None or not model:
         return None
@@ -94,8 +98,13 @@ def table_cost(*, base_url: str | None, model: str, usage: Usage) -> float | Non
         from genai_prices import Usage as PriceUsage
         from genai_prices import calc_price
 
+        cached = min(usage.cached_input_tokens or 0, usage.input_tokens)
         price = calc_price(
-            PriceUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens),
+            PriceUsage(
+                input_tokens=usage.input_tokens,
+                cache_read_tokens=cached or None,
+                output_tokens=usage.output_tokens,
+            ),
             model,
             provider_api_url=url,
         )

@@ -60,18 +60,31 @@ class Usage:
 
     input_tokens: int | None = None
     output_tokens: int | None = None
+    #: of ``input_tokens``, those the provider read from its prompt cache
+    #: (OpenAI's ``prompt_tokens_details.cached_tokens``), charged at the
+    #: cached rate; ``None`` when not reported
+    cached_input_tokens: int | None = None
 
     @property
     def known(self) -> bool:
         return self.input_tokens is not None and self.output_tokens is not None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        """``{"input_tokens", "output_tokens"}``, and ``"cached_input_tokens"``
+        when the provider reported it."""
+        data: dict[str, Any] = {"input_tokens": self.input_tokens, "output_tokens": self.output_tokens}
+        if self.cached_input_tokens is not None:
+            data["cached_input_tokens"] = self.cached_input_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any] | None) -> Usage:
         data = data or {}
-        return cls(input_tokens=data.get("input_tokens"), output_tokens=data.get("output_tokens"))
+        return cls(
+            input_tokens=data.get("input_tokens"),
+            output_tokens=data.get("output_tokens"),
+            cached_input_tokens=data.get("cached_input_tokens"),
+        )
 
 
 @dataclass(frozen=True)

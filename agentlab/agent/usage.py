@@ -32,6 +32,7 @@ class _Bucket:
     unknown_calls: int = 0
     cost: float | None = None
     unpriced_calls: int = 0
+    cached_input_tokens: int = 0
 
     def add(self, completion: Completion) -> None:
         self.calls += 1
@@ -39,6 +40,7 @@ class _Bucket:
         if usage.known:
             self.input_tokens += int(usage.input_tokens or 0)
             self.output_tokens += int(usage.output_tokens or 0)
+            self.cached_input_tokens += int(usage.cached_input_tokens or 0)
         else:
             self.unknown_calls += 1
         if completion.cost is not None:
@@ -52,11 +54,12 @@ class _Bucket:
         self.calls += other.calls
         self.unknown_calls += other.unknown_calls
         self.unpriced_calls += other.unpriced_calls
+        self.cached_input_tokens += other.cached_input_tokens
         if other.cost is not None:
             self.cost = (self.cost or 0.0) + other.cost
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "input_tokens": self.input_tokens,
             "output_tokens": self.output_tokens,
             "calls": self.calls,
@@ -64,6 +67,9 @@ class _Bucket:
             "cost": self.cost,
             "unpriced_calls": self.unpriced_calls,
         }
+        if self.cached_input_tokens:
+            data["cached_input_tokens"] = self.cached_input_tokens
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> _Bucket:
@@ -78,6 +84,7 @@ class _Bucket:
             cost=None if cost is None else float(cost),
             # rows stored before unpriced_calls existed: unpriced when they had no cost at all
             unpriced_calls=int(unpriced) if unpriced is not None else (calls if cost is None else 0),
+            cached_input_tokens=int(data.get("cached_input_tokens") or 0),
         )
 
 
@@ -89,8 +96,13 @@ class UsageTotals:
 
         {"input_tokens": int, "output_tokens": int, "calls": int,
          "unknown_calls": int, "cost": float | None, "unpriced_calls": int,
-         "by_model": {model: {<the same six keys>}},
-         "by_role": {"agent" | "review" | "judge": {<the same six keys>}}}
+         ["cached_input_tokens": int,]
+         "by_model": {model: {<the same keys>}},
+         "by_role": {"agent" | "review" | "judge": {<the same keys>}}}
+
+    ``cached_input_tokens`` (of ``input_tokens``, those read from the
+    provider's prompt cache and priced at its cached rate) is there only
+    when some call reported cached tokens.
 
     Token sums cover only calls whose usage is known (both counts reported);
     ``calls - unknown_calls`` of them. ``cost`` is US dollars summed over the

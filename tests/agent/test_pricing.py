@@ -68,3 +68,35 @@ async def test_openai_provider_prices_by_its_base_url(stub_server: Any) -> None:
     assert (await self_hosted.complete([{"role": "user", "content": "?"}])).cost is None
     await client.close()
     await self_hosted.aclose()
+
+
+def test_cached_input_tokens_are_charged_at_the_cached_rate() -> None:
+    """Before: a cached prompt was charged at the full input rate (21 % over
+    on the reviewer's gpt-4o-mini run)."""
+    usage = Usage(input_tokens=4000, output_tokens=500, cached_input_tokens=3000)
+    cost = table_cost(base_url=OPENAI, model="gpt-4o-mini", usage=usage)
+    # gpt-4o-mini: $0.15 per million input, $0.075 cached, $0.60 output
+    assert cost == pytest.approx((1000 * 0.15 + 3000 * 0.075 + 500 * 0.60) / 1e6)
+    full = table_cost(base_url=OPENAI, model="gpt-4o-mini", usage=Usage(4000, 500))
+    assert full == pytest.approx((4000 * 0.15 + 500 * 0.60) / 1e6)
+    assert Usage.from_dict(usage.to_dict()) == usage
+    assert Usage(1, 2).to_dict() == {"input_tokens": 1, "output_tokens": 2}
+
+
+async def test_the_openai_provider_reads_cached_tokens_and_the_totals_keep_them(stub_server: Any) -> None:
+    from agentlab.agent.usage import UsageTotals
+
+    reply = text_reply("18", usage=(4000, 500), model="gpt-4o-mini")
+    reply.body["usage"]["prompt_tokens_details"] = {"cached_tokens": 3000}
+    stub = stub_server([reply])
+    client = openai.AsyncOpenAI(base_url=stub.base_url, api_key="x", max_retries=0)
+    provider = OpenAICompatibleProvider(base_url=OPENAI, api_key="x", model="gpt-4o-mini", client=client)
+    completion = await provider.complete([{"role": "user", "content": "?"}])
+    assert completion.usage == Usage(input_tokens=4000, output_tokens=500, cached_input_tokens=3000)
+    assert completion.cost == pytest.approx((1000 * 0.15 + 3000 * 0.075 + 500 * 0.60) / 1e6)
+    totals = UsageTotals()
+    totals.add(completion)
+    assert totals.to_dict()["cached_input_tokens"] == 3000
+    assert totals.to_dict()["by_model"]["gpt-4o-mini"]["cached_input_tokens"] == 3000
+    assert UsageTotals.from_dict(totals.to_dict()).to_dict() == totals.to_dict()
+    await client.close()

@@ -357,9 +357,11 @@ class OpenAICompatibleProvider:
                     error=error if name else (error or "the tool call has no function name"),
                 )
             )
+        cached = _usage_field(_usage_field(usage, "prompt_tokens_details"), "cached_tokens")
         counted = Usage(
             input_tokens=_usage_field(usage, "prompt_tokens"),
             output_tokens=_usage_field(usage, "completion_tokens"),
+            cached_input_tokens=cached if isinstance(cached, int) and not isinstance(cached, bool) else None,
         )
         model = model or self.model
         reported = _usage_field(usage, "cost")
