@@ -87,7 +87,8 @@ async def test_the_openai_provider_reads_cached_tokens_and_the_totals_keep_them(
     from agentlab.agent.usage import UsageTotals
 
     reply = text_reply("18", usage=(4000, 500), model="gpt-4o-mini")
-    reply.body["usage"]["prompt_tokens_details"] = {"cached_tokens": 3000}
+    usage_body: dict[str, Any] = reply.body["usage"]  # type: ignore[index,assignment]
+    usage_body["prompt_tokens_details"] = {"cached_tokens": 3000}
     stub = stub_server([reply])
     client = openai.AsyncOpenAI(base_url=stub.base_url, api_key="x", max_retries=0)
     provider = OpenAICompatibleProvider(base_url=OPENAI, api_key="x", model="gpt-4o-mini", client=client)
