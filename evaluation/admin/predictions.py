@@ -13,7 +13,7 @@ from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
 from evaluation.datasets.spec import gold_display
-from evaluation.models import Example, Prediction, Run
+from evaluation.models import Example, Prediction, Run, RunStatus
 from evaluation.selectors import predictions_failing, run_check_names
 from turns.admin import status_badge
 from turns.admin.display import review_text, stop_reason_text, usage_html
@@ -228,6 +228,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="prediction", ordering="prediction")
     def prediction_short(self, prediction: Prediction) -> str:
+        if prediction.completed_at is None and prediction.run.status == RunStatus.STARTED:
+            return "(pending)"  # not done yet in a run still going
         if prediction.error and not prediction.prediction:
             return "(error)"
         return Truncator(prediction.prediction).chars(50)

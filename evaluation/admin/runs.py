@@ -32,7 +32,7 @@ from common.admin import (
 from evaluation.admin.regressions import RegressionFilter, regression_badge, regression_summary
 from evaluation.admin.report import RunReportViews
 from evaluation.metrics.intervals import accuracy_text, mean_text
-from evaluation.models import Prediction, Run
+from evaluation.models import Prediction, Run, RunStatus
 from evaluation.selectors import run_metrics
 from turns.admin import status_badge
 from turns.models import Turn
@@ -116,6 +116,10 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
             .annotate(
                 prediction_count=subquery_count(Prediction, "run_id"),
                 error_count=subquery_count(Prediction, "run_id", error__gt=""),
+                pending_count=subquery_count(Prediction, "run_id", completed_at__isnull=True),
+                pending_error_count=subquery_count(
+                    Prediction, "run_id", completed_at__isnull=True, error__gt=""
+                ),
                 model_name=KT("config__model"),
                 accuracy_value=Cast(KT("metrics__accuracy"), FloatField()),
             )
@@ -139,8 +143,17 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         return run.prediction_count  # type: ignore[attr-defined]
 
     @admin.display(description="errors", ordering="error_count")
-    def errors(self, run: Run) -> SafeString | int:
+    def errors(self, run: Run) -> SafeString | int | str:
+        """Errored examples; in a run still going, its examples not done yet
+        are pending, not errors (their placeholder rows say "the turn did not
+        finish" only so that a run cut off counts them wrong)."""
         count = run.error_count  # type: ignore[attr-defined]
+        pending = 0
+        if run.status == RunStatus.STARTED:
+            pending = run.pending_count  # type: ignore[attr-defined]
+            count -= run.pending_error_count  # type: ignore[attr-defined]
+        if pending:
+            return f"{count} ({pending} pending)"
         if not count:
             return 0
         return admin_link(Prediction, None, count, query=url_query(run__id__exact=run.pk, errored="yes"))

@@ -406,3 +406,17 @@ def test_run_page_shows_each_check_and_links_to_the_predictions_that_failed_it(s
     response = staff_client.get(failing)
     assert {ids[pk] for pk in prediction_ids(response)} == {"c1", "c2"}
     assert "evidence_quotes_a_document" in response.content.decode()  # offered by the filter
+
+
+def test_an_unfinished_run_shows_its_examples_not_done_as_pending_not_errors(staff_client, evaluated):
+    """Before: a run still going listed its queued and running examples as
+    errors (run list) and "(error)" (predictions list)."""
+    run = evaluated["run"]
+    finished = staff_client.get(RUN_LIST).content.decode()
+    assert re.search(r'class="field-errors"><a [^>]*>8</a>', finished)  # e2 failed, e3..e9 never finished
+    Run.objects.filter(pk=run.pk).update(status="started")
+    going = staff_client.get(RUN_LIST).content.decode()
+    assert '<td class="field-errors">1 (7 pending)</td>' in going
+    rows = staff_client.get(reverse("admin:evaluation_prediction_changelist"), {"run__id__exact": run.pk})
+    body = rows.content.decode()
+    assert body.count("(pending)") == 7 and body.count(">(error)<") == 1  # e2: a real error
