@@ -1,15 +1,33 @@
-"""URL routes: the admin, the HTTP API, log in/out, the health check and the chat pages."""
+"""URL routes: the admin, the HTTP API, log in/out, the health check, the
+site icon and the chat pages."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.contrib import admin
+from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
+from django.views.decorators.http import require_GET
 
 from agentlab.api import api
 from agentlab.health import healthz
 from turns.sse import turn_stream
 
+_FAVICON = Path(__file__).resolve().parent / "static" / "agentlab" / "favicon.ico"
+
+
+@require_GET
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on every page (it was a 404):
+    the project's 16×16 icon, cached for a day."""
+    response = HttpResponse(_FAVICON.read_bytes(), content_type="image/x-icon")
+    response["Cache-Control"] = "public, max-age=86400"
+    return response
+
+
 urlpatterns = [
+    path("favicon.ico", favicon, name="favicon"),
     path("admin/", admin.site.urls),
     # server-sent events: an async view, not a ninja operation (ninja's auth is sync)
     path("api/turns/<int:turn_id>/stream", turn_stream, name="turn_stream"),

@@ -144,3 +144,11 @@ def test_sse_after_takes_ascii_digits_only(server: dict[str, Any], after: str) -
     response = client.get("/api/turns/1/stream", params={"after": after})
     assert response.status_code == 400
     assert "ASCII digits" in _error(response)["message"]
+
+
+def test_the_site_icon_is_served(server: dict[str, Any]) -> None:
+    """Before: ``/favicon.ico``, asked for by every browser, was a 404."""
+    response = httpx.get(f"{server['base']}/favicon.ico")
+    assert response.status_code == 200
+    assert response.headers["content-type"] == "image/x-icon"
+    assert response.content[:4] == b"\x00\x00\x01\x00" and len(response.content) == 1150

@@ -29,6 +29,7 @@ from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.compare.charts import comparison_chart_data
+from evaluation.compare.comparison_table import delta_sections
 from evaluation.compare.pairing import unfinished_warning
 from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare
@@ -141,6 +142,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             candidate=candidate,
             comparison=comparison,
             charts=comparison_chart_data(comparison),
+            delta_sections=delta_sections(comparison),
             swap_url=compare_url(candidate.pk, base.pk),
             unfinished=unfinished_warning(comparison),
             pair_lists=[

@@ -6,8 +6,6 @@ Presentation only: the numbers are ``evaluation.compare.pairing.Comparison``'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 from rich.table import Table
 
 from evaluation.compare.pairing import unfinished_warning
@@ -63,16 +61,6 @@ def _accuracy_row(label: str, s: PairedAccuracy, *, holm: bool) -> list[str]:
         _p(s["p_value"]),
         _p(s["p_holm"]) if holm else "",
     ]
-
-
-def _delta_rows(table: Table, rows: Sequence[tuple[str, Delta, int]]) -> None:
-    for label, d, digits in rows:
-        table.add_row(
-            label,
-            _num(d["base"], digits),
-            _num(d["candidate"], digits),
-            _num(d["difference"], digits, sign=True),
-        )
 
 
 def _delta_table(title: str) -> Table:
@@ -149,45 +137,73 @@ def _accuracy_table(comparison: Comparison) -> Table:
     return accuracy
 
 
-def _delta_tables(comparison: Comparison) -> list[Table]:
-    """The deltas: cost, tokens, steps and latency; stop reasons; review;
-    the plugins' check pass rates (when there are checks)."""
-    figures = _delta_table("Cost, tokens, steps, latency (each run's own rows)")
+#: A row of a delta section: label, base, candidate, difference — as text.
+DeltaRow = tuple[str, str, str, str]
+
+
+def _delta_row(label: str, d: Delta, digits: int) -> DeltaRow:
+    return (
+        label,
+        _num(d["base"], digits),
+        _num(d["candidate"], digits),
+        _num(d["difference"], digits, sign=True),
+    )
+
+
+def _rate_row(label: str, d: Delta) -> DeltaRow:
+    return label, _pct(d["base"]), _pct(d["candidate"]), _pp(d["difference"])
+
+
+def delta_sections(comparison: Comparison) -> list[tuple[str, list[DeltaRow]]]:
+    """The deltas as ``[(title, rows)]``, every figure formatted for people:
+    cost, tokens, steps and latency; stop reasons; review (accuracies in %,
+    their differences in pp); the plugins' check pass rates (when there are
+    checks). The CLI's tables and the admin's comparison page both show
+    these, so they read alike."""
     m = comparison["metrics"]
-    _delta_rows(
-        figures,
-        [
-            ("cost (USD)", m["cost"], 4),
-            ("input tokens", m["input_tokens"], 0),
-            ("output tokens", m["output_tokens"], 0),
-            ("mean steps", m["steps_mean"], 2),
-            ("latency p50 (ms)", m["latency_p50_ms"], 0),
-            ("latency p95 (ms)", m["latency_p95_ms"], 0),
-            ("errors", m["errors"], 0),
-        ],
-    )
-    stops = _delta_table("Stop reasons")
-    _delta_rows(stops, [(reason or "(none)", d, 0) for reason, d in comparison["stop_reasons"].items()])
-    review = _delta_table("Review")
-    _delta_rows(
-        review,
-        [
-            (key.replace("_", " "), d, 3 if "accuracy" in key else 0)
-            for key, d in comparison["review"].items()
-        ],
-    )
-    tables = [figures, stops, review]
+    figures = [
+        _delta_row("cost (USD)", m["cost"], 4),
+        _delta_row("input tokens", m["input_tokens"], 0),
+        _delta_row("output tokens", m["output_tokens"], 0),
+        _delta_row("mean steps", m["steps_mean"], 2),
+        _delta_row("latency p50 (ms)", m["latency_p50_ms"], 0),
+        _delta_row("latency p95 (ms)", m["latency_p95_ms"], 0),
+        _delta_row("errors", m["errors"], 0),
+    ]
+    stops = [_delta_row(reason or "(none)", d, 0) for reason, d in comparison["stop_reasons"].items()]
+    review = [
+        _rate_row(key.replace("_", " "), d)
+        if "accuracy" in key or "rate" in key
+        else _delta_row(key.replace("_", " "), d, 0)
+        for key, d in comparison["review"].items()
+    ]
+    sections = [
+        ("Cost, tokens, steps, latency (each run's own rows)", figures),
+        ("Stop reasons", stops),
+        ("Review", review),
+    ]
     if comparison["checks"]:
-        checks = _delta_table("Checks: pass rate")
-        for name, c in comparison["checks"].items():
-            b, k = c["base"], c["candidate"]
-            checks.add_row(
+        checks = [
+            (
                 name,
-                _pct(b["pass_rate"]) if b else _DASH,
-                _pct(k["pass_rate"]) if k else _DASH,
+                _pct(c["base"]["pass_rate"]) if c["base"] else _DASH,
+                _pct(c["candidate"]["pass_rate"]) if c["candidate"] else _DASH,
                 _pp(c["difference"]),
             )
-        tables.append(checks)
+            for name, c in comparison["checks"].items()
+        ]
+        sections.append(("Checks: pass rate", checks))
+    return sections
+
+
+def _delta_tables(comparison: Comparison) -> list[Table]:
+    """:func:`delta_sections` as rich tables."""
+    tables = []
+    for title, rows in delta_sections(comparison):
+        table = _delta_table(title)
+        for row in rows:
+            table.add_row(*row)
+        tables.append(table)
     return tables
 
 

@@ -7,6 +7,7 @@ system prompt and tools it was given."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from django.core.management import call_command
@@ -107,6 +108,10 @@ def test_comparison_page_lists_fixed_and_broken_with_links_to_both_turns(admin_c
     assert [d["label"] for d in charts["differences"]] == ["overall", "document_qa", "math"]
     assert charts["interval"] == "Newcombe" and "McNemar p" in html and 'id="compare-method"' not in html
     assert charts["differences"][0]["value"] == pytest.approx((1 - 2) / 7)
+    # the deltas read as the CLI's: labels, not metric keys; accuracies in %
+    assert "latency p95 (ms)" in html and "latency_p95_ms" not in html
+    assert "first attempt accuracy" in html and "first_attempt_accuracy" not in html
+    assert re.search(r"<td>final accuracy</td><td class=\"num\">\d+\.\d%</td>", html)
 
 
 def test_comparison_page_warns_when_a_run_did_not_finish(admin_client, runs):
