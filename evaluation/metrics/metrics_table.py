@@ -150,7 +150,8 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     recorded any (``checks_table``).
 
     Rendered with ``rich`` into a string, without colour or other escape codes,
-    ``width`` columns wide. Missing values show as ``—``; accuracy as a percentage
+    ``width`` columns wide or, for a table that needs more, as wide as its
+    cells (nothing is cut short with "…"). Missing values show as ``—``; accuracy as a percentage
     with ``correct/scored`` and its 95 % Wilson interval beside it (computed
     from the counts, so runs stored before intervals existed show it too);
     a run with epochs adds the "Epochs" table (``epochs_table``)."""
@@ -170,6 +171,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
         stops,
     ]
     for table in tables:
+        # never cut a cell: a table wider than ``width`` (epochs with many
+        # k, a long model name) prints at its own width, in a log file too
+        console.width = max(
+            width, console.measure(table, options=console.options.update(max_width=10_000)).maximum
+        )
         console.print(table)
     checks = metrics.get("checks") or {}
     checks_part = checks_table(checks)

@@ -188,3 +188,26 @@ def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dat
     compare = client.get(reverse("admin:evaluation_run_compare", args=[base_pk, result.run.pk]))
     assert compare.status_code == 200
     assert "Agresti–Min" in compare.content.decode()
+
+
+def test_the_epochs_table_is_never_cut_short_when_not_a_terminal() -> None:
+    """Before: at 80 columns the mean accuracy cell read "(100.0…"."""
+    rows = [
+        PredictionRow(
+            task_type="multiple_choice",
+            correct=epoch != 2,
+            steps=1,
+            input_tokens=1,
+            output_tokens=1,
+            cost=None,
+            stop_reason="final",
+            latency_ms=1,
+            example=example,
+            epoch=epoch,
+        )
+        for example in range(6)
+        for epoch in range(1, 6)
+    ]
+    text = format_table(compute_metrics(rows), width=80)
+    assert "…" not in text
+    assert "80.0% (80.0–80.0%)" in text and "pass@5" in text
