@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from evaluation.compare.pairing import unfinished_warning
+from evaluation.compare.pairing import few_examples_warning, unfinished_warning
 from evaluation.compare.shapes import Comparison, Delta, ExamplePair, PairedAccuracy
 from evaluation.metrics.metrics_table import text_console
 
@@ -214,7 +214,9 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
     deltas of cost, tokens, steps and latency, stop reasons, review and the
     plugins' checks, then the fixed, broken and errored examples."""
     runs = _runs_table(comparison)
-    runs.caption = unfinished_warning(comparison)
+    runs.caption = (
+        "\n".join(w for w in (unfinished_warning(comparison), few_examples_warning(comparison)) if w) or None
+    )
     tables = [runs, _accuracy_table(comparison), *_delta_tables(comparison)]
     tables += [
         _pair_table("Fixed: wrong → right", comparison["fixed"]),

@@ -271,6 +271,25 @@ def unfinished_warning(comparison: Comparison) -> str | None:
     )
 
 
+#: Below this many paired examples a resampling p-value is not meaningful.
+FEW_EXAMPLES = 10
+
+
+def few_examples_warning(comparison: Comparison) -> str | None:
+    """The warning a comparison over per-example means (runs with epochs or
+    partial credit: ``comparison["method"]``) of fewer than
+    :data:`FEW_EXAMPLES` examples carries, or ``None``: resampling so few
+    examples gives a bootstrap p-value that is not meaningful. The exact
+    methods of a single-epoch comparison are exact at any size."""
+    n = comparison["overall"]["examples"]
+    if "method" not in comparison or n >= FEW_EXAMPLES:
+        return None
+    return (
+        f"warning: only {n} example{'s' if n != 1 else ''} compared: at this size the bootstrap p-value "
+        f"is not meaningful (it needs {FEW_EXAMPLES} or more); read the counts, not the test"
+    )
+
+
 def regressions(comparison: Comparison, *, alpha: float) -> list[str]:
     """Why the candidate is significantly worse than the base, one line per
     finding (``[]``: no significant regression).

@@ -36,6 +36,17 @@ class JudgeTally:
     calls: int = 0
     unscored: int = 0
 
+    def describe(self, *, first_reason: str = "") -> str:
+        """One line for people: how many answers the judge looked at, how
+        many it graded and how many it could not (with ``first_reason``,
+        one of their score explanations), cache hits and calls."""
+        gave = self.graded - self.unscored
+        line = f"judge: {self.graded} answers, {gave} graded"
+        if self.unscored:
+            could_not = "could not grade any" if not gave else f"could not grade {self.unscored}"
+            line += f", {could_not} (left unscored" + (f": {first_reason}" if first_reason else "") + ")"
+        return line + f"; {self.cached} from the cache, {self.calls} calls"
+
 
 async def judge_run(
     *,

@@ -97,3 +97,8 @@ def test_compare_runs_with_epochs_uses_the_paired_bootstrap(settings, capsys):
     out = capsys.readouterr().out
     # rich wraps headers to the terminal's width: look for the words, not the layout
     assert "bootstrap" in out and "McNemar" not in out and "Newcombe" not in out
+    # five examples: the bootstrap p-value carries a warning
+    assert (
+        "warning: only 5 examples compared: at this size the bootstrap p-value is not meaningful"
+        in " ".join(out.split())
+    )

@@ -188,6 +188,7 @@ def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dat
     compare = client.get(reverse("admin:evaluation_run_compare", args=[base_pk, result.run.pk]))
     assert compare.status_code == 200
     assert "Agresti–Min" in compare.content.decode()
+    assert 'id="few-examples">warning: only 6 examples compared' in compare.content.decode()
 
 
 def test_the_epochs_table_is_never_cut_short_when_not_a_terminal() -> None:

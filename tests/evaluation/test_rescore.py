@@ -254,3 +254,19 @@ def test_rescore_command_prints_the_new_runs_metrics(endpoint, dataset_file, cap
     # "Paris, France" contains Paris, "Danube" itself
     assert (run.metrics["correct"], run.metrics["scored"]) == (2, 6)
     assert "33.3% (2/6; 95% CI" in out and "run id: contains" in out
+
+
+def test_rescore_says_so_when_the_judge_could_not_grade_any_answer(endpoint, dataset_file, capsys):
+    """Before: "6 graded … 6 unscored" for a judge that graded nothing."""
+    from agentlab.testing.stub_llm import error_reply
+
+    exact_run(endpoint, dataset_file)
+    capsys.readouterr()
+    with StubLLMServer(
+        lambda body: error_reply(400, "no such model", type="invalid_request_error")
+    ) as server:
+        endpoint(server)
+        call_command("rescore", "exact", "--scorer", "judge", "--run-id", "nograde")
+    err = capsys.readouterr().err
+    assert "judge: 6 answers, 0 graded, could not grade any (left unscored: the judge failed" in err
+    assert "; 0 from the cache, 6 calls" in err

@@ -56,14 +56,17 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         run = result.run
         tally = result.judge
-        self.stderr.write(
-            f"re-scored {result.copied} predictions of {shlex.quote(opts['run'])} with {opts['scorer']}"
-            + (
-                f"; judge: {tally.graded} graded, {tally.cached} from the cache, {tally.calls} calls, "
-                f"{tally.unscored} unscored"
-                if tally is not None
-                else ""
+        judged = ""
+        if tally is not None:
+            reason = (
+                run.predictions.filter(scorer="judge", score__isnull=True)
+                .exclude(score_explanation="")
+                .values_list("score_explanation", flat=True)
+                .first()
             )
+            judged = "; " + tally.describe(first_reason=reason or "")
+        self.stderr.write(
+            f"re-scored {result.copied} predictions of {shlex.quote(opts['run'])} with {opts['scorer']}{judged}"
         )
         self.stdout.write(format_table(run.metrics))
         self.stdout.write(f"run id: {shlex.quote(run.run_id)}")
