@@ -65,8 +65,7 @@ class Command(BaseCommand):
                 .first()
             )
             judged = "; " + tally.describe(first_reason=reason or "")
-        self.stderr.write(
-            f"re-scored {result.copied} predictions of {shlex.quote(opts['run'])} with {opts['scorer']}{judged}"
-        )
+        source = shlex.quote(opts["run"])
+        self.stderr.write(f"re-scored {result.copied} predictions of {source} with {opts['scorer']}{judged}")
         self.stdout.write(format_table(run.metrics))
         self.stdout.write(f"run id: {shlex.quote(run.run_id)}")
