@@ -29,7 +29,7 @@ from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.compare.charts import comparison_chart_data
-from evaluation.compare.comparison_table import delta_sections
+from evaluation.compare.comparison_table import accuracy_rows, delta_sections
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning
 from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare
@@ -143,6 +143,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             comparison=comparison,
             charts=comparison_chart_data(comparison),
             delta_sections=delta_sections(comparison),
+            accuracy_rows=accuracy_rows(comparison),
             swap_url=compare_url(candidate.pk, base.pk),
             unfinished=unfinished_warning(comparison),
             few_examples=few_examples_warning(comparison),

@@ -141,6 +141,19 @@ def _accuracy_table(comparison: Comparison) -> Table:
 DeltaRow = tuple[str, str, str, str]
 
 
+def accuracy_rows(comparison: Comparison) -> list[tuple[list[str], float | None]]:
+    """The paired-accuracy rows, overall then per task type, as the CLI
+    prints them (accuracies in %, the difference and its interval in pp,
+    p-values to four places) with each row's difference (for colouring):
+    ``[(cells, difference)]``; the admin's comparison page shows these."""
+    rows = [
+        (_accuracy_row("overall", comparison["overall"], holm=False), comparison["overall"]["difference"])
+    ]
+    for task_type, stats in comparison["per_task_type"].items():
+        rows.append((_accuracy_row(task_type, stats, holm=True), stats["difference"]))
+    return rows
+
+
 def _delta_row(label: str, d: Delta, digits: int) -> DeltaRow:
     return (
         label,

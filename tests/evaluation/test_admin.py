@@ -420,3 +420,15 @@ def test_an_unfinished_run_shows_its_examples_not_done_as_pending_not_errors(sta
     rows = staff_client.get(reverse("admin:evaluation_prediction_changelist"), {"run__id__exact": run.pk})
     body = rows.content.decode()
     assert body.count("(pending)") == 7 and body.count(">(error)<") == 1  # e2: a real error
+
+
+def test_the_lists_fit_beside_their_filters_at_1400_px(staff_client, evaluated):
+    """Before: the app sidebar took 300 px and the run and prediction lists
+    scrolled their right-hand columns out of sight at 1,400 px."""
+    runs = staff_client.get(RUN_LIST).content.decode()
+    assert 'id="nav-sidebar"' not in runs
+    url = reverse("admin:evaluation_prediction_changelist")
+    everything = staff_client.get(url).content.decode()
+    assert "column-run" in everything
+    one_run = staff_client.get(url, {"run__id__exact": evaluated["run"].pk}).content.decode()
+    assert "column-run" not in one_run and "column-epoch" not in one_run and "column-turn_link" in one_run
