@@ -45,6 +45,7 @@ from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
 from turns.llm import get_provider
+from turns.models import TurnStatus
 
 
 @dataclass(frozen=True)
@@ -63,10 +64,12 @@ class RunInterrupted(Exception):
     (``--celery``) only the following stopped: the run stays ``started`` and
     its turns run on the workers."""
 
-    def __init__(self, run_id: str, *, turns_keep_running: bool = False) -> None:
+    def __init__(self, run_id: str, *, turns_keep_running: bool = False, left: str = "") -> None:
         super().__init__(f"run {shlex.quote(run_id)} was interrupted")
         self.run_id = run_id
         self.turns_keep_running = turns_keep_running
+        #: with ``turns_keep_running``: what is left on the workers, in words
+        self.left = left
 
 
 def gate_failure(metrics: dict[str, Any], fail_under: float | None) -> str | None:
@@ -351,13 +354,35 @@ def _follow_on_workers(
     except KeyboardInterrupt:
         tally.released = True
         run_release(run=run)  # the turns keep running; the run id follows them again
-        raise RunInterrupted(run.run_id, turns_keep_running=True) from None
+        raise RunInterrupted(
+            run.run_id, turns_keep_running=True, left=_left_on_workers(run, request.queue)
+        ) from None
     except KombuOperationalError as exc:
         # the broker went away while turns were being sent: those sent
         # run on; the same run id sends the rest and follows them all
         tally.released = True
         run_release(run=run)
         raise RunOutage(run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker") from None
+
+
+def _left_on_workers(run: Run, queue: str) -> str:
+    """What Ctrl-C leaves behind on Celery, said truly: how many of the run's
+    open turns are running on a worker and how many wait in ``queue`` (and
+    that no worker reads it, when none does) — not "they keep running" when
+    none was ever taken."""
+    open_turns = Prediction.objects.filter(run=run, completed_at__isnull=True, turn__isnull=False)
+    running = open_turns.filter(turn__status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)).count()
+    waiting = open_turns.filter(turn__status__in=(TurnStatus.QUEUED, TurnStatus.INTERRUPTED)).count()
+    parts = []
+    if running:
+        parts.append(f"{running} turn(s) are running on the workers")
+    if waiting:
+        readers = queue_readers(queue)
+        parts.append(
+            f"{waiting} wait in queue {queue!r}"
+            + ("" if readers else " — no worker reads it, so none will start")
+        )
+    return "; ".join(parts) or "no turn is left on the workers"
 
 
 def _finish(run: Run, *, status: RunStatus, driven: int, started: float, outage: bool) -> Run:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -290,7 +291,11 @@ def test_ctrl_c_stops_following_the_turns_go_on_and_the_same_run_id_follows_agai
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=30) == 130
         log = cluster.log("first.log")
-        assert "stopped following" in log and "keep running on the workers" in log
+        said = re.search(
+            r"stopped following run followed: (\d+ turn\(s\) are running on the workers; )?(\d+) wait", log
+        )
+        assert said, log  # what runs on the worker's two slots, and what waits in the queue it reads
+        assert "no worker reads it" not in log
         resume = log.strip().splitlines()[-1].strip()
         words = shlex.split(resume)
         assert words[1:6] == ["manage.py", "run_eval", str(GSM8K), "--run-id", "followed"]
@@ -368,3 +373,34 @@ def test_epochs_on_celery(cluster_for):
     assert (status, config["epochs"], metrics["total"], metrics["correct"]) == ("success", 3, 12, 6)
     rows_ = predictions(cluster.dbname, "epochs")
     assert sorted((r[0], r[1]) for r in rows_) == sorted({(r[0], k) for r in rows_ for k in (1, 2, 3)})
+
+
+def test_ctrl_c_with_no_worker_on_the_queue_says_nothing_untrue(cluster_for):
+    """Before: with ``--queue nobody`` the command printed ``0/2 examples
+    done`` with no hint and, on Ctrl-C, that the turns "keep running on the
+    workers" — none had started and none would."""
+    gsm = rows(GSM8K, 2)
+    with StubLLMServer(CountingOracle(gsm, right={0, 1}, latency=0.0)) as stub:
+        cluster = cluster_for(stub)  # no worker at all
+        proc = cluster.run_eval(
+            str(GSM8K),
+            "--celery",
+            "--run-id",
+            "nobody",
+            "--limit",
+            "2",
+            "--queue",
+            "nobody",
+            log="nobody.log",
+        )
+        cluster.wait_for(
+            lambda: "no Celery worker reads queue 'nobody'" in cluster.log("nobody.log"), 60, "the note"
+        )
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        log = cluster.log("nobody.log")
+        assert (
+            "stopped following run nobody: 2 wait in queue 'nobody' — no worker reads it, so none will start"
+            in log
+        )
+        assert "running on the workers" not in log

@@ -245,9 +245,8 @@ class Command(BaseCommand):
         """Ctrl-C: say how to resume (or follow again), exit 130."""
         if exc.turns_keep_running:
             self.stderr.write(
-                f"\nstopped following; the turns of run {shlex.quote(exc.run_id)} keep running on "
-                f"the workers (manage.py cancel_run {shlex.quote(exc.run_id)} stops them). "
-                "To follow it again:"
+                f"\nstopped following run {shlex.quote(exc.run_id)}: {exc.left} "
+                f"(manage.py cancel_run {shlex.quote(exc.run_id)} stops them). To follow it again:"
             )
         else:
             self.stderr.write(f"\ninterrupted; to resume run {shlex.quote(exc.run_id)}:")
