@@ -28,9 +28,12 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.mcp.config import MCPServerConfig
+from agentlab.agent.mcp.hub import MCPUnavailable, mcp_hub
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
+from common.errors import BadInput
 from common.version import code_version
 from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve, fallback_note
 from evaluation.judge.judge_pass import judge_pass
@@ -139,6 +142,22 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
 
 
+def mcp_preflight(servers: Sequence[MCPServerConfig]) -> None:
+    """Start every MCP server of the run (and list its tools) before any
+    example is driven; the sessions stay open for the turns. Raises
+    ``BadInput`` naming the first server that does not start — its command
+    or URL and the child's last error line — so a broken server stops the
+    run at once (exit 2) instead of failing every example one by one."""
+    if not servers:
+        return
+    hub = mcp_hub()
+    for server in servers:
+        try:
+            asyncio.run(hub.list_tools(server))
+        except MCPUnavailable as exc:
+            raise BadInput(f"{exc}; no example was run") from None
+
+
 def _run_eval(
     *,
     request: EvalRequest,
@@ -153,6 +172,8 @@ def _run_eval(
     existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
     if existing is not None:
         extensions = extensions_resume(extensions, run_id=run_id, config=existing)
+    if not request.celery:  # on Celery the workers start their own servers
+        mcp_preflight(extensions.mcp_servers)
     # a resume without --epochs keeps the run's; another number is refused by run_start
     epochs = request.epochs or int((existing or {}).get("epochs") or 1)
     config = {

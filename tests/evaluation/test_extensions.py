@@ -269,3 +269,49 @@ def test_an_mcp_tool_that_needs_approval_stops_an_evaluated_example(endpoint, tm
     assert prediction.stop_reason == "approval_required"
     assert not TurnEvent.objects.filter(turn=prediction.turn, type=EventType.TOOL_RESULT).exists()
     assert Run.objects.get(run_id="guarded").config["mcp_servers"][0]["approval"] == ["add"]
+
+
+def _sum_file(tmp_path: Path) -> Path:
+    path = tmp_path / "sum.jsonl"
+    line = {"question_id": "q0", "question": "What is 20 + 22?", "answer": "42", "task_type": "math"}
+    path.write_text(json.dumps(line) + "\n", encoding="utf-8")
+    return path
+
+
+def test_an_mcp_server_that_cannot_start_stops_the_run_before_any_example(endpoint, tmp_path):
+    """Before: every example failed one by one, the run ended success (exit
+    0) and the child's raw traceback was printed."""
+    broken = "python -c \"import sys; sys.stderr.write('Traceback ...\\nKeyError: TOKEN\\n'); sys.exit(3)\""
+    with StubLLMServer(lambda body: final_answer_reply("42")) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as refused:
+            call_command("run_eval", "--no-review", str(_sum_file(tmp_path)), "--mcp", f"calc={broken}")
+        assert server.request_count == 0
+    assert refused.value.returncode == 2
+    message = str(refused.value)
+    assert message.startswith("MCP server 'calc' (stdio python -c ")
+    assert message.endswith("; it said: KeyError: TOKEN; no example was run")
+    assert "\n" not in message and Run.objects.count() == 0
+
+
+def test_the_readme_s_mcp_example_runs_without_an_activated_virtualenv(endpoint, tmp_path, monkeypatch):
+    """``python -m …`` is the interpreter running AgentLab, whatever PATH says;
+    a server gets AgentLab's variables only when ``inherit_env`` names them."""
+    monkeypatch.setenv("PATH", "/nonexistent")  # no virtualenv's python on PATH, nor any python
+    monkeypatch.setenv("AGENTLAB_TEST_MCP_STARTS_FILE", str(tmp_path / "inherited"))
+    spec = json.dumps(
+        {"command": "python -m agentlab.testing.mcp_server", "inherit_env": ["AGENTLAB_TEST_MCP_STARTS_FILE"]}
+    )
+    with StubLLMServer(lambda body: tool_call_reply("calc__add", {"a": 20, "b": 22})) as server:
+        endpoint(server)
+        call_command(
+            "run_eval", "--no-review", str(_sum_file(tmp_path)), "--run-id", "readme", "--mcp", f"calc={spec}"
+        )
+    assert starts(tmp_path / "inherited") == 1  # started once, and it saw the variable
+    result = TurnEvent.objects.filter(
+        turn__predictions__run__run_id="readme", type=EventType.TOOL_RESULT
+    ).first()
+    assert result is not None and result.data["result"]["output"] == "42"
+    assert Run.objects.get(run_id="readme").config["mcp_servers"][0]["inherit_env"] == [
+        "AGENTLAB_TEST_MCP_STARTS_FILE"
+    ]

@@ -9,12 +9,21 @@ The setting is a JSON object, server name → how to reach it::
 
 A text value is a streamable HTTP URL (``http://`` / ``https://``) or a stdio
 command line (split like a shell would, ``shlex``). An object has ``command``
-(text or a list) with optional ``args``, ``env`` and ``cwd``, or ``url``, and
+(text or a list) with optional ``args``, ``env``, ``inherit_env`` and ``cwd``,
+or ``url``, and
 optionally ``approval`` (``true``: every tool of the server needs a human's
 approval; a list: those tools), ``tools`` (offer only these), ``timeout_s``
 (one call, default 60) and ``start_timeout_s`` (start and list tools, default
 30). Names are 1-32 letters, digits, ``_`` or ``-``: a tool ``search`` of
 server ``docs`` is offered as ``docs__search``.
+
+A stdio server's environment is the MCP SDK's safe default — ``HOME``,
+``LOGNAME``, ``PATH``, ``SHELL``, ``TERM``, ``USER`` of AgentLab's own — plus
+the variables ``inherit_env`` names from AgentLab's environment (``true``:
+all of them, secrets included) and then ``env``'s values. A command whose
+program is ``python`` or ``python3`` runs with the interpreter running
+AgentLab, so ``python -m pkg`` finds its virtualenv's packages whether or not
+the virtualenv is activated.
 
 Parsing imports nothing of the ``mcp`` SDK (importing it takes seconds).
 """
@@ -33,7 +42,18 @@ SERVER_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,31}$")
 TOOL_SEPARATOR = "__"
 DEFAULT_CALL_TIMEOUT_S = 60.0
 DEFAULT_START_TIMEOUT_S = 30.0
-_KEYS = {"command", "args", "env", "cwd", "url", "approval", "tools", "timeout_s", "start_timeout_s"}
+_KEYS = {
+    "command",
+    "args",
+    "env",
+    "inherit_env",
+    "cwd",
+    "url",
+    "approval",
+    "tools",
+    "timeout_s",
+    "start_timeout_s",
+}
 
 
 class MCPConfigError(ValueError):
@@ -53,6 +73,8 @@ class MCPServerConfig:
     command: tuple[str, ...] | None = None
     url: str | None = None
     env: tuple[tuple[str, str], ...] = ()
+    #: AgentLab's own variables passed on: ``True`` all, else these names
+    inherit_env: bool | frozenset[str] = frozenset()
     cwd: str | None = None
     approval: bool | frozenset[str] = False
     tools: frozenset[str] | None = None
@@ -89,7 +111,11 @@ class MCPServerConfig:
             "approval": approval,
             "tools": sorted(self.tools) if self.tools is not None else None,
             "timeout_s": self.timeout_s,
-        }
+        } | (
+            {"inherit_env": True if self.inherit_env is True else sorted(self.inherit_env)}
+            if self.inherit_env
+            else {}
+        )
 
 
 def _strings(value: Any, *, where: str) -> list[str]:
@@ -118,6 +144,14 @@ def parse_server(name: str, value: Any, *, where: str = "AGENTLAB_MCP_SERVERS") 
         isinstance(k, str) and isinstance(v, str) for k, v in env.items()
     ):
         raise MCPConfigError(f"{here}: env must be an object of strings, got {env!r}")
+    inherit_raw = value.get("inherit_env", False)
+    inherit_env: bool | frozenset[str] = (
+        inherit_raw is True
+        if isinstance(inherit_raw, bool)
+        else frozenset(_strings(inherit_raw, where=f"{here}: inherit_env (true, false or variable names)"))
+    )
+    if inherit_env is False:
+        inherit_env = frozenset()
     cwd = value.get("cwd")
     if cwd is not None and not isinstance(cwd, str):
         raise MCPConfigError(f"{here}: cwd must be a path, got {cwd!r}")
@@ -133,6 +167,7 @@ def parse_server(name: str, value: Any, *, where: str = "AGENTLAB_MCP_SERVERS") 
         command=command,
         url=url,
         env=tuple(sorted(env.items())),
+        inherit_env=inherit_env,
         cwd=cwd,
         approval=approval,
         tools=None if tools is None else frozenset(_strings(tools, where=f"{here}: tools")),

@@ -32,10 +32,12 @@ import collections
 import concurrent.futures
 import logging
 import os
+import sys
+import tempfile
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import IO, Any, TypeVar
 
 from agentlab.agent.mcp.config import MCPServerConfig
 
@@ -125,6 +127,7 @@ class _Connection:
 
     def __init__(self, config: MCPServerConfig) -> None:
         self.config = config
+        self.errlog: IO[str] | None = None
         self.client: Any = None
         self.tools: list[RemoteTool] = []
         self.ready: asyncio.Future[list[RemoteTool]] = asyncio.get_running_loop().create_future()
@@ -132,17 +135,42 @@ class _Connection:
         self.task = asyncio.get_running_loop().create_task(self._run(), name=f"mcp-{config.name}")
 
     def _target(self) -> Any:
-        from mcp import StdioServerParameters
+        """The URL, or the stdio transport: ``python``/``python3`` as the
+        program is the interpreter running AgentLab (so ``python -m pkg``
+        finds the packages of AgentLab's virtualenv, activated or not); the
+        environment is the MCP SDK's safe default (``HOME``, ``PATH``, …),
+        the parent's variables ``inherit_env`` names, and ``env``; the
+        child's stderr is kept in a file, to say why it failed to start."""
+        from mcp.client.stdio import StdioServerParameters, stdio_client
 
         config = self.config
         if config.command is None:
             return config.url
-        return StdioServerParameters(
-            command=config.command[0],
-            args=list(config.command[1:]),
-            env=dict(config.env) or None,
-            cwd=config.cwd,
+        program, *args = config.command
+        if program in ("python", "python3"):
+            program = sys.executable
+        inherited = (
+            dict(os.environ)
+            if config.inherit_env is True
+            else {name: os.environ[name] for name in config.inherit_env or () if name in os.environ}
         )
+        self.errlog = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")  # noqa: SIM115 - kept open
+        params = StdioServerParameters(
+            command=program, args=args, env={**inherited, **dict(config.env)} or None, cwd=config.cwd
+        )
+        return stdio_client(params, errlog=self.errlog)
+
+    def last_error_line(self) -> str:
+        """The last non-blank line the child wrote to stderr, ``""`` if none."""
+        if self.errlog is None:
+            return ""
+        try:
+            self.errlog.flush()
+            self.errlog.seek(0)
+            lines = [line.strip() for line in self.errlog.read().splitlines() if line.strip()]
+        except (OSError, ValueError):
+            return ""
+        return lines[-1] if lines else ""
 
     async def _run(self) -> None:
         from mcp import Client
@@ -173,7 +201,11 @@ class _Connection:
 
     def _unavailable(self, cause: str) -> str:
         config = self.config
-        return f"MCP server {config.name!r} ({config.transport} {config.target}) is unavailable: {cause}"
+        said = self.last_error_line()
+        child = f"; it said: {said}" if said else ""
+        return (
+            f"MCP server {config.name!r} ({config.transport} {config.target}) is unavailable: {cause}{child}"
+        )
 
     def retire(self) -> None:
         self.stop.set()
