@@ -83,7 +83,7 @@ if DEPLOYMENT and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
         "'import secrets; print(secrets.token_urlsafe(50))')"
     )
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=DEPLOYMENT)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]  # probes on the private network speak plain HTTP
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes on the private network speak plain HTTP
 SECURE_HSTS_SECONDS = env_number("SECURE_HSTS_SECONDS", 31_536_000 if DEPLOYMENT else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=DEPLOYMENT)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)

@@ -11,7 +11,7 @@ from django.urls import include, path
 from django.views.decorators.http import require_GET
 
 from agentlab.api import api
-from agentlab.health import healthz
+from agentlab.health import healthz, readyz
 from turns.sse import turn_stream
 
 _FAVICON = Path(__file__).resolve().parent / "static" / "agentlab" / "favicon.ico"
@@ -34,5 +34,6 @@ urlpatterns = [
     path("api/", api.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", healthz, name="healthz"),
+    path("readyz", readyz, name="readyz"),
     path("", include("turns.urls")),
 ]
