@@ -2,7 +2,8 @@
 
 Websockets pass the allowed-hosts origin check and session authentication
 before routing (``turns.routing``). ``RunAtServerStart`` does the work due at
-server start on the first connection (``agentlab.startup``).
+server start on the first connection (``agentlab.startup``). A header line
+too long for Twisted to read gets a 431 (``agentlab.serving``).
 """
 
 from __future__ import annotations
@@ -18,8 +19,11 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
+from agentlab.serving import answer_oversized_header_lines  # noqa: E402
 from agentlab.startup import RunAtServerStart  # noqa: E402
 from turns.routing import websocket_urlpatterns  # noqa: E402
+
+answer_oversized_header_lines()  # a 60 KB header line gets a 431, not a dropped connection
 
 application = RunAtServerStart(
     ProtocolTypeRouter(

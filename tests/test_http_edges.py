@@ -152,3 +152,11 @@ def test_the_site_icon_is_served(server: dict[str, Any]) -> None:
     assert response.status_code == 200
     assert response.headers["content-type"] == "image/x-icon"
     assert response.content[:4] == b"\x00\x00\x01\x00" and len(response.content) == 1150
+
+
+def test_a_60000_character_api_key_gets_431_not_a_dropped_connection(server: dict[str, Any]) -> None:
+    response = httpx.get(f"{server['base']}/api/runs", headers={"X-API-Key": "k" * 60_000})
+    assert response.status_code == 431
+    assert response.json()["error"]["code"] == "header_too_large"
+    # a long key that fits in a line is only an unknown key
+    assert httpx.get(f"{server['base']}/api/runs", headers={"X-API-Key": "k" * 10_000}).status_code == 401
