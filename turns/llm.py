@@ -10,11 +10,16 @@ from agentlab.agent.providers import make_provider
 from agentlab.agent.types import LLMProvider
 
 
-def get_provider(*, model: str | None = None, price: Price | None = None) -> LLMProvider:
+def get_provider(
+    *, model: str | None = None, price: Price | None = None, base_url: str | None = None
+) -> LLMProvider:
     """A provider for the configured LLM: an OpenAI-compatible endpoint when
     ``AGENTLAB_LLM_BASE_URL`` is set, else the embedded GGUF model.
 
-    ``model`` overrides ``AGENTLAB_MODEL`` (endpoint) or ``AGENTLAB_GGUF_PATH``
+    ``base_url`` overrides ``AGENTLAB_LLM_BASE_URL`` (a run's endpoint, which
+    travels with it to the Celery workers; the key is this process's
+    ``AGENTLAB_LLM_API_KEY``, never stored with the run). ``model`` overrides
+    ``AGENTLAB_MODEL`` (endpoint) or ``AGENTLAB_GGUF_PATH``
     (local model file). ``price`` overrides the price table
     (``agentlab.agent.pricing``): without it an endpoint's cost comes from the
     table (by base URL and model) and the local model's is unknown. Create one
@@ -22,7 +27,7 @@ def get_provider(*, model: str | None = None, price: Price | None = None) -> LLM
     client is bound to the loop it first ran on (the local model itself is
     loaded once per process).
     """
-    base_url = settings.AGENTLAB_LLM_BASE_URL
+    base_url = base_url or settings.AGENTLAB_LLM_BASE_URL
     if base_url:
         return make_provider(
             base_url=base_url,

@@ -228,6 +228,9 @@ def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> di
     return {
         "provider": provider.name,
         "model": provider.model,
+        # the endpoint the predictions are made with: it travels with the run
+        # to the Celery workers (the key does not: each process has its own)
+        "base_url": getattr(provider, "base_url", None),
         "max_steps": request.max_steps,
         "concurrency": request.concurrency,
         "limit": request.limit,

@@ -76,12 +76,18 @@ def _close_loop(**_: object) -> None:
     _loop.close()
 
 
-def _loop_provider(model: str | None, price: dict[str, float] | None) -> LLMProvider:
-    """The provider for ``model`` and ``price`` kept on the process's loop:
+def _loop_provider(
+    model: str | None, price: dict[str, float] | None, base_url: str | None = None
+) -> LLMProvider:
+    """The provider for ``model``, ``price`` and the run's endpoint
+    ``base_url`` (``None``: this worker's own) kept on the process's loop:
     building one (an HTTP client and its session) costs ~60 ms of CPU, more
     than the rest of a short example, and its connections are reused."""
-    key = json.dumps([model, price], sort_keys=True)
-    return _loop.keep(f"provider:{key}", lambda: get_provider(model=model, price=Price.from_dict(price)))
+    key = json.dumps([model, price, base_url], sort_keys=True)
+    return _loop.keep(
+        f"provider:{key}",
+        lambda: get_provider(model=model, price=Price.from_dict(price), base_url=base_url),
+    )
 
 
 async def _drive(prediction_ids: list[int], task_id: str) -> None:
@@ -102,7 +108,8 @@ async def _drive_run(rows: list[tuple[PlannedExample, Prediction]], task_id: str
     config = prediction.run.config
     await drive_examples(
         [item for item, _ in rows],
-        provider=_loop_provider(config.get("model"), config.get("price")),
+        # the run's endpoint, not the worker's: what run_eval was pointed at
+        provider=_loop_provider(config.get("model"), config.get("price"), config.get("base_url")),
         db=shared_db(),
         concurrency=len(rows),
         review=bool(config.get("review", True)),

@@ -404,3 +404,33 @@ def test_ctrl_c_with_no_worker_on_the_queue_says_nothing_untrue(cluster_for):
             in log
         )
         assert "running on the workers" not in log
+
+
+def test_the_run_s_endpoint_travels_to_the_workers(cluster_for):
+    """Before: with the worker's AGENTLAB_LLM_BASE_URL on one server and the
+    command's on another, no request reached the command's server while the
+    run's config named the command's model."""
+    gsm = rows(GSM8K, 3)
+    with (
+        StubLLMServer(CountingOracle(gsm, right=set(), latency=0.0)) as workers_own,
+        StubLLMServer(CountingOracle(gsm, right={0, 1, 2}, latency=0.0)) as commands,
+    ):
+        cluster = cluster_for(workers_own)
+        cluster.worker("w1", concurrency=2)
+        cluster.env = {**cluster.env, "AGENTLAB_LLM_BASE_URL": commands.base_url}  # run_eval's endpoint
+        proc = cluster.run_eval(
+            str(GSM8K),
+            "--celery",
+            "--run-id",
+            "endpoint",
+            "--limit",
+            "3",
+            "--queue",
+            cluster.queue,
+            log="endpoint.log",
+        )
+        assert proc.wait(timeout=120) == 0, cluster.log("endpoint.log")
+        assert (commands.request_count, workers_own.request_count) == (3, 0)
+    status, metrics, config = run_row(cluster.dbname, "endpoint")
+    assert (status, metrics["correct"]) == ("success", 3)
+    assert config["base_url"] == commands.base_url
