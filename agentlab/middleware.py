@@ -36,6 +36,16 @@ def _is_json(content_type: str) -> bool:
     )
 
 
+def _carries_data(body: bytes, content_type: str) -> bool:
+    """Whether a body says anything: an empty form (a bodiless POST as some
+    clients send it: no field, or a multipart body with no part) does not."""
+    if not body.strip():
+        return False
+    if content_type.lower().startswith("multipart/"):
+        return b"content-disposition" in body.lower()
+    return True
+
+
 def _error(status: int, message: str) -> JsonResponse:
     return JsonResponse(error_body(status, message), status=status)
 
@@ -58,17 +68,16 @@ class ApiBodyMiddleware:
 
     @staticmethod
     def _refusal(request: HttpRequest) -> JsonResponse | None:
-        content_type = request.META.get("CONTENT_TYPE", "")
-        length = request.META.get("CONTENT_LENGTH") or ""
-        has_body = (length.isascii() and length.isdigit() and int(length) > 0) or (
-            "HTTP_TRANSFER_ENCODING" in request.META
-        )
-        if has_body and not _is_json(content_type):
-            shown = content_type.split(";", 1)[0].strip() or "no Content-Type"
-            return _error(415, f"the API takes a JSON body (Content-Type: application/json), not {shown}")
         limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
         try:
-            request.body  # noqa: B018 - read now, where its limit can be answered in the API's shape
+            # read now, before the CSRF middleware parses a form from the
+            # stream (which left ninja unable to read it), and where the
+            # limit can be answered in the API's shape
+            body = request.body
         except RequestDataTooBig:
             return _error(413, f"the request body is over the limit of {limit:,} bytes")
+        content_type = request.META.get("CONTENT_TYPE", "")
+        if _carries_data(body, content_type) and not _is_json(content_type):
+            shown = content_type.split(";", 1)[0].strip() or "no Content-Type"
+            return _error(415, f"the API takes a JSON body (Content-Type: application/json), not {shown}")
         return None
