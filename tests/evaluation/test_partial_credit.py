@@ -5,6 +5,9 @@ agree."""
 
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import pytest
 from django.urls import reverse
 
@@ -16,13 +19,14 @@ from evaluation.compare.over_epochs import (
 )
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.services import run_compare_ids
-from evaluation.compare.shapes import ComparedRow, Comparison, EpochComparedRow, RunSide
+from evaluation.compare.shapes import Comparison, EpochComparedRow, RunSide
 from evaluation.compare.statistics import PairedTable, adjusted_difference_interval, newcombe_paired_interval
 from evaluation.metrics.compute import PredictionRow, compute_metrics
 from evaluation.metrics.intervals import mean_interval
 from evaluation.metrics.metrics_table import format_table
 from evaluation.models import Run
 from evaluation.run.rescoring import rescore
+from tests.evaluation.test_epoch_comparison import row
 from tests.evaluation.test_rescore import dataset_file, exact_run  # noqa: F401 - fixtures
 
 #: the token F1 of each of test_rescore's answers against its gold
@@ -36,7 +40,10 @@ F1 = {
 }
 
 
-def _row(task_type: str, score: float, correct: bool, scorer: str = "f1") -> PredictionRow:
+def _row(
+    task_type: str, score: float | None, correct: bool | None, scorer: str = "f1", **more: Any
+) -> PredictionRow:
+    """A prediction row with one step and one token each way: only what a test compares varies."""
     return PredictionRow(
         task_type=task_type,
         correct=correct,
@@ -48,6 +55,7 @@ def _row(task_type: str, score: float, correct: bool, scorer: str = "f1") -> Pre
         latency_ms=1,
         score=score,
         scorer=scorer,
+        **more,
     )
 
 
@@ -68,19 +76,7 @@ def test_metrics_give_the_mean_f1_with_its_interval_beside_exact_match() -> None
 
 
 def _epoch(key: int, epoch: int, correct: bool, score: float) -> EpochComparedRow:
-    row = ComparedRow(
-        example_key=key,
-        example_id=f"ex{key}",
-        task_type="document_qa",
-        prediction_id=key * 10 + epoch,
-        turn_id=None,
-        correct=correct,
-        prediction="p",
-        gold="g",
-        error="",
-        stop_reason="final",
-    )
-    return EpochComparedRow(row=row, epoch=epoch, score=score)
+    return dataclasses.replace(row(key, epoch, correct, task_type="document_qa"), score=score)
 
 
 def test_a_partial_grade_counts_as_not_correct_in_a_comparison_as_in_the_run() -> None:
@@ -99,19 +95,7 @@ def test_a_partial_grade_counts_as_not_correct_in_a_comparison_as_in_the_run() -
         _epoch(2, 2, False, 0.0),
     ]
     run_metrics = compute_metrics(
-        PredictionRow(
-            task_type="document_qa",
-            correct=r.row.correct,
-            steps=1,
-            input_tokens=1,
-            output_tokens=1,
-            cost=None,
-            stop_reason="final",
-            latency_ms=1,
-            example=r.row.example_key,
-            epoch=r.epoch,
-            score=r.score,
-        )
+        _row("document_qa", r.score, r.row.correct, scorer="judge", example=r.row.example_key, epoch=r.epoch)
         for r in base
     )
     assert run_metrics["epochs"]["mean_accuracy"] == 0.25  # example 1: 0.5, example 2: 0
@@ -194,18 +178,7 @@ def test_rescore_with_f1_gives_partial_credit_and_compares_over_it(endpoint, dat
 def test_the_epochs_table_is_never_cut_short_when_not_a_terminal() -> None:
     """Before: at 80 columns the mean accuracy cell read "(100.0…"."""
     rows = [
-        PredictionRow(
-            task_type="multiple_choice",
-            correct=epoch != 2,
-            steps=1,
-            input_tokens=1,
-            output_tokens=1,
-            cost=None,
-            stop_reason="final",
-            latency_ms=1,
-            example=example,
-            epoch=epoch,
-        )
+        _row("multiple_choice", None, epoch != 2, scorer="choice", example=example, epoch=epoch)
         for example in range(6)
         for epoch in range(1, 6)
     ]
