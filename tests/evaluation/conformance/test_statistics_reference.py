@@ -97,8 +97,9 @@ def test_newcombe_matches_method_10_written_from_the_paper() -> None:
 
 def test_holm_matches_statsmodels() -> None:
     rng = random.Random(7)
+    # statsmodels takes ~50 ms a call: 12 family sizes × 6 draws
     for m in range(1, 13):
-        for _ in range(40):
+        for _ in range(6):
             p = [rng.choice([rng.random(), rng.random() / 100, 1.0, 0.0]) for _ in range(m)]
             reference = multipletests(p, method="holm")[1]
             assert holm_adjust(p) == pytest.approx(list(reference), abs=1e-15)
