@@ -227,6 +227,12 @@ def test_two_workers_share_a_run_and_a_killed_worker_costs_nothing_twice(cluster
     with StubLLMServer(script) as stub:
         cluster = cluster_for(stub)
         one, _two = cluster.worker("one", concurrency=2), cluster.worker("two", concurrency=2)
+        # both up before the run starts: the start-up note is about workers that are not there
+        cluster.wait_for(
+            lambda: "ready." in cluster.log("one.log") and "ready." in cluster.log("two.log"),
+            90,
+            "workers ready",
+        )
         proc = cluster.run_eval(str(GSM8K), "--celery", "--run-id", "shared", "--limit", "24", log="run.log")
         # both workers drive some of the examples
         cluster.wait_for(

@@ -234,6 +234,7 @@ def test_rescore_refuses_bad_input_with_exit_2(endpoint, dataset_file):
         call_command("rescore", "exact", "--scorer", "contains")
 
 
+@pytest.mark.local_model  # a GGUF judge file is checked after llama-cpp-python is found
 def test_a_judge_model_that_is_not_there_is_exit_2_before_anything_is_written(
     endpoint, dataset_file, settings
 ):

@@ -397,6 +397,7 @@ def test_retry_errors_runs_failed_examples_again_as_a_new_attempt(endpoint):
     assert retried.turn.meta["attempts"][0]["stop_reason"] == "provider_error"
 
 
+@pytest.mark.local_model  # the model file is checked after llama-cpp-python is found
 def test_a_missing_model_file_is_exit_2_not_a_traceback(settings):
     settings.AGENTLAB_LLM_BASE_URL = None
     with pytest.raises(CommandError) as excinfo:
@@ -429,8 +430,13 @@ def test_a_dataset_name_that_cannot_make_a_run_id_is_refused_at_import(tmp_path)
     assert Dataset.objects.count() == 0
 
 
-def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch):
+def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch, settings):
     from django.db import ProgrammingError
+
+    # an endpoint, so that the test does not depend on the local model's package (make test LOCAL=0)
+    settings.AGENTLAB_LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    settings.AGENTLAB_LLM_API_KEY = "k"
+    settings.AGENTLAB_MODEL = "stub-model"
 
     import evaluation.run.evaluate as command
 
@@ -549,6 +555,7 @@ def test_a_json_path_that_is_a_folder_is_refused_before_running(tmp_path, endpoi
     assert (Dataset.objects.count(), Run.objects.count(), Turn.objects.count()) == (0, 0, 0)
 
 
+@pytest.mark.local_model  # the model file is read by llama-cpp-python
 def test_a_model_file_that_is_not_a_gguf_is_exit_2_naming_it(settings, tmp_path):
     """llama.cpp refuses a file without the GGUF header at once, so this never
     loads the real model."""
