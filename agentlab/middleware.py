@@ -29,19 +29,20 @@ from common.api import error_body
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
-def _is_json(content_type: str) -> bool:
-    media_type = content_type.split(";", 1)[0].strip().lower()
+def _is_json(media_type: str) -> bool:
+    """``media_type`` is Django's ``request.content_type`` (parameters left out)."""
+    media_type = media_type.lower()
     return media_type == "application/json" or (
         media_type.startswith("application/") and media_type.endswith("+json")
     )
 
 
-def _carries_data(body: bytes, content_type: str) -> bool:
+def _carries_data(body: bytes, media_type: str) -> bool:
     """Whether a body says anything: an empty form (a bodiless POST as some
     clients send it: no field, or a multipart body with no part) does not."""
     if not body.strip():
         return False
-    if content_type.lower().startswith("multipart/"):
+    if media_type.lower().startswith("multipart/"):
         return b"content-disposition" in body.lower()
     return True
 
@@ -76,8 +77,8 @@ class ApiBodyMiddleware:
             body = request.body
         except RequestDataTooBig:
             return _error(413, f"the request body is over the limit of {limit:,} bytes")
-        content_type = request.META.get("CONTENT_TYPE", "")
-        if _carries_data(body, content_type) and not _is_json(content_type):
-            shown = content_type.split(";", 1)[0].strip() or "no Content-Type"
+        media_type = request.content_type or ""
+        if _carries_data(body, media_type) and not _is_json(media_type):
+            shown = media_type or "no Content-Type"
             return _error(415, f"the API takes a JSON body (Content-Type: application/json), not {shown}")
         return None

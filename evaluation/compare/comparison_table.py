@@ -128,11 +128,7 @@ def _accuracy_table(comparison: Comparison) -> Table:
         f"paired {counts['paired']}, scored by both {counts['scored_both']}, unscored in either "
         f"{counts['unscored']}, only in base {counts['only_base']}, only in candidate "
         f"{counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
-        + (
-            f"; {comparison['method']} (10,000 seeded resamples), fixed/broken by majority vote"
-            if bootstrap
-            else ""
-        )
+        + (f"; {comparison['method']}; fixed/broken by majority vote" if bootstrap else "")
     )
     return accuracy
 

@@ -198,6 +198,8 @@ class _Connection:
                 logger.warning("MCP server %s: session ended: %s", self.config.name, _describe(exc))
         finally:
             self.client = None
+            if self.errlog is not None:  # read by _unavailable above, if at all
+                self.errlog.close()
 
     def _unavailable(self, cause: str) -> str:
         config = self.config
