@@ -51,3 +51,23 @@ def assert_error(response: Any, status: int, code: str) -> dict[str, Any]:
     assert body["error"]["code"] == code
     assert isinstance(body["error"]["message"], str) and body["error"]["message"]
     return body["error"]
+
+
+def session_script(username: str) -> str:
+    """The start of a ``python -c`` script for a server the tests start in
+    a process of its own: Django set up, and ``user`` (``username``) logged
+    in as ``session`` — a database session whose key is the cookie a client
+    sends. The caller appends what else it needs and prints the key."""
+    return f"""
+import json, django
+django.setup()
+from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
+from django.contrib.sessions.backends.db import SessionStore
+from turns.models import Conversation
+user = get_user_model().objects.create_user({username!r}, password="pw-{username}-123")
+session = SessionStore()
+session[SESSION_KEY] = str(user.pk)
+session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
+session[HASH_SESSION_KEY] = user.get_session_auth_hash()
+session.create()
+"""

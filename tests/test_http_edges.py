@@ -20,24 +20,17 @@ import httpx
 import pytest
 
 from agentlab.testing.net import free_port, port_open
+from tests.api_support import session_script
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SETUP = """
-import json, django
-django.setup()
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from turns.models import Conversation
-user = get_user_model().objects.create_user("edge-owner", password="pw-edge-123")
-session = SessionStore()
-session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
+SETUP = (
+    session_script("edge-owner")
+    + """
 conversation = Conversation.objects.create(owner=user, title="edges")
 print(json.dumps({"session": session.session_key, "conversation": conversation.pk}))
 """
+)
 
 
 @pytest.fixture(scope="module")

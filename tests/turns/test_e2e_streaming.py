@@ -31,6 +31,7 @@ import pytest
 
 from agentlab.testing.net import free_port, port_open
 from agentlab.testing.stub_llm import StubLLMServer, StubReply, final_answer_reply, tool_call_reply
+from tests.api_support import session_script
 from tests.redis_support import BROKER_URL, LAYER_URL, REDIS
 
 pytestmark = pytest.mark.e2e
@@ -38,23 +39,15 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 PG = ("127.0.0.1", 5432)
 
-SETUP = """
-import json, django
-django.setup()
-from django.contrib.auth import BACKEND_SESSION_KEY, HASH_SESSION_KEY, SESSION_KEY, get_user_model
-from django.contrib.sessions.backends.db import SessionStore
-from turns.models import Conversation
+SETUP = (
+    session_script("e2e-owner")
+    + """
 from turns.services import turn_start
-user = get_user_model().objects.create_user("e2e-owner", password="pw-e2e-123")
-session = SessionStore()
-session[SESSION_KEY] = str(user.pk)
-session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
-session[HASH_SESSION_KEY] = user.get_session_auth_hash()
-session.create()
 conversation = Conversation.objects.create(owner=user, title="e2e")
 turn = turn_start(conversation=conversation, question="Count a, b, c and d, then say done.", acting_user=user)
 print(json.dumps({"turn_id": turn.pk, "session": session.session_key}))
 """
+)
 
 RESUME = """
 import sys, django
