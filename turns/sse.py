@@ -126,6 +126,7 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
     pump = asyncio.get_running_loop().create_task(
         _pump(stream, ticks, layer, channel, status=status, last_seq=last_seq), name=f"turn-{turn_id}-sse"
     )
+    getter: asyncio.Future[Any] | None = None
     try:
         yield ": stream of turn %d after seq %d\n\n" % (turn_id, after)  # noqa: UP031 - the first bytes go out now
         while True:
@@ -142,6 +143,8 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
                 return
             yield item
     finally:
+        if getter is not None:
+            getter.cancel()  # a client that left mid-wait: the read must not outlive the stream
         stream.stop()
         stream_ticker().discard(ticks)
         ticks.cancel()

@@ -3,6 +3,7 @@ run's turns run on workers, and Ctrl-C of ``run_eval`` leaves them running)."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 from django.contrib.auth.models import User
@@ -12,15 +13,16 @@ from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run.lifecycle import run_finish
 from evaluation.run.record import prediction_record
 from evaluation.selectors import run_lease_holder
-from turns.models import ACTIVE_STATUSES, TERMINAL_STATUSES, TurnStatus
+from turns.models import ACTIVE_STATUSES, TERMINAL_STATUSES, Turn, TurnStatus
 from turns.services import turn_cancel
 
 
 @dataclass(frozen=True)
 class RunCancelResult:
-    """What ``run_cancel`` did: ``cancelled`` turns (queued or interrupted
-    ones ended at once, running ones asked to stop — their driver ends them
-    within ``CANCEL_POLL_S``), and ``followed``: a ``run_eval`` holds the
+    """What ``run_cancel`` did: ``cancelled``, the run's open turns that are
+    now cancelled or asked to stop (queued or interrupted ones ended at once,
+    running ones within ``CANCEL_POLL_S`` by their driver; those the
+    following ``run_eval`` cancelled first are counted too), and ``followed``: a ``run_eval`` holds the
     run's lease and finishes it (else it was finished here)."""
 
     run: Run
@@ -54,13 +56,16 @@ def run_cancel(*, run_id: str, acting_user: User | None = None) -> RunCancelResu
             f"run {run.run_id!r} has finished ({run.status}) and has no turn left to cancel: nothing changed"
         )
     Run.objects.filter(pk=run.pk).update(status=RunStatus.CANCELLED)
-    cancelled = 0
     for turn_id in open_turns:
-        try:
+        # a turn that finished meanwhile, or that the run_eval following the
+        # run cancelled first (it cancels queued turns once it sees the status)
+        with contextlib.suppress(StateConflict):
             turn_cancel(turn_id=turn_id, acting_user=acting_user)
-        except StateConflict:
-            continue  # it finished meanwhile
-        cancelled += 1
+    # counted from the turns, not from this loop: the follower may have ended
+    # some of them before the loop reached them, and the run counts those too
+    cancelled = Turn.objects.filter(pk__in=open_turns, cancel_requested=True).exclude(
+        status__in=[TurnStatus.SUCCEEDED, TurnStatus.FAILED]
+    ).count()
     followed = run_lease_holder(run=run) is not None
     if not followed:
         ended = Prediction.objects.filter(

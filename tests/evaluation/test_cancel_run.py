@@ -38,6 +38,33 @@ def test_cancel_run_ends_the_open_turns_and_finishes_the_run(capsys):
     assert set(done.values_list("stop_reason", flat=True)) == {"cancelled"}
 
 
+def test_cancel_run_counts_the_turns_the_following_run_eval_cancelled_first(monkeypatch, capsys):
+    """The count is the run's cancelled turns: a run_eval following the run
+    cancels queued turns once it sees the status, racing the command's loop
+    (issue: '142 turn(s) cancelled' printed where the run showed 168)."""
+    from evaluation.run import cancel as cancel_module
+    from turns.services import turn_cancel
+
+    dataset = dataset_resolve(name_or_path="demo")
+    run, _ = run_start(run_id="raced", dataset=dataset, config={"model": "m"})
+    planned, _ = run_plan(run=run, limit=3, max_steps=2, model="m")
+    calls: list[int] = []
+
+    def follower_first(*, turn_id, acting_user=None):
+        if not calls:  # the follower's poll ends the last queued turn first
+            turn_cancel(turn_id=planned[2].turn_id)
+        calls.append(turn_id)
+        return turn_cancel(turn_id=turn_id, acting_user=acting_user)
+
+    monkeypatch.setattr(cancel_module, "turn_cancel", follower_first)
+    call_command("cancel_run", "raced")
+    assert len(calls) == 3  # the third call met a turn already cancelled
+    assert "run raced: 3 turn(s) cancelled; run finished as cancelled" in capsys.readouterr().out
+    run.refresh_from_db()
+    assert run.status == "cancelled"
+    assert set(Prediction.objects.filter(run=run).values_list("stop_reason", flat=True)) == {"cancelled"}
+
+
 def test_cancel_run_of_an_unknown_run_is_exit_2():
     with pytest.raises(CommandError) as excinfo:
         call_command("cancel_run", "nope")

@@ -27,6 +27,12 @@ from agentlab.testing.net import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parents[2]
 
+#: Flags the test workers get beyond the production unit's command line
+#: (deploy/systemd/agentlab-worker.service): none, so the fault tests restart
+#: brokers under the worker production runs — gossip and mingle included,
+#: whose channels are among those closed on a broker loss.
+WORKER_FLAGS: tuple[str, ...] = ()
+
 
 def postgres_bin(name: str) -> str | None:
     """The path of PostgreSQL's ``name`` program (``initdb``, ``pg_ctl``), or ``None``."""
@@ -200,7 +206,7 @@ class Stack:
         return self.start(
             sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads",
             "--concurrency", str(concurrency), "--loglevel", "INFO", "--hostname", f"{name}@faults",
-            "--without-gossip", "--without-mingle",
+            *WORKER_FLAGS,
             log=f"{name}.log",
         )  # fmt: skip
 
