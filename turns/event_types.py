@@ -262,6 +262,10 @@ class TurnAnsweredData(TypedDict):
     #: the JSON type the model gave the answer in (``string``, ``number``,
     #: ``array``, ``object`` …; the answer is its text either way)
     answer_type: NotRequired[str]
+    #: the answer's review was still running when the turn finished (a chat
+    #: turn waits ``REVIEW_WAIT_S``): it follows as a ``review`` event with
+    #: ``late: true``, and a stream stays open for it (turns.live)
+    review_pending: NotRequired[bool]
 
 
 @with_config(_CLOSED)

@@ -52,6 +52,7 @@ import asyncio
 import logging
 import random
 import threading
+import time
 import weakref
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
@@ -76,6 +77,11 @@ END_STATUS = {
 }
 TERMINAL = frozenset(str(t) for t in TERMINAL_EVENT_TYPES)
 END_STATUSES = frozenset({TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED})
+
+#: How long a stream stays open after a ``turn.answered`` whose review is still
+#: running (``review_pending``) for that review to arrive (seconds); it ends
+#: when the late ``review`` event is sent, or after this.
+LATE_REVIEW_STREAM_S = 120.0
 
 #: ``read(turn_id, after, limit)`` → event frames with ``seq > after``, oldest first.
 ReadFrames = Callable[[int, int, int], Awaitable[list[dict[str, Any]]]]
@@ -130,6 +136,9 @@ class TurnStream:
         self._read = read
         self.ended = False
         self._lock = asyncio.Lock()
+        #: a terminal event was sent whose late review is awaited: its end
+        #: status and when it was sent (``time.monotonic()``)
+        self._awaiting_review: tuple[str, float] | None = None
 
     async def start(self, *, status: str, last_seq: int) -> None:
         """Replay ``seq > after``; a finished turn whose log the client
@@ -137,8 +146,13 @@ class TurnStream:
         async with self._lock:
             await self._catch_up()
             if not self.ended and status in END_STATUSES and self.last_sent >= last_seq:
-                # The client saw the terminal event but not the end frame.
-                await self._end(status)
+                # The client saw the terminal event but not the end frame
+                # (or waits for its late review: then the stream waits too).
+                last = await self._read(self.turn_id, last_seq - 1, 1) if last_seq else []
+                if last and _review_pending(last[-1]):
+                    self._awaiting_review = (status, time.monotonic())
+                else:
+                    await self._end(status)
 
     def stop(self) -> None:
         """The client went away: send nothing more."""
@@ -184,6 +198,9 @@ class TurnStream:
                     logger.warning("turn %s stream: tick read failed", self.turn_id, exc_info=True)
                 if self.ended:
                     return
+            if self._awaiting_review and time.monotonic() - self._awaiting_review[1] > LATE_REVIEW_STREAM_S:
+                await self._end(self._awaiting_review[0])  # the review never came (its worker stopped)
+                return
             await self.transport.send_heartbeat()
 
     # the ticker's name for it (:class:`StreamTicker`)
@@ -203,7 +220,8 @@ class TurnStream:
 
     async def _send_frames(self, frames: list[dict[str, Any]], *, may_end: bool = True) -> None:
         """Send consecutive frames starting at ``last_sent + 1``; end the stream
-        when the newest one is terminal (and ``may_end``)."""
+        when the newest one is terminal (and ``may_end``) — or, for an answer
+        whose review was still running, once that late ``review`` is sent."""
         for frame in frames:
             seq = frame["seq"]
             if seq <= self.last_sent:
@@ -212,13 +230,26 @@ class TurnStream:
                 raise AssertionError(f"turn {self.turn_id}: seq {seq} after {self.last_sent}")
             await self.transport.send_event(frame)
             self.last_sent = seq
+            if _review_pending(frame):  # the answer is shown; its review follows
+                self._awaiting_review = (END_STATUS[frame["type"]], time.monotonic())
         last = frames[-1]
-        if may_end and last["seq"] == self.last_sent and last["type"] in TERMINAL:
+        if not may_end or last["seq"] != self.last_sent:
+            return
+        if self._awaiting_review is not None:
+            if last["type"] == EventType.REVIEW:
+                await self._end(self._awaiting_review[0])
+        elif last["type"] in TERMINAL:
             await self._end(END_STATUS[last["type"]])
 
     async def _end(self, status: str) -> None:
         self.ended = True
         await self.transport.send_end(str(status))
+
+
+def _review_pending(frame: dict[str, Any]) -> bool:
+    """Whether ``frame`` is a ``turn.answered`` whose review was still running
+    when it was written (the review follows it as a late ``review`` event)."""
+    return frame["type"] == EventType.TURN_ANSWERED and bool((frame.get("data") or {}).get("review_pending"))
 
 
 #: The longest the shared ticker sleeps between looking for due heartbeats

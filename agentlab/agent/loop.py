@@ -93,6 +93,11 @@ class LoopResult:
     partial_answer: str = ""
 
 
+#: The error of stop reason ``empty_answer``: a final answer that is empty or
+#: whitespace is not an answer (the turn fails; in evaluation it is wrong).
+EMPTY_ANSWER_ERROR = "the model gave an empty answer"
+
+
 class _ReportFailed(Exception):
     """Carries an exception raised by ``on_report`` past the loop's catch-all."""
 
@@ -256,8 +261,19 @@ class AgentLoop:
         except Exception as exc:
             logger.exception("agent loop failed")
             return self._result(run, _Outcome("error"), error=f"{type(exc).__name__}: {exc}")
+        if (
+            outcome.stop_reason == "max_steps"
+            and run.steps
+            and all(s.completion.truncated for s in run.steps)
+        ):
+            # every reply was cut: the limit is the cause, not the steps (under
+            # schema-constrained decoding each cut reply became a malformed call)
+            error = cut_note(self.max_tokens).replace("your reply", f"each of the {len(run.steps)} replies")
+            return self._result(run, _Outcome("length"), error=error)
         if outcome.stop_reason == "max_steps":
             return self._result(run, outcome, error=f"no final answer after {self.max_steps} steps")
+        if outcome.stop_reason == "empty_answer":
+            return self._result(run, outcome, error=EMPTY_ANSWER_ERROR)
         if outcome.stop_reason == "length":
             error = cut_note(self.max_tokens).replace("your reply", "the final answer")
             return self._result(run, outcome, error=error)
@@ -359,10 +375,13 @@ class AgentLoop:
     @staticmethod
     def _text_outcome(completion: Completion) -> _Outcome:
         """A reply without a tool call: the final answer — unless the token
-        limit cut it, which is stop reason ``length``, not an answer."""
+        limit cut it, which is stop reason ``length``, not an answer, or it
+        is empty (``empty_answer``)."""
         text = (completion.text or "").strip()
         if completion.truncated:
             return _Outcome("length", partial_answer=text)
+        if not text:
+            return _Outcome("empty_answer")
         return _Outcome("final", answer=text, answer_type="string")
 
     def _recorded_outcome(self, step: Step) -> _Outcome | None:
@@ -386,9 +405,12 @@ class AgentLoop:
         ends = tool.ends_turn if tool is not None else None
         if ends == "final":
             args = call.arguments
+            answer = as_text(args.get("answer")).strip()
+            if not answer:  # "" or whitespace (or null) is no answer
+                return _Outcome("empty_answer")
             return _Outcome(
                 "final",
-                answer=as_text(args.get("answer")).strip(),
+                answer=answer,
                 evidence=as_text(args.get("evidence")),
                 reasoning=as_text(args.get("reasoning")),
                 answer_type=json_type(args.get("answer")),

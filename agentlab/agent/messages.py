@@ -54,10 +54,27 @@ def build_messages(
         if native_tools:
             messages.extend(_native_step(step))
         else:
-            messages.append({"role": "assistant", "content": step.completion.text or ""})
+            messages.append({"role": "assistant", "content": _echo(step)})
             if step.results:
                 messages.append({"role": "user", "content": observation_message(step.results)})
     return messages
+
+
+#: How much of a reply that held no readable tool call is repeated back to the
+#: model (characters): enough to see what went wrong, never a whole reply cut
+#: at the token limit — one such reply per step overflowed a 2,048-token context.
+MALFORMED_ECHO_CHARS = 300
+
+
+def _echo(step: Step) -> str:
+    """The assistant message of a JSON-in-text step: its reply, or — when the
+    reply held a call that could not be read (no tool name) — a bounded
+    excerpt of it, marked as cut."""
+    text = step.completion.text or ""
+    malformed = any(not call.name for call in step_calls(step, native_tools=False))
+    if not malformed or len(text) <= MALFORMED_ECHO_CHARS:
+        return text
+    return f"{text[:MALFORMED_ECHO_CHARS]}… [{len(text) - MALFORMED_ECHO_CHARS} more characters not shown]"
 
 
 def _native_step(step: Step) -> list[dict[str, Any]]:

@@ -55,6 +55,9 @@ REVIEW_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
+#: The error of a review whose reply the output-token limit cut off.
+REVIEW_CUT_ERROR = "the reviewer's reply was cut off by the output-token limit"
+
 #: How much of each tool output the compact trace keeps (characters).
 TRACE_OUTPUT_CHARS = 300
 #: How many steps the compact trace keeps (the last ones).
@@ -226,7 +229,9 @@ async def review_answer(
     Returns the parsed ``Review`` and the reviewer's ``Completion`` (its usage
     is the caller's to record; ``decoding`` says whether it was decoded under
     ``REVIEW_SCHEMA``, which providers with ``constrained_decoding`` do).
-    Raises ``ProviderError`` when the call fails after its retries — the
+    A reply cut by ``max_tokens`` (``finish_reason: length``) is a
+    ``failed`` review (``REVIEW_CUT_ERROR``), never the verdict it began
+    with. Raises ``ProviderError`` when the call fails after its retries — the
     caller records that as a ``failed`` review.
     """
     messages = review_messages(
@@ -242,4 +247,8 @@ async def review_answer(
         temperature=0.0,
         response_schema=REVIEW_SCHEMA if constrained else None,
     )
+    if completion.truncated:
+        # cut by the token limit: whatever verdict it began is not a review
+        # (as a cut final answer is not an answer)
+        return Review("failed", error=REVIEW_CUT_ERROR), completion
     return parse_review(completion.text), completion

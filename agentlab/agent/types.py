@@ -14,6 +14,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 #: The agent loop's own stop reasons (docs/architecture.md#the-turn-lifecycle).
 StopReason = Literal[
     "final",
+    "empty_answer",
     "length",
     "max_steps",
     "asked",

@@ -63,9 +63,11 @@ def run_cancel(*, run_id: str, acting_user: User | None = None) -> RunCancelResu
             turn_cancel(turn_id=turn_id, acting_user=acting_user)
     # counted from the turns, not from this loop: the follower may have ended
     # some of them before the loop reached them, and the run counts those too
-    cancelled = Turn.objects.filter(pk__in=open_turns, cancel_requested=True).exclude(
-        status__in=[TurnStatus.SUCCEEDED, TurnStatus.FAILED]
-    ).count()
+    cancelled = (
+        Turn.objects.filter(pk__in=open_turns, cancel_requested=True)
+        .exclude(status__in=[TurnStatus.SUCCEEDED, TurnStatus.FAILED])
+        .count()
+    )
     followed = run_lease_holder(run=run) is not None
     if not followed:
         ended = Prediction.objects.filter(

@@ -81,7 +81,9 @@ def test_streams_recover_by_themselves_after_the_layer_s_redis_restarts_while_id
         # from now on every stream works and gets the doorbells rung after it joined
         last_seq = int(stack.sql("SELECT last_seq FROM turns_turn WHERE id = %s", turn_id)[0][0])
         for i in range(5):
-            with client.stream("GET", f"/api/turns/{turn_id}/stream?after={last_seq + i}", timeout=15) as response:
+            with client.stream(
+                "GET", f"/api/turns/{turn_id}/stream?after={last_seq + i}", timeout=15
+            ) as response:
                 assert response.status_code == 200
                 lines = response.iter_lines()
                 assert next(lines).startswith(": stream of turn")

@@ -14,7 +14,7 @@ from channels.layers import get_channel_layer
 from channels.testing import WebsocketCommunicator
 from django.db import connections, transaction
 
-from agentlab.agent.providers.scripted import ScriptedProvider, Slow, final, tool_call
+from agentlab.agent.providers.scripted import ScriptedProvider, Slow, final, text, tool_call
 from turns.consumers import TurnStreamConsumer
 from turns.driver import CHAT, drive_turn
 from turns.events import NewEvent, event_append, event_append_many
@@ -496,3 +496,57 @@ async def test_consumers_that_disconnect_or_end_leave_the_ticker_which_stops_whe
     assert len(ticker) == 1 and ticker.running
     assert json.loads(await again.receive_from(timeout=5)) == {"type": "heartbeat"}
     await again.disconnect()
+
+
+ACCEPT = '{"verdict": "accept", "note": "391 is 17 * 23", "retry_instruction": null}'
+
+
+async def test_a_review_later_than_the_answer_arrives_live_before_the_stream_ends(owner, db_threads, settings):
+    settings.AGENTLAB_REVIEW = True
+    settings.REVIEW_WAIT_S = 0.3
+    turn = await db_threads.run(turn_create, owner=owner, question="What is 17 * 23?")
+    communicator = await connect(ws_app(owner), turn.pk, after=0)
+    provider = ScriptedProvider([final("391"), Slow(1.5, text(ACCEPT))])
+    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads))
+    events, end = await read_until_end(communicator)
+    await driving
+    await communicator.disconnect()
+    answered, review = events[-2], events[-1]
+    assert answered["type"] == "turn.answered" and answered["data"]["review_pending"] is True
+    assert review["type"] == "review" and review["data"]["late"] is True
+    assert review["data"]["verdict"] == "accept" and review["seq"] == answered["seq"] + 1
+    assert end == {"type": "stream.end", "status": "succeeded"}
+    assert events == await db_threads.run(db_frames, turn.pk)
+
+
+async def test_a_client_that_has_the_answer_waits_on_the_stream_for_its_late_review(owner, db_threads, settings):
+    settings.AGENTLAB_REVIEW = True
+    settings.REVIEW_WAIT_S = 0.2
+    turn = await db_threads.run(turn_create, owner=owner, question="What is 17 * 23?")
+    provider = ScriptedProvider([final("391"), Slow(1.5, text(ACCEPT))])
+    driving = asyncio.create_task(drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads))
+    while (await db_threads.run(Turn.objects.get, pk=turn.pk)).status != "succeeded":
+        await asyncio.sleep(0.02)
+    answered_seq = (await db_threads.run(Turn.objects.get, pk=turn.pk)).last_seq
+    # a reload after the answer: the client has every event, the review is still running
+    communicator = await connect(ws_app(owner), turn.pk, after=answered_seq)
+    events, end = await read_until_end(communicator)
+    await driving
+    await communicator.disconnect()
+    assert [(e["seq"], e["type"]) for e in events] == [(answered_seq + 1, "review")]
+    assert end["status"] == "succeeded"
+
+
+async def test_an_answer_reviewed_in_time_ends_the_stream_at_once(owner, db_threads, settings):
+    settings.AGENTLAB_REVIEW = True
+    settings.REVIEW_WAIT_S = 5
+    turn = await db_threads.run(turn_create, owner=owner, question="What is 17 * 23?")
+    provider = ScriptedProvider([final("391"), text(ACCEPT)])
+    await drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads)
+    frames = await db_threads.run(db_frames, turn.pk)
+    assert [f["type"] for f in frames][-3:] == ["review", "phase", "turn.answered"]
+    assert "review_pending" not in frames[-1]["data"]
+    communicator = await connect(ws_app(owner), turn.pk, after=frames[-1]["seq"])
+    events, end = await read_until_end(communicator, timeout=2)
+    await communicator.disconnect()
+    assert events == [] and end["status"] == "succeeded"

@@ -179,6 +179,7 @@ async def test_evaluation_policy_cancels_on_a_tool_that_needs_approval(owner, db
         ),
         ([ProviderError("quota", transient=False, kind="quota")], "provider_error", "provider_error"),
         ([tool_call("calculator", {"expression": "1"})] * 2, "max_steps", "max_steps"),
+        ([tool_call("calculator", {"expression": "17 * 23"}), final("  ")], "empty_answer", "empty_answer"),
     ],
 )
 async def test_failed_stops_end_with_turn_failed_and_a_cause(owner, db_threads, script, stop, cause):

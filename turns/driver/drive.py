@@ -64,7 +64,7 @@ from turns.driver.review_phase import (
 from turns.driver.watch import turn_watcher
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
-from turns.models import ApprovalStatus
+from turns.models import ApprovalStatus, EventType
 from turns.selectors import approval_status_of, turn_checked, turn_meta
 
 logger = logging.getLogger(__name__)
@@ -379,6 +379,8 @@ class TurnDrive:
             cancel_request = meta_of(await db.run(turn_meta, turn_id=turn_id)).get("cancel")
             self.meta = meta_of({**self.meta, "cancel": cancel_request})
             data["by"] = meta_cancel_by(self.meta)
+        if self.late_review is not None and event_type == EventType.TURN_ANSWERED:
+            data["review_pending"] = True
         if result.stop_reason == "approval_rejected" and result.pending_call is not None:
             status = await db.run(approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:

@@ -27,7 +27,15 @@ from turns.events import NewEvent
 from turns.meta import meta_with_answer_type, meta_with_failure
 from turns.models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
 
-_FAILED_STOPS = {"length", "max_steps", "timeout", "context_overflow", "provider_error", "error"}
+_FAILED_STOPS = {
+    "empty_answer",
+    "length",
+    "max_steps",
+    "timeout",
+    "context_overflow",
+    "provider_error",
+    "error",
+}
 
 
 def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, Any]]:
@@ -35,7 +43,7 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
 
     final → succeeded/answered; asked → succeeded/asked; approval_rejected →
     cancelled/rejected; cancelled and approval_required → cancelled/cancelled;
-    length, max_steps, timeout, context_overflow, provider_error, error →
+    empty_answer, length, max_steps, timeout, context_overflow, provider_error, error →
     failed/failed with the stop reason as the cause (``length``: the final
     answer was cut by the output-token limit; what was written is kept as the
     event's ``partial_answer``, not as the turn's answer).

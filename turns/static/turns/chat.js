@@ -48,6 +48,7 @@
 
   // Why a turn failed, in words (turn.failed's cause).
   var CAUSES = {
+    empty_answer: "the model gave an empty answer",
     max_steps: "it used all its steps without a final answer",
     timeout: "it ran out of time",
     context_overflow: "the conversation no longer fits the model's context window",
@@ -302,7 +303,7 @@
         this.dropDrafts();
         if (d.cause === "length") { this.truncated(d); break; }
         var cause = d.cause || d.stop_reason || "error";
-        this.outcomeEl.appendChild(el("div", "failure", "Failed: " + (CAUSES[cause] || cause) + (d.error ? " — " + d.error : "") + ". Retry runs it again from scratch; Resume continues from the last recorded step."));
+        this.outcomeEl.appendChild(el("div", "failure", "Failed: " + (CAUSES[cause] || cause) + (d.error && d.error !== CAUSES[cause] ? " — " + d.error : "") + ". Retry runs it again from scratch; Resume continues from the last recorded step."));
         break;
       case "turn.cancelled":
         this.outcomeEl.innerHTML = "";
