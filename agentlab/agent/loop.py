@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
 from agentlab.agent.messages import build_messages, step_calls
-from agentlab.agent.protocol import parse_tool_calls, step_schema
+from agentlab.agent.protocol import constrained_fields, parse_tool_calls, step_schema
 
 # re-exported: the loop's reports have always been importable from here
 from agentlab.agent.reports import CompletionReport as CompletionReport
@@ -56,6 +57,9 @@ from agentlab.agent.usage import UsageTotals
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: A question that holds arithmetic: two numbers joined by an operator.
+_ARITHMETIC_RE = re.compile(r"\d\s*[-+*/×÷^]\s*\(?\s*\d")
 
 
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
@@ -135,6 +139,8 @@ class _Run:
     step_schema: dict[str, Any] | None = None
     #: the schema of a ``final_answer`` call alone, for the steps that must answer
     final_schema: dict[str, Any] | None = None
+    #: the schema of the first step when it must call one tool (``_first_tool``)
+    first_schema: dict[str, Any] | None = None
 
 
 class AgentLoop:
@@ -179,11 +185,62 @@ class AgentLoop:
     def native_tools(self) -> bool:
         return bool(getattr(self.provider, "native_tools", False))
 
-    def _step_schema(self, tools: ToolRegistry) -> dict[str, Any] | None:
-        constrained = bool(getattr(self.provider, "constrained_decoding", False))
-        if self.native_tools or not constrained or not len(tools):
+    @property
+    def constrained(self) -> bool:
+        """Whether each step is decoded under a schema (the embedded local
+        model: no native tools, ``constrained_decoding``)."""
+        return not self.native_tools and bool(getattr(self.provider, "constrained_decoding", False))
+
+    def _offered(self, question: str, context: ToolContext) -> ToolRegistry:
+        """The tools offered in a turn: those available in ``context``; for a
+        constrained (small, embedded) model also arranged to the question —
+        ``search_documents`` first when there are documents and not at all
+        without, and no ``calculator`` for a multiple-choice question without
+        a digit, where it cannot help (a 135M model called it on such questions and copied
+        its result as the answer). An endpoint model gets every available
+        tool in registration order."""
+        tools = self.tools.offered(context)
+        if not self.constrained:
+            return tools
+        names = [tool.name for tool in tools]
+        if context.metadata.get("choices") and not any(ch.isdigit() for ch in question):
+            names = [name for name in names if name != "calculator"]
+        if not context.documents:  # it could only answer that there are none
+            names = [name for name in names if name != "search_documents"]
+        if context.metadata.get("task_type"):  # an evaluation example: nobody answers a question
+            names = [name for name in names if name != "ask_user"]
+        if context.documents and "search_documents" in names:
+            names = ["search_documents", *(name for name in names if name != "search_documents")]
+        return tools.arranged(names)
+
+    def _first_tool(self, question: str, context: ToolContext, tools: ToolRegistry) -> str | None:
+        """The tool a constrained model's first step must call, or ``None``:
+        ``search_documents`` when the turn has documents, ``calculator`` for
+        a ``math`` example or a question that holds arithmetic (``17 * 23``).
+        A 135M model left to choose answered at once — copying a number of
+        the question, or a placeholder — and never searched."""
+        if not self.constrained:
             return None
-        return step_schema(tools)
+        if context.documents and "search_documents" in tools:
+            return "search_documents"
+        arithmetic = context.metadata.get("task_type") == "math" or _ARITHMETIC_RE.search(question)
+        if arithmetic and not context.metadata.get("choices") and "calculator" in tools:
+            return "calculator"
+        return None
+
+    def _set_schemas(self, run: _Run) -> None:
+        """The schemas ``run``'s steps decode under, for a constrained model
+        (``_schema_for`` picks one per step); none for the others."""
+        if not self.constrained or not len(run.tools):
+            return
+        fields = constrained_fields(run.context.metadata)
+        run.step_schema = step_schema(run.tools, fields=fields)
+        final_tool = run.tools.get("final_answer")
+        if final_tool is not None:
+            run.final_schema = step_schema(ToolRegistry([final_tool]), fields=fields)
+        first = self._first_tool(run.question, run.context, run.tools)
+        if first is not None and self.max_steps > 1:
+            run.first_schema = step_schema(run.tools.arranged([first]), fields=fields)
 
     def build_messages(
         self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
@@ -192,11 +249,16 @@ class AgentLoop:
         (``agentlab.agent.messages.build_messages``), with the system prompt
         of the tools offered in ``context`` (``None``: an empty context, as
         in ``run``)."""
-        return self._messages(question, steps, self.tools.offered(context or ToolContext()))
+        return self._messages(question, steps, self._offered(question, context or ToolContext()))
 
     def _messages(self, question: str, steps: Sequence[Step], tools: ToolRegistry) -> list[dict[str, Any]]:
         return build_messages(
-            question, steps, tools, native_tools=self.native_tools, base_prompt=self.system_prompt
+            question,
+            steps,
+            tools,
+            native_tools=self.native_tools,
+            base_prompt=self.system_prompt,
+            compact=self.constrained,
         )
 
     def _calls_of(self, step: Step) -> list[ToolCall]:
@@ -230,17 +292,14 @@ class AgentLoop:
         run = _Run(
             question=question,
             context=context,
-            tools=self.tools.offered(context),
+            tools=self._offered(question, context),
             on_report=on_report,
             cancel=cancel,
             approval=approval,
             deadline=deadline,
             on_text=on_text,
         )
-        run.step_schema = self._step_schema(run.tools)
-        final_tool = run.tools.get("final_answer")
-        if run.step_schema is not None and final_tool is not None:
-            run.final_schema = step_schema(ToolRegistry([final_tool]))
+        self._set_schemas(run)
         for step in recorded:
             copied = Step(index=step.index, completion=step.completion, results=list(step.results))
             run.steps.append(copied)
@@ -355,13 +414,21 @@ class AgentLoop:
         return _Outcome("max_steps")
 
     def _schema_for(self, run: _Run, index: int) -> dict[str, Any] | None:
-        """The schema step ``index`` decodes under: the step schema, or the
-        final answer's alone on the last step and after a call that repeats
+        """The schema step ``index`` decodes under: the first step's when it
+        must call one tool (``_first_tool``), the step schema, or the
+        final answer's alone on the last step, after a tool result that is not
+        an error, and after a call that repeats
         an earlier one with the same arguments — a greedy small model would
         otherwise repeat it to ``max_steps`` with its result in view."""
+        if index == 1 and run.first_schema is not None:
+            return run.first_schema
         if run.final_schema is None:
             return run.step_schema
         if index >= self.max_steps:
+            return run.final_schema
+        if run.steps and any(not r.is_error for r in run.steps[-1].results):
+            # a constrained model answers from the result it has: left free, a
+            # 135M model fed each result into the next call (12 → 72 → 432 …)
             return run.final_schema
         seen: set[tuple[str, str]] = set()
         for step in run.steps:

@@ -36,18 +36,23 @@ def build_messages(
     *,
     native_tools: bool,
     base_prompt: str | None = None,
+    compact: bool = False,
 ) -> list[dict[str, Any]]:
     """The OpenAI chat messages for the next LLM call after ``steps``:
     ``[system, user question, …one or two messages per step]``.
 
-    The system prompt (``system_prompt``: ``base_prompt`` or the default)
-    covers ``tools``, the tools offered in the turn. With ``native_tools``
+    The system prompt (``system_prompt``: ``base_prompt`` or the default;
+    ``compact`` for a constrained model) covers ``tools``, the tools offered
+    in the turn. With ``native_tools``
     each call's ``arguments`` is re-serialised from the parsed object, so the
     request stays valid JSON even when the model sent broken JSON, and only
     the calls that have a result get a ``tool`` message.
     """
     messages: list[dict[str, Any]] = [
-        {"role": "system", "content": system_prompt(tools, native_tools=native_tools, base=base_prompt)},
+        {
+            "role": "system",
+            "content": system_prompt(tools, native_tools=native_tools, base=base_prompt, compact=compact),
+        },
         {"role": "user", "content": question},
     ]
     for step in steps:

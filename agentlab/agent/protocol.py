@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from agentlab.agent.tools import ToolRegistry, json_schema
@@ -55,10 +56,22 @@ TEXT_PROTOCOL = """\
 To call a tool, reply with exactly one JSON object and nothing else:
 {{"tool": "<tool name>", "arguments": {{<arguments>}}}}
 The result comes back as "Observation from <tool name>: ...". Call one tool per reply.
-For example:
-{{"tool": "calculator", "arguments": {{"expression": "(16 - 3) * 2"}}}}
 When you are done, reply:
-{{"tool": "final_answer", "arguments": {{"answer": "26", "evidence": "...", "reasoning": "..."}}}}"""
+{{"tool": "final_answer", "arguments": {{"answer": "<your short answer>", \
+"evidence": "<the facts it rests on>", "reasoning": "<how it follows>"}}}}"""
+
+
+#: The protocol as a constrained (embedded) model is told it: its grammar
+#: admits only well-formed calls with valid arguments, so it is shown each
+#: tool's name and purpose, not its JSON schema — a third of the prompt's
+#: length, which a 135M model with a 2,048-token context reads better.
+COMPACT_PROTOCOL = """\
+## Tools
+{tools}
+
+Reply with one JSON object that calls one tool: {{"tool": "<tool name>", "arguments": {{...}}}}.
+The result comes back as "Observation from <tool name>: ...". When you know the answer, \
+call final_answer."""
 
 
 def describe_tools(tools: ToolRegistry) -> str:
@@ -71,12 +84,15 @@ def describe_tools(tools: ToolRegistry) -> str:
     return "\n".join(lines)
 
 
-def system_prompt(tools: ToolRegistry, *, native_tools: bool, base: str | None = None) -> str:
+def system_prompt(
+    tools: ToolRegistry, *, native_tools: bool, base: str | None = None, compact: bool = False
+) -> str:
     """The system prompt: ``base`` (default: ``DEFAULT_SYSTEM_PROMPT`` plus the
     ``TOOL_HINTS`` of the built-in tools in ``tools``), plus, for providers
-    without native tool calls, the tool list and the JSON-in-text protocol.
-    ``tools`` are the tools offered in the turn (the loop passes
-    ``ToolRegistry.offered(context)``)."""
+    without native tool calls, the tool list and the JSON-in-text protocol —
+    ``compact`` (a constrained model): names and descriptions only
+    (``COMPACT_PROTOCOL``). ``tools`` are the tools offered in the turn (the
+    loop passes ``ToolRegistry.offered(context)``)."""
     if base is None:
         hints = [hint for name, hint in TOOL_HINTS.items() if name in tools]
         text = "\n".join([DEFAULT_SYSTEM_PROMPT, *hints])
@@ -84,6 +100,9 @@ def system_prompt(tools: ToolRegistry, *, native_tools: bool, base: str | None =
         text = base.rstrip()
     if native_tools or not len(tools):
         return text
+    if compact:
+        listed = "\n".join(f"- {tool.name}: {tool.description}" for tool in tools)
+        return text + "\n\n" + COMPACT_PROTOCOL.format(tools=listed)
     return text + "\n\n" + TEXT_PROTOCOL.format(tools=describe_tools(tools))
 
 
@@ -104,15 +123,68 @@ def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
     return {k: _inline_refs(v, defs, depth) for k, v in node.items() if k != "$defs"}
 
 
-def step_schema(tools: ToolRegistry) -> dict[str, Any]:
+#: A number as the answer of a ``math`` example: digits with an optional sign,
+#: thousands commas and decimals — what the ``numeric`` scorer reads.
+NUMBER_ANSWER_PATTERN = "^-?[0-9][0-9,]*([.][0-9]+)?$"
+#: Any other answer: at least one character, not starting with ``<`` (the
+#: protocol's placeholders, which a small model copies), no quote, backslash
+#: or control character (a short answer needs none, and the grammar then
+#: needs no escapes).
+TEXT_ANSWER_PATTERN = r'^[^<"\\\x00-\x1F][^"\\\x00-\x1F]*$'
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_OPERAND = "[(]*[0-9]+([.][0-9]+)?[)]*"
+#: A calculator expression of a constrained model: numbers joined by at least
+#: one of ``+ - * /`` (brackets allowed, single spaces around operators).
+ARITHMETIC_PATTERN = f"^{_OPERAND}( ?[-+*/] ?{_OPERAND})+$"
+
+
+def answer_schema(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON schema of ``final_answer``'s ``answer`` for a turn whose
+    context is ``metadata``, for constrained decoding: one of the offered
+    letters when it has ``choices`` (``A``, ``B``, … as many as there are
+    options), a number for a ``math`` example (``NUMBER_ANSWER_PATTERN``),
+    else a string of at least one character (``TEXT_ANSWER_PATTERN``) —
+    never an empty answer, never a placeholder of the prompt."""
+    choices = metadata.get("choices")
+    if isinstance(choices, list) and 0 < len(choices) <= len(LETTERS):
+        return {"enum": list(LETTERS[: len(choices)])}
+    if metadata.get("task_type") == "math":
+        return {"type": "string", "pattern": NUMBER_ANSWER_PATTERN}
+    return {"type": "string", "pattern": TEXT_ANSWER_PATTERN}
+
+
+def constrained_fields(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The argument schemas a constrained (embedded) model decodes under in
+    place of the tools' own, by tool and argument: ``final_answer``'s
+    ``answer`` (``answer_schema``) and the ``calculator``'s ``expression``
+    narrowed to arithmetic on numbers (``ARITHMETIC_PATTERN``: a 135M model
+    wrote words and ``=`` into it)."""
+    return {
+        "final_answer": {"answer": answer_schema(metadata)},
+        "calculator": {"expression": {"type": "string", "pattern": ARITHMETIC_PATTERN}},
+    }
+
+
+def step_schema(
+    tools: ToolRegistry, *, fields: Mapping[str, Mapping[str, Any]] | None = None
+) -> dict[str, Any]:
     """The JSON schema of one reply under the JSON-in-text protocol:
     ``{"tool": <name>, "arguments": <that tool's arguments>}`` for exactly one
     of ``tools`` (``tool`` first, so the name is chosen before its arguments;
-    no other keys). ``tools`` must not be empty."""
+    no other keys). ``fields``: argument schemas that replace a tool's own
+    (``{tool: {argument: schema}}``, ``constrained_fields``); each such
+    argument is required. ``tools`` must not be empty."""
     alternatives = []
     for spec in tools.specs():
         function = spec["function"]
         parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        override = (fields or {}).get(function["name"])
+        if override:
+            # the overridden arguments first, in their order: decoded in that order
+            rest = {k: v for k, v in parameters.get("properties", {}).items() if k not in override}
+            properties = {**override, **rest}
+            required = [*override, *(r for r in parameters.get("required", []) if r not in override)]
+            parameters = {**parameters, "properties": properties, "required": required}
         alternatives.append(
             {
                 "type": "object",

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -205,13 +205,18 @@ class ToolRegistry:
         this registry's own specs and system prompt. Otherwise a new registry
         of the available tools whose specs are taken from this registry's
         (built once), not rebuilt."""
-        tools = list(self._tools.values())
-        kept = [tool for tool in tools if tool.is_available(context)]
-        if len(kept) == len(tools):
+        return self.arranged([tool.name for tool in self._tools.values() if tool.is_available(context)])
+
+    def arranged(self, names: Sequence[str]) -> ToolRegistry:
+        """The tools named in ``names``, in that order (each must be in this
+        registry), with their specs taken from this registry's, not rebuilt;
+        ``self`` when that is every tool in registration order. Raises
+        ``KeyError`` for a name this registry does not have."""
+        if list(names) == list(self._tools):
             return self
-        subset = ToolRegistry(kept)
+        subset = ToolRegistry([self._tools[name] for name in names])
         specs = dict(zip(self._tools, self.specs(), strict=True))
-        subset._specs = [specs[tool.name] for tool in kept]
+        subset._specs = [specs[name] for name in names]
         return subset
 
     def with_tools(self, extra: Iterable[Tool]) -> ToolRegistry:
