@@ -306,7 +306,12 @@ TURN_STALE_S = env_number("TURN_STALE_S", 120.0, positive=True)
 REVIEW_WAIT_S = env_number("REVIEW_WAIT_S", 25.0, minimum=0.0)
 #: Review answered attempts with a second LLM call (docs/architecture.md#the-turn-lifecycle);
 # run_eval has --review/--no-review.
-AGENTLAB_REVIEW = env.bool("AGENTLAB_REVIEW", default=True)
+#: Unset (``None``): each provider's own default (``review_by_default``) — on
+#: for an endpoint model, off for the embedded local model, whose reviewer was
+#: measured not to help (docs/benchmarks.md#the-embedded-model).
+AGENTLAB_REVIEW: bool | None = (
+    env.bool("AGENTLAB_REVIEW") if env.str("AGENTLAB_REVIEW", default="").strip() else None
+)
 APPROVAL_TIMEOUT_S = env_number("APPROVAL_TIMEOUT_S", 0.0, minimum=0.0) or None
 
 # --- your own agent (docs/extending.md) ---------------------------------------------

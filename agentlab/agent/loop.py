@@ -233,12 +233,13 @@ class AgentLoop:
         (``_schema_for`` picks one per step); none for the others."""
         if not self.constrained or not len(run.tools):
             return
-        fields = constrained_fields(run.context.metadata)
+        first = self._first_tool(run.question, run.context, run.tools)
+        # a question the calculator must answer first is answered with a number
+        fields = constrained_fields(run.context.metadata, number=first == "calculator")
         run.step_schema = step_schema(run.tools, fields=fields)
         final_tool = run.tools.get("final_answer")
         if final_tool is not None:
             run.final_schema = step_schema(ToolRegistry([final_tool]), fields=fields)
-        first = self._first_tool(run.question, run.context, run.tools)
         if first is not None and self.max_steps > 1:
             run.first_schema = step_schema(run.tools.arranged([first]), fields=fields)
 

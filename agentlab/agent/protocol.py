@@ -126,11 +126,12 @@ def _inline_refs(node: Any, defs: dict[str, Any], depth: int = 0) -> Any:
 #: A number as the answer of a ``math`` example: digits with an optional sign,
 #: thousands commas and decimals — what the ``numeric`` scorer reads.
 NUMBER_ANSWER_PATTERN = "^-?[0-9][0-9,]*([.][0-9]+)?$"
-#: Any other answer: at least one character, not starting with ``<`` (the
-#: protocol's placeholders, which a small model copies), no quote, backslash
-#: or control character (a short answer needs none, and the grammar then
-#: needs no escapes).
-TEXT_ANSWER_PATTERN = r'^[^<"\\\x00-\x1F][^"\\\x00-\x1F]*$'
+#: Any other answer: 1 to 80 characters, not starting with ``<`` (the
+#: protocol's placeholders, which a small model copies), a brace (the JSON it
+#: was writing) or a space, with no quote, backslash or control character (a
+#: short answer needs none, and the grammar then needs no escapes). Left
+#: unbounded, a 135M model wrote a paragraph into it.
+TEXT_ANSWER_PATTERN = r'^[^<"\\{}\x00-\x20][^"\\\x00-\x1F]{0,79}$'
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPERAND = "[(]*[0-9]+([.][0-9]+)?[)]*"
 #: A calculator expression of a constrained model: numbers joined by at least
@@ -138,29 +139,30 @@ _OPERAND = "[(]*[0-9]+([.][0-9]+)?[)]*"
 ARITHMETIC_PATTERN = f"^{_OPERAND}( ?[-+*/] ?{_OPERAND})+$"
 
 
-def answer_schema(metadata: Mapping[str, Any]) -> dict[str, Any]:
+def answer_schema(metadata: Mapping[str, Any], *, number: bool = False) -> dict[str, Any]:
     """The JSON schema of ``final_answer``'s ``answer`` for a turn whose
     context is ``metadata``, for constrained decoding: one of the offered
     letters when it has ``choices`` (``A``, ``B``, … as many as there are
-    options), a number for a ``math`` example (``NUMBER_ANSWER_PATTERN``),
+    options), a number for a ``math`` example or when ``number``
+    (``NUMBER_ANSWER_PATTERN``),
     else a string of at least one character (``TEXT_ANSWER_PATTERN``) —
     never an empty answer, never a placeholder of the prompt."""
     choices = metadata.get("choices")
     if isinstance(choices, list) and 0 < len(choices) <= len(LETTERS):
         return {"enum": list(LETTERS[: len(choices)])}
-    if metadata.get("task_type") == "math":
+    if number or metadata.get("task_type") == "math":
         return {"type": "string", "pattern": NUMBER_ANSWER_PATTERN}
     return {"type": "string", "pattern": TEXT_ANSWER_PATTERN}
 
 
-def constrained_fields(metadata: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def constrained_fields(metadata: Mapping[str, Any], *, number: bool = False) -> dict[str, dict[str, Any]]:
     """The argument schemas a constrained (embedded) model decodes under in
     place of the tools' own, by tool and argument: ``final_answer``'s
-    ``answer`` (``answer_schema``) and the ``calculator``'s ``expression``
-    narrowed to arithmetic on numbers (``ARITHMETIC_PATTERN``: a 135M model
-    wrote words and ``=`` into it)."""
+    ``answer`` (``answer_schema``; ``number``: the question is arithmetic)
+    and the ``calculator``'s ``expression`` narrowed to arithmetic on numbers
+    (``ARITHMETIC_PATTERN``: a 135M model wrote words and ``=`` into it)."""
     return {
-        "final_answer": {"answer": answer_schema(metadata)},
+        "final_answer": {"answer": answer_schema(metadata, number=number)},
         "calculator": {"expression": {"type": "string", "pattern": ARITHMETIC_PATTERN}},
     }
 

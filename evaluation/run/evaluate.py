@@ -19,7 +19,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.conf import settings
@@ -47,6 +47,7 @@ from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_ru
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
+from turns.driver.policies import EvaluationPolicy
 from turns.llm import get_provider
 from turns.models import TurnStatus
 
@@ -176,6 +177,12 @@ def _run_eval(
         mcp_preflight(extensions.mcp_servers)
     # a resume without --epochs keeps the run's; another number is refused by run_start
     epochs = request.epochs or int((existing or {}).get("epochs") or 1)
+    # review: asked for, else the run's own on a resume, else AGENTLAB_REVIEW,
+    # else the provider's default; the run records what it is
+    review_default = request.review is None and settings.AGENTLAB_REVIEW is None
+    if request.review is None and (existing or {}).get("review") is not None:
+        request, review_default = replace(request, review=bool(existing["review"])), False  # type: ignore[index]
+    request = replace(request, review=EvaluationPolicy(review=request.review).review_enabled(provider))
     config = {
         **_config(request, provider, dataset),
         **extensions_snapshot(extensions, dataset=dataset),
@@ -199,7 +206,10 @@ def _run_eval(
             epochs=epochs,
             live_ok=request.celery,
         )
-        note(_plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed))
+        note(
+            _plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed)
+            + _review_note(bool(request.review), provider_default=review_default)
+        )
         fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
         if fallback:
             note(fallback)
@@ -243,6 +253,13 @@ def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> di
         # None: the provider's own cost, else the genai-prices table, else unknown
         "price": request.price.to_dict() if request.price is not None else None,
     }
+
+
+def _review_note(review: bool, *, provider_default: bool) -> str:
+    """``; review on|off`` and, when off is the provider's own default, why."""
+    if provider_default and not review:
+        return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
+    return f"; review {'on' if review else 'off'}"
 
 
 def _plan_note(

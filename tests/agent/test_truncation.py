@@ -75,11 +75,12 @@ async def test_constrained_providers_get_the_step_schema_and_others_do_not() -> 
         native_tools=False,
         constrained_decoding=True,
     )
-    result = await AgentLoop(constrained, default_registry()).run(QUESTION)
+    # a question without arithmetic: the first step may call any offered tool
+    result = await AgentLoop(constrained, default_registry()).run("How many legs has a spider?")
     assert (result.stop_reason, result.answer, result.answer_type) == ("final", "391", "string")
     schema = constrained.kwargs_seen[0]["response_schema"]
     names = [alt["properties"]["tool"]["const"] for alt in schema["anyOf"]]
-    assert names == ["calculator", "search_documents", "ask_user", "final_answer"]
+    assert names == ["calculator", "ask_user", "final_answer"]  # no documents: no search
     assert result.steps[0].completion.decoding == "schema"
 
     free = ScriptedProvider([text("391")], native_tools=False)
@@ -152,13 +153,14 @@ async def test_openai_tool_call_cut_by_the_limit_is_an_observation_saying_so(
 
 
 async def test_the_last_step_and_the_step_after_a_repeated_call_may_only_answer() -> None:
-    calc = '{"tool": "calculator", "arguments": {"expression": "17 * 23"}}'
-    answer = '{"tool": "final_answer", "arguments": {"answer": "391"}}'
+    # a call that fails (an error is not a result to answer from), then its repeat
+    calc = '{"tool": "calculator", "arguments": {"expression": "1 / 0"}}'
+    answer = '{"tool": "final_answer", "arguments": {"answer": "8"}}'
     provider = ScriptedProvider(
         [text(calc), text(calc), text(answer)], native_tools=False, constrained_decoding=True
     )
-    result = await AgentLoop(provider, default_registry(), max_steps=5).run(QUESTION)
-    assert (result.stop_reason, result.answer, result.steps_used) == ("final", "391", 3)
+    result = await AgentLoop(provider, default_registry(), max_steps=5).run("How many legs has a spider?")
+    assert (result.stop_reason, result.answer, result.steps_used) == ("final", "8", 3)
     schemas = [kw["response_schema"] for kw in provider.kwargs_seen]
     assert "anyOf" in schemas[0] and "anyOf" in schemas[1]  # any offered tool
     assert schemas[2]["properties"]["tool"] == {"const": "final_answer"}  # the repeat: answer now

@@ -75,7 +75,10 @@ async def test_max_steps_stays_max_steps_when_some_reply_was_whole() -> None:
 async def test_a_malformed_reply_is_echoed_back_as_a_bounded_excerpt() -> None:
     long_reply = '{"tool": "calculator", "arguments": {"expression": "' + "1 + " * 400
     provider = ScriptedProvider(
-        [cut(long_reply, decoding="schema"), text('{"tool": "final_answer", "arguments": {"answer": "391"}}')],
+        [
+            cut(long_reply, decoding="schema"),
+            text('{"tool": "final_answer", "arguments": {"answer": "391"}}'),
+        ],
         native_tools=False,
     )
     result = await AgentLoop(provider, default_registry(), max_tokens=512).run(QUESTION)

@@ -19,9 +19,13 @@ def test_an_empty_final_answer_is_a_wrong_example_counted_as_empty_answer(endpoi
 
     with StubLLMServer(reply) as server:
         endpoint(server)
-        call_command("run_eval", "demo", "--run-id", "empties", "--limit", "3", "--no-review", "--concurrency", "1")
+        call_command(
+            "run_eval", "demo", "--run-id", "empties", "--limit", "3", "--no-review", "--concurrency", "1"
+        )
     run = Run.objects.get(run_id="empties")
-    rows = list(Prediction.objects.filter(run=run).values_list("stop_reason", "correct", "prediction", "error"))
+    rows = list(
+        Prediction.objects.filter(run=run).values_list("stop_reason", "correct", "prediction", "error")
+    )
     assert rows == [("empty_answer", False, "", "the model gave an empty answer")] * 3
     assert run.metrics["stop_reasons"] == {"empty_answer": 3}
     assert run.metrics["correct"] == 0 and run.metrics["total"] == 3

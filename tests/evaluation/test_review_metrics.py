@@ -212,7 +212,25 @@ def test_the_evaluation_policy_cancels_an_approval_tool_and_the_prediction_says_
     assert run.metrics["stop_reasons"] == {"approval_required": 1}
 
 
+def test_review_follows_the_policy_then_the_setting_then_the_provider_s_default(settings):
+    from agentlab.agent.providers.local import LocalGGUFProvider as LocalProvider
+    from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
+    from turns.driver.policies import ChatPolicy, EvaluationPolicy
+
+    assert (LocalProvider.review_by_default, OpenAICompatibleProvider.review_by_default) == (False, True)
+    settings.AGENTLAB_REVIEW = None  # unset
+    assert not ChatPolicy().review_enabled(LocalProvider) and ChatPolicy().review_enabled(
+        OpenAICompatibleProvider
+    )
+    assert EvaluationPolicy(review=True).review_enabled(LocalProvider)
+    settings.AGENTLAB_REVIEW = True
+    assert ChatPolicy().review_enabled(LocalProvider)
+    settings.AGENTLAB_REVIEW = False
+    assert not ChatPolicy().review_enabled(OpenAICompatibleProvider)
+
+
 def test_run_eval_reviews_by_default_and_not_with_no_review(settings):
+    settings.AGENTLAB_REVIEW = None  # unset: an endpoint model's default is on
     questions = {"What is 6*7?": "42"}
     seen: list[str] = []
 

@@ -501,7 +501,9 @@ async def test_consumers_that_disconnect_or_end_leave_the_ticker_which_stops_whe
 ACCEPT = '{"verdict": "accept", "note": "391 is 17 * 23", "retry_instruction": null}'
 
 
-async def test_a_review_later_than_the_answer_arrives_live_before_the_stream_ends(owner, db_threads, settings):
+async def test_a_review_later_than_the_answer_arrives_live_before_the_stream_ends(
+    owner, db_threads, settings
+):
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 0.3
     turn = await db_threads.run(turn_create, owner=owner, question="What is 17 * 23?")
@@ -519,7 +521,9 @@ async def test_a_review_later_than_the_answer_arrives_live_before_the_stream_end
     assert events == await db_threads.run(db_frames, turn.pk)
 
 
-async def test_a_client_that_has_the_answer_waits_on_the_stream_for_its_late_review(owner, db_threads, settings):
+async def test_a_client_that_has_the_answer_waits_on_the_stream_for_its_late_review(
+    owner, db_threads, settings
+):
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 0.2
     turn = await db_threads.run(turn_create, owner=owner, question="What is 17 * 23?")

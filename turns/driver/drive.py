@@ -264,7 +264,7 @@ class TurnDrive:
         while True:
             result = await self.act(checked=checked)
             checked = False
-            reviewable = result.stop_reason == "final" and self.policy.review_enabled()
+            reviewable = result.stop_reason == "final" and self.policy.review_enabled(self.provider)
             if not reviewable or self.cancel.is_set() or not await self.review(result):
                 return result
 

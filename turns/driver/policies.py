@@ -29,7 +29,8 @@ class TurnPolicy:
     loop with stop reason ``approval_required``.
 
     ``review`` turns the review phase on or off; ``None`` follows the
-    ``AGENTLAB_REVIEW`` setting. ``review_wait_s()`` is how long the driver
+    ``AGENTLAB_REVIEW`` setting, and when that is unset the provider's
+    default (``review_enabled``). ``review_wait_s()`` is how long the driver
     waits for a review before finishing without it (``None``: until it comes).
     ``streams``: whether the LLM calls are streamed and their text written as
     ``llm.delta`` events (``driver.deltas``) — chat only, a documented
@@ -42,8 +43,15 @@ class TurnPolicy:
     def __init__(self, *, review: bool | None = None) -> None:
         self._review = review
 
-    def review_enabled(self) -> bool:
-        return bool(settings.AGENTLAB_REVIEW) if self._review is None else self._review
+    def review_enabled(self, provider: object = None) -> bool:
+        """Whether answers are reviewed: this policy's ``review`` when set,
+        else the ``AGENTLAB_REVIEW`` setting when set, else ``provider``'s
+        own default (its ``review_by_default``; on when it has none)."""
+        if self._review is not None:
+            return self._review
+        if settings.AGENTLAB_REVIEW is not None:
+            return bool(settings.AGENTLAB_REVIEW)
+        return bool(getattr(provider, "review_by_default", True))
 
     def review_wait_s(self) -> float | None:
         return None

@@ -192,6 +192,8 @@ class OpenAICompatibleProvider:
     #: whether and how they honour ``response_format`` json_schema, and the
     #: loop uses native tool calls here anyway.
     constrained_decoding = False
+    #: answers are reviewed unless AGENTLAB_REVIEW or --no-review says otherwise
+    review_by_default = True
 
     def __init__(
         self,

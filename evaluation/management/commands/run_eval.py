@@ -49,9 +49,10 @@ def _add_run_options(parser: CommandParser) -> None:
     parser.add_argument(
         "--review",
         action=argparse.BooleanOptionalAction,
-        default=True,
+        default=None,
         help="review each answer with a second LLM call, retrying once on its "
-        "instruction (default on; --no-review halves the LLM calls)",
+        "instruction (default AGENTLAB_REVIEW, else on for an endpoint model and off for the "
+        "embedded one; --no-review halves the LLM calls)",
     )
     parser.add_argument(
         "--retry-errors",
@@ -203,6 +204,14 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
     )
 
 
+#: The last line of a run on the embedded model: what its figures are worth.
+EMBEDDED_MODEL_NOTE = (
+    "The embedded model is SmolLM2-135M-Instruct (135M parameters, 4-bit): it proves the pipeline "
+    "offline, not what an agent can do. For a real model set AGENTLAB_LLM_BASE_URL, AGENTLAB_LLM_API_KEY "
+    "and AGENTLAB_MODEL (docs/configuration.md)."
+)
+
+
 class Command(BaseCommand):
     help = "Run the agent over a dataset (registered name, 'demo', or a .jsonl file) and record predictions."
 
@@ -275,6 +284,8 @@ class Command(BaseCommand):
             self.stdout.write(format_comparison(outcome.comparison))
         if json_path:
             _write_json(json_path, result, outcome)
+        if result.run.config.get("provider") == "local":
+            self.stdout.write(EMBEDDED_MODEL_NOTE)
         failures = [f for f in (result.gate_failure, outcome.gate_failure) if f]
         if failures:
             raise CommandError("; ".join(failures), returncode=1)
