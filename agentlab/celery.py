@@ -23,10 +23,11 @@ queue; deployments (and the end-to-end test) sharing one broker use their own.
 from __future__ import annotations
 
 import os
+import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_shutdown
+from celery.signals import worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 
@@ -64,3 +65,12 @@ def _close_mcp_sessions(**kwargs: Any) -> None:
     from agentlab.agent.mcp.hub import mcp_hub_close
 
     mcp_hub_close()
+
+
+@worker_ready.connect
+def _preload_model(**kwargs: Any) -> None:
+    """Load the embedded model on a thread when the worker is ready, if it is
+    the configured provider, so the first turn does not wait for it."""
+    from turns.llm import preload_configured_model
+
+    threading.Thread(target=preload_configured_model, name="agentlab-preload", daemon=True).start()

@@ -13,7 +13,9 @@ the first request is not delayed by it:
 - no broker (embedded default): start the inline executor; it sweeps stale turns at once and
   then every ``TURN_STALE_S / 2``;
 - with a broker: sweep once (Celery beat does it periodically): stale turns
-  are marked interrupted and turns whose hand-over was lost are queued again.
+  are marked interrupted and turns whose hand-over was lost are queued again;
+- then, when the embedded model is the provider, load it (a first turn that
+  comes before it is loaded shows phase ``load`` meanwhile).
 
 ``AGENTLAB_RUN_AT_START = False`` in settings turns this off (tests that do
 not want background threads touching the test database). For deployments
@@ -47,6 +49,9 @@ def server_start() -> None:
             from turns.jobs.handover import inline_executor
 
             inline_executor()
+        from turns.llm import preload_configured_model
+
+        preload_configured_model()  # the embedded model, when it is the provider
     except Exception:
         logger.exception("server start tasks failed")
     finally:

@@ -3,11 +3,16 @@
 
 from __future__ import annotations
 
+import logging
+import time
+
 from django.conf import settings
 
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers import make_provider
 from agentlab.agent.types import LLMProvider
+
+logger = logging.getLogger(__name__)
 
 
 def get_provider(
@@ -39,3 +44,25 @@ def get_provider(
     return make_provider(
         base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH, price=price
     )
+
+
+def preload_configured_model() -> None:
+    """Load the embedded model now when it is the configured provider (no
+    ``AGENTLAB_LLM_BASE_URL``), so the first turn does not wait for it: called
+    on a thread when the server (``agentlab.startup``) or a Celery worker
+    (``worker_ready``) starts. The provider is built as the turns build it
+    (``get_provider``), so they find the same model in memory. Logs and
+    returns when it cannot load — the first turn then reports that."""
+    if settings.AGENTLAB_LLM_BASE_URL:
+        return
+    started = time.monotonic()
+    try:
+        provider = get_provider()
+        load = getattr(provider, "load", None)
+        if load is None:
+            return
+        load()
+    except Exception as exc:  # no local extra, a broken file …
+        logger.info("embedded model: not preloaded (%s)", exc)
+        return
+    logger.info("embedded model %s loaded in %.1f s", provider.model, time.monotonic() - started)

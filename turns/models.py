@@ -49,6 +49,8 @@ class TurnOutcome(models.TextChoices):
 
 
 class TurnPhase(models.TextChoices):
+    #: the embedded model is being loaded before the first step (turns.driver)
+    LOAD = "load"
     ACT = "act"
     REVIEW = "review"
     FINISH = "finish"

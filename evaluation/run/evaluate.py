@@ -181,7 +181,7 @@ def _run_eval(
     # else the provider's default; the run records what it is
     review_default = request.review is None and settings.AGENTLAB_REVIEW is None
     if request.review is None and (existing or {}).get("review") is not None:
-        request, review_default = replace(request, review=bool(existing["review"])), False  # type: ignore[index]
+        request, review_default = replace(request, review=bool(existing["review"])), False
     request = replace(request, review=EvaluationPolicy(review=request.review).review_enabled(provider))
     config = {
         **_config(request, provider, dataset),

@@ -352,3 +352,56 @@ async def test_a_driver_whose_turn_was_swept_writes_nothing_more(owner, db_threa
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.status, turn.answer) == ("succeeded", "fresh")
     assert events[-1].type == "turn.answered"
+
+
+class _LoadingProvider(ScriptedProvider):
+    """A provider whose model is not in memory until ``load`` (the embedded one)."""
+
+    def __init__(self, script):
+        super().__init__(script)
+        self.ready = False
+        self.loads = 0
+
+    def load(self) -> None:
+        self.loads += 1
+        self.ready = True
+
+
+async def test_a_model_not_yet_loaded_shows_phase_load_then_acts(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    provider = _LoadingProvider([final("42")])
+    result = await drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads)
+    assert result is not None and result.answer == "42" and provider.loads == 1
+    events = await db_threads.run(events_after, turn_id=turn.pk)
+    phases = [e.data["phase"] for e in events if e.type == "phase"]
+    assert phases[:3] == ["act", "load", "act"]
+    load_at = next(e.seq for e in events if e.type == "phase" and e.data["phase"] == "load")
+    first_step = next(e.seq for e in events if e.type in ("thinking", "llm.usage", "tool.call"))
+    assert load_at < first_step  # loaded before the first LLM call
+
+    again = await db_threads.run(turn_create, owner=owner, question="q")
+    await drive_turn(again.pk, policy=CHAT, provider=ScriptedProvider([final("43")]), db=db_threads)
+    events = await db_threads.run(events_after, turn_id=again.pk)
+    assert "load" not in [
+        e.data["phase"] for e in events if e.type == "phase"
+    ]  # a provider without the notion (an endpoint) never shows it
+
+
+def test_the_preload_builds_nothing_for_an_endpoint_and_loads_the_embedded_model(settings, monkeypatch):
+    from turns import llm
+
+    built: list[object] = []
+
+    class Embedded:
+        model = "m"
+
+        def load(self) -> None:
+            built.append(self)
+
+    monkeypatch.setattr(llm, "get_provider", lambda: Embedded())
+    settings.AGENTLAB_LLM_BASE_URL = "http://127.0.0.1:9/v1"
+    llm.preload_configured_model()
+    assert built == []
+    settings.AGENTLAB_LLM_BASE_URL = None
+    llm.preload_configured_model()
+    assert len(built) == 1

@@ -220,7 +220,7 @@
     this.root.setAttribute("data-status", this.status);
     this.statusEl.textContent = this.status;
     this.statusEl.className = "badge status status-" + this.status;
-    this.phaseEl.textContent = this.phase ? "phase: " + this.phase : "";
+    this.phaseEl.textContent = this.phase === "load" ? "loading the model…" : this.phase ? "phase: " + this.phase : "";
     this.phaseEl.hidden = !this.phase || !ACTIVE[this.status];
     var s = this.status;
     this.buttons.cancel.hidden = !(ACTIVE[s] || s === "interrupted");
