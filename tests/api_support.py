@@ -71,3 +71,18 @@ session[BACKEND_SESSION_KEY] = "django.contrib.auth.backends.ModelBackend"
 session[HASH_SESSION_KEY] = user.get_session_auth_hash()
 session.create()
 """
+
+
+def session_turn_script(username: str, *, title: str, question: str) -> str:
+    """A ``python -c`` script (``session_script``) that also starts a chat
+    turn asking ``question`` in a new conversation and prints
+    ``{"session": <cookie>, "turn": <turn id>}`` as its last line."""
+    return (
+        session_script(username)
+        + f"""
+from turns.services import turn_start
+conversation = Conversation.objects.create(owner=user, title={title!r})
+turn = turn_start(conversation=conversation, question={question!r}, acting_user=user)
+print(json.dumps({{"session": session.session_key, "turn": turn.pk}}))
+"""
+    )

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
+from agentlab.agent.embedded import StepSchemas, arrange_tools, schema_for_step, step_schemas
 from agentlab.agent.messages import build_messages, step_calls
-from agentlab.agent.protocol import constrained_fields, parse_tool_calls, step_schema
+from agentlab.agent.protocol import parse_tool_calls
 
 # re-exported: the loop's reports have always been importable from here
 from agentlab.agent.reports import CompletionReport as CompletionReport
@@ -37,6 +37,8 @@ from agentlab.agent.reports import OnReport as OnReport
 from agentlab.agent.reports import Report as Report
 from agentlab.agent.reports import ToolResultReport as ToolResultReport
 from agentlab.agent.reports import ToolStartReport as ToolStartReport
+from agentlab.agent.results import EMPTY_ANSWER_ERROR as EMPTY_ANSWER_ERROR
+from agentlab.agent.results import LoopResult as LoopResult
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.stops import LoopStop, check_stop, guarded
 from agentlab.agent.streaming import OnText, text_stream
@@ -58,48 +60,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: A question that holds arithmetic: two numbers joined by an operator.
-_ARITHMETIC_RE = re.compile(r"\d\s*[-+*/×÷^]\s*\(?\s*\d")
-
 
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
-
-
-@dataclass
-class LoopResult:
-    """How a run ended.
-
-    ``answer``/``evidence``/``reasoning`` are text (``as_text``) when
-    ``stop_reason == "final"``, else ``""``. ``question`` is the clarifying
-    question when ``"asked"``. ``steps`` are all steps, recorded ones first;
-    ``steps_used == len(steps)`` (LLM calls that returned). ``usage`` covers
-    every completion in ``steps``. ``error`` is a human-readable cause for the
-    failing stop reasons. ``pending_call`` is the tool call that waited for an
-    approval (``approval_rejected`` / ``approval_required``).
-    """
-
-    stop_reason: StopReason
-    answer: str
-    evidence: str
-    reasoning: str
-    question: str | None
-    steps: list[Step]
-    steps_used: int
-    usage: UsageTotals
-    error: str | None = None
-    pending_call: ToolCall | None = None
-    #: the JSON type the final answer was given in (``string``, ``number``,
-    #: ``array``, ``object``, ``boolean``, ``null``), ``None`` when not final
-    answer_type: str | None = None
-    #: ``length``: the final answer as far as the model wrote it before the
-    #: output-token limit cut it (it is not an answer: ``answer`` is ``""``)
-    partial_answer: str = ""
-
-
-#: The error of stop reason ``empty_answer``: a final answer that is empty or
-#: whitespace is not an answer (the turn fails; in evaluation it is wrong).
-EMPTY_ANSWER_ERROR = "the model gave an empty answer"
 
 
 class _ReportFailed(Exception):
@@ -134,13 +97,9 @@ class _Run:
     on_text: OnText | None = None
     steps: list[Step] = field(default_factory=list)
     usage: UsageTotals = field(default_factory=UsageTotals)
-    #: the JSON schema each step is decoded under (``protocol.step_schema``),
+    #: the schemas a constrained model's steps decode under (``embedded``);
     #: ``None``: native tool calls, or a provider without constrained decoding
-    step_schema: dict[str, Any] | None = None
-    #: the schema of a ``final_answer`` call alone, for the steps that must answer
-    final_schema: dict[str, Any] | None = None
-    #: the schema of the first step when it must call one tool (``_first_tool``)
-    first_schema: dict[str, Any] | None = None
+    schemas: StepSchemas | None = None
 
 
 class AgentLoop:
@@ -192,56 +151,10 @@ class AgentLoop:
         return not self.native_tools and bool(getattr(self.provider, "constrained_decoding", False))
 
     def _offered(self, question: str, context: ToolContext) -> ToolRegistry:
-        """The tools offered in a turn: those available in ``context``; for a
-        constrained (small, embedded) model also arranged to the question —
-        ``search_documents`` first when there are documents and not at all
-        without, and no ``calculator`` for a multiple-choice question without
-        a digit, where it cannot help (a 135M model called it on such questions and copied
-        its result as the answer). An endpoint model gets every available
-        tool in registration order."""
+        """The tools offered in a turn: those available in ``context``, for a
+        constrained model arranged to the question (``embedded.arrange_tools``)."""
         tools = self.tools.offered(context)
-        if not self.constrained:
-            return tools
-        names = [tool.name for tool in tools]
-        if context.metadata.get("choices") and not any(ch.isdigit() for ch in question):
-            names = [name for name in names if name != "calculator"]
-        if not context.documents:  # it could only answer that there are none
-            names = [name for name in names if name != "search_documents"]
-        if context.metadata.get("task_type"):  # an evaluation example: nobody answers a question
-            names = [name for name in names if name != "ask_user"]
-        if context.documents and "search_documents" in names:
-            names = ["search_documents", *(name for name in names if name != "search_documents")]
-        return tools.arranged(names)
-
-    def _first_tool(self, question: str, context: ToolContext, tools: ToolRegistry) -> str | None:
-        """The tool a constrained model's first step must call, or ``None``:
-        ``search_documents`` when the turn has documents, ``calculator`` for
-        a ``math`` example or a question that holds arithmetic (``17 * 23``).
-        A 135M model left to choose answered at once — copying a number of
-        the question, or a placeholder — and never searched."""
-        if not self.constrained:
-            return None
-        if context.documents and "search_documents" in tools:
-            return "search_documents"
-        arithmetic = context.metadata.get("task_type") == "math" or _ARITHMETIC_RE.search(question)
-        if arithmetic and not context.metadata.get("choices") and "calculator" in tools:
-            return "calculator"
-        return None
-
-    def _set_schemas(self, run: _Run) -> None:
-        """The schemas ``run``'s steps decode under, for a constrained model
-        (``_schema_for`` picks one per step); none for the others."""
-        if not self.constrained or not len(run.tools):
-            return
-        first = self._first_tool(run.question, run.context, run.tools)
-        # a question the calculator must answer first is answered with a number
-        fields = constrained_fields(run.context.metadata, number=first == "calculator")
-        run.step_schema = step_schema(run.tools, fields=fields)
-        final_tool = run.tools.get("final_answer")
-        if final_tool is not None:
-            run.final_schema = step_schema(ToolRegistry([final_tool]), fields=fields)
-        if first is not None and self.max_steps > 1:
-            run.first_schema = step_schema(run.tools.arranged([first]), fields=fields)
+        return arrange_tools(tools, question=question, context=context) if self.constrained else tools
 
     def build_messages(
         self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
@@ -300,7 +213,10 @@ class AgentLoop:
             deadline=deadline,
             on_text=on_text,
         )
-        self._set_schemas(run)
+        if self.constrained and len(run.tools):
+            run.schemas = step_schemas(
+                run.tools, question=question, context=context, max_steps=self.max_steps
+            )
         for step in recorded:
             copied = Step(index=step.index, completion=step.completion, results=list(step.results))
             run.steps.append(copied)
@@ -415,30 +331,13 @@ class AgentLoop:
         return _Outcome("max_steps")
 
     def _schema_for(self, run: _Run, index: int) -> dict[str, Any] | None:
-        """The schema step ``index`` decodes under: the first step's when it
-        must call one tool (``_first_tool``), the step schema, or the
-        final answer's alone on the last step, after a tool result that is not
-        an error, and after a call that repeats
-        an earlier one with the same arguments — a greedy small model would
-        otherwise repeat it to ``max_steps`` with its result in view."""
-        if index == 1 and run.first_schema is not None:
-            return run.first_schema
-        if run.final_schema is None:
-            return run.step_schema
-        if index >= self.max_steps:
-            return run.final_schema
-        if run.steps and any(not r.is_error for r in run.steps[-1].results):
-            # a constrained model answers from the result it has: left free, a
-            # 135M model fed each result into the next call (12 → 72 → 432 …)
-            return run.final_schema
-        seen: set[tuple[str, str]] = set()
-        for step in run.steps:
-            for call in self._calls_of(step):
-                key = (call.name, repr(sorted(call.arguments.items())))
-                if call.error is None and key in seen:
-                    return run.final_schema
-                seen.add(key)
-        return run.step_schema
+        """The schema step ``index`` decodes under (``embedded.schema_for_step``),
+        ``None`` for a model that is not constrained."""
+        if run.schemas is None:
+            return None
+        return schema_for_step(
+            run.schemas, index=index, steps=run.steps, max_steps=self.max_steps, calls_of=self._calls_of
+        )
 
     @staticmethod
     def _text_outcome(completion: Completion) -> _Outcome:

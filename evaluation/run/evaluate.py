@@ -19,7 +19,7 @@ import secrets
 import shlex
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
@@ -43,11 +43,11 @@ from evaluation.run.exits import RunOutage
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, run_extensions
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
+from evaluation.run.notes import plan_line, review_resolved
 from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_run, queue_readers
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
-from turns.driver.policies import EvaluationPolicy
 from turns.llm import get_provider
 from turns.models import TurnStatus
 
@@ -177,12 +177,7 @@ def _run_eval(
         mcp_preflight(extensions.mcp_servers)
     # a resume without --epochs keeps the run's; another number is refused by run_start
     epochs = request.epochs or int((existing or {}).get("epochs") or 1)
-    # review: asked for, else the run's own on a resume, else AGENTLAB_REVIEW,
-    # else the provider's default; the run records what it is
-    review_default = request.review is None and settings.AGENTLAB_REVIEW is None
-    if request.review is None and (existing or {}).get("review") is not None:
-        request, review_default = replace(request, review=bool(existing["review"])), False
-    request = replace(request, review=EvaluationPolicy(review=request.review).review_enabled(provider))
+    request, review_default = review_resolved(request, existing=existing, provider=provider)
     config = {
         **_config(request, provider, dataset),
         **extensions_snapshot(extensions, dataset=dataset),
@@ -207,18 +202,19 @@ def _run_eval(
             live_ok=request.celery,
         )
         note(
-            _plan_note(run, dataset, provider, planned=len(planned), skipped=skipped, resumed=resumed)
-            + _review_note(bool(request.review), provider_default=review_default)
-        )
-        fallback = fallback_note(dataset_fallback_task_types(dataset=dataset))
-        if fallback:
-            note(fallback)
-        if request.celery and planned and not queue_readers(request.queue):
-            note(
-                f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
-                f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
-                "Ctrl-C stops waiting"
+            plan_line(
+                run,
+                dataset,
+                provider,
+                review=bool(request.review),
+                planned=len(planned),
+                skipped=skipped,
+                resumed=resumed,
+                review_default=review_default,
             )
+        )
+        for line in _warnings(dataset, request, planned=len(planned)):
+            note(line)
         run = _drive_and_finish(
             run, planned, request=request, provider=provider, progress=progress, extensions=extensions
         )
@@ -231,6 +227,19 @@ def _run_eval(
         else gate_failure(run.metrics, request.fail_under)
     )
     return EvalResult(run=run, dataset=dataset, gate_failure=failure)
+
+
+def _warnings(dataset: Dataset, request: EvalRequest, *, planned: int) -> list[str]:
+    """What the plan line is followed by: the task types scored by a
+    fallback scorer, and a Celery queue that no worker reads."""
+    lines = [fallback_note(dataset_fallback_task_types(dataset=dataset))]
+    if request.celery and planned and not queue_readers(request.queue):
+        lines.append(
+            f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
+            f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
+            "Ctrl-C stops waiting"
+        )
+    return [line for line in lines if line]
 
 
 def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> dict[str, Any]:
@@ -253,32 +262,6 @@ def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> di
         # None: the provider's own cost, else the genai-prices table, else unknown
         "price": request.price.to_dict() if request.price is not None else None,
     }
-
-
-def _review_note(review: bool, *, provider_default: bool) -> str:
-    """``; review on|off`` and, when off is the provider's own default, why."""
-    if provider_default and not review:
-        return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
-    return f"; review {'on' if review else 'off'}"
-
-
-def _plan_note(
-    run: Run, dataset: Dataset, provider: LLMProvider, *, planned: int, skipped: int, resumed: bool
-) -> str:
-    in_run = run.predictions.count()
-    return (
-        f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
-        + (" (resumed)" if resumed else "")
-        + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
-        + f"; {provider.name} model {provider.model}"
-        # a smaller --limit on a resume plans fewer examples than the run
-        # holds, but the metrics are over all of its rows
-        + (
-            f"; the metrics cover all {in_run} predictions of the run, not only these {planned + skipped}"
-            if in_run > planned + skipped
-            else ""
-        )
-    )
 
 
 class _Tally:

@@ -17,21 +17,13 @@ import httpx
 import pytest
 
 from agentlab.testing.net import free_port, wait_for_port
-from tests.api_support import session_script
+from tests.api_support import session_turn_script
 
 from .servers import Stack
 
 pytestmark = pytest.mark.faults
 
-SETUP = (
-    session_script("layer-owner")
-    + """
-from turns.services import turn_start
-conversation = Conversation.objects.create(owner=user, title="layer")
-turn = turn_start(conversation=conversation, question="Wait.", acting_user=user)
-print(json.dumps({"session": session.session_key, "turn": turn.pk}))
-"""
-)
+SETUP = session_turn_script("layer-owner", title="layer", question="Wait.")
 
 # An event appended by another process rings the turn's doorbell through the
 # layer, as a worker's driver does.

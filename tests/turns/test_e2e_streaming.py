@@ -31,7 +31,7 @@ import pytest
 
 from agentlab.testing.net import free_port, port_open
 from agentlab.testing.stub_llm import StubLLMServer, StubReply, final_answer_reply, tool_call_reply
-from tests.api_support import session_script
+from tests.api_support import session_turn_script
 from tests.redis_support import BROKER_URL, LAYER_URL, REDIS
 
 pytestmark = pytest.mark.e2e
@@ -39,15 +39,7 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 PG = ("127.0.0.1", 5432)
 
-SETUP = (
-    session_script("e2e-owner")
-    + """
-from turns.services import turn_start
-conversation = Conversation.objects.create(owner=user, title="e2e")
-turn = turn_start(conversation=conversation, question="Count a, b, c and d, then say done.", acting_user=user)
-print(json.dumps({"turn_id": turn.pk, "session": session.session_key}))
-"""
-)
+SETUP = session_turn_script("e2e-owner", title="e2e", question="Count a, b, c and d, then say done.")
 
 RESUME = """
 import sys, django
@@ -212,7 +204,7 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
             check=True,
         )
         setup = json.loads(out.stdout.strip().splitlines()[-1])
-        turn_id = setup["turn_id"]
+        turn_id = setup["turn"]
 
         received: list[dict] = []
         ends: list[dict] = []

@@ -38,7 +38,6 @@ from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads
-from turns import events as event_log
 from turns.driver.claim import ClaimedTurn, turn_claim
 from turns.driver.extensions import (
     ExtensionsUnavailable,
@@ -51,6 +50,7 @@ from turns.driver.extensions import (
     unavailable_result,
 )
 from turns.driver.finish import finish_fields, finish_write
+from turns.driver.loading import model_load
 from turns.driver.policies import TurnPolicy
 from turns.driver.recorder import Attempt, Recorder
 from turns.driver.replay import attempt_steps, calls_started
@@ -63,11 +63,9 @@ from turns.driver.review_phase import (
     review_record_late,
 )
 from turns.driver.watch import turn_watcher
-from turns.event_types import PhaseData
-from turns.events import NewEvent
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
-from turns.models import ApprovalStatus, EventType, TurnPhase
+from turns.models import ApprovalStatus, EventType
 from turns.selectors import approval_status_of, turn_checked, turn_meta
 
 logger = logging.getLogger(__name__)
@@ -264,37 +262,13 @@ class TurnDrive:
             and bool(self.extensions)
             and await self.db.run(turn_checked, turn_id=turn.id, attempt=self.current.number)
         )
-        await self.load_model()
+        await model_load(self.provider, turn_id=self.turn.id, holder=self.holder, db=self.db)
         while True:
             result = await self.act(checked=checked)
             checked = False
             reviewable = result.stop_reason == "final" and self.policy.review_enabled(self.provider)
             if not reviewable or self.cancel.is_set() or not await self.review(result):
                 return result
-
-    async def load_model(self) -> None:
-        """A provider whose model is not in memory yet (the embedded one, on
-        its first turn in this process, before the start-up preload is done)
-        loads it now, with phase ``load`` in the log meanwhile — a turn shows
-        that it is loading, not a silent ``act`` — then phase ``act`` again.
-        A model that cannot load is left to the first LLM call to report."""
-        if getattr(self.provider, "ready", True):
-            return
-        await self._phase(TurnPhase.LOAD)
-        try:
-            await asyncio.to_thread(self.provider.load)  # type: ignore[attr-defined]
-        except Exception:
-            logger.warning("turn %s: the model could not be loaded", self.turn.id, exc_info=True)
-        await self._phase(TurnPhase.ACT)
-
-    async def _phase(self, phase: str) -> None:
-        await self.db.run(
-            event_log.event_append_many,
-            turn_id=self.turn.id,
-            events=[NewEvent(EventType.PHASE, PhaseData(phase=phase))],
-            turn_fields={"phase": phase},
-            holder=self.holder,
-        )
 
     async def act(self, *, checked: bool) -> LoopResult:
         """One attempt of the agent loop with its extensions' tools and system

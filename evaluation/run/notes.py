@@ -1,0 +1,74 @@
+"""What ``run_eval`` says once a run is planned (its plan line) and the
+review setting it resolves."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import replace
+from typing import Any
+
+from django.conf import settings
+
+from agentlab.agent.types import LLMProvider
+from evaluation.models import Dataset, Run
+from evaluation.run.request import EvalRequest
+from turns.driver.policies import EvaluationPolicy
+
+
+def review_resolved(
+    request: EvalRequest, *, existing: dict[str, Any] | None, provider: LLMProvider
+) -> tuple[EvalRequest, bool]:
+    """``request`` with ``review`` decided: as asked, else the run's own on a
+    resume, else ``AGENTLAB_REVIEW``, else the provider's default
+    (``review_by_default``) — the run records what it is. The flag says
+    whether it is the provider's default (the plan line then says why)."""
+    provider_default = request.review is None and settings.AGENTLAB_REVIEW is None
+    if request.review is None and (existing or {}).get("review") is not None:
+        request, provider_default = replace(request, review=bool((existing or {})["review"])), False
+    review = EvaluationPolicy(review=request.review).review_enabled(provider)
+    return replace(request, review=review), provider_default
+
+
+def plan_line(
+    run: Run,
+    dataset: Dataset,
+    provider: LLMProvider,
+    *,
+    review: bool,
+    planned: int,
+    skipped: int,
+    resumed: bool,
+    review_default: bool,
+) -> str:
+    """The line ``run_eval`` writes once the run is planned: what is to do,
+    the model, and whether answers are reviewed (and why not, when that is
+    the embedded model's default)."""
+    return _plan_line(
+        run, dataset, provider, planned=planned, skipped=skipped, resumed=resumed
+    ) + _review_words(review, provider_default=review_default)
+
+
+def _review_words(review: bool, *, provider_default: bool) -> str:
+    """``; review on|off`` and, when off is the provider's own default, why."""
+    if provider_default and not review:
+        return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
+    return f"; review {'on' if review else 'off'}"
+
+
+def _plan_line(
+    run: Run, dataset: Dataset, provider: LLMProvider, *, planned: int, skipped: int, resumed: bool
+) -> str:
+    in_run = run.predictions.count()
+    return (
+        f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
+        + (" (resumed)" if resumed else "")
+        + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
+        + f"; {provider.name} model {provider.model}"
+        # a smaller --limit on a resume plans fewer examples than the run
+        # holds, but the metrics are over all of its rows
+        + (
+            f"; the metrics cover all {in_run} predictions of the run, not only these {planned + skipped}"
+            if in_run > planned + skipped
+            else ""
+        )
+    )
