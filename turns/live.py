@@ -230,8 +230,9 @@ class TurnStream:
                 raise AssertionError(f"turn {self.turn_id}: seq {seq} after {self.last_sent}")
             await self.transport.send_event(frame)
             self.last_sent = seq
-            if _review_pending(frame):  # the answer is shown; its review follows
-                self._awaiting_review = (END_STATUS[frame["type"]], time.monotonic())
+            if frame["type"] in TERMINAL:  # an answer whose review follows, or an end
+                pending = _review_pending(frame)
+                self._awaiting_review = (END_STATUS[frame["type"]], time.monotonic()) if pending else None
         last = frames[-1]
         if not may_end or last["seq"] != self.last_sent:
             return

@@ -554,3 +554,20 @@ async def test_an_answer_reviewed_in_time_ends_the_stream_at_once(owner, db_thre
     events, end = await read_until_end(communicator, timeout=2)
     await communicator.disconnect()
     assert events == [] and end["status"] == "succeeded"
+
+
+async def test_a_turn_retried_before_its_late_review_ends_the_stream_at_its_new_end(owner, db_threads):
+    from turns.event_types import TurnAnsweredData
+
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    answered = TurnAnsweredData(stop_reason="final", steps=1, answer="1", evidence="", reasoning="")
+    pending = {**answered, "review_pending": True}
+    await db_threads.run(event_append, turn_id=turn.pk, type="turn.answered", data=pending)
+    communicator = await connect(ws_app(owner), turn.pk, after=0)
+    first = await read_events(communicator, 2)
+    assert [f["type"] for f in first] == ["turn.queued", "turn.answered"]  # and the stream waits
+    # the review never comes; the turn is run again and answered without one pending
+    await db_threads.run(event_append, turn_id=turn.pk, type="turn.answered", data=dict(answered))
+    events, end = await read_until_end(communicator, timeout=5)
+    await communicator.disconnect()
+    assert [f["type"] for f in events] == ["turn.answered"] and end["status"] == "succeeded"
