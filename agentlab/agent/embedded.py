@@ -17,8 +17,8 @@ each calculator result into the next call and answered empty strings. So:
 - arguments under ``protocol.constrained_fields``: the answer is one of the
   offered letters, a number, or a short text that is not a placeholder; the
   calculator's expression is arithmetic;
-- the final answer alone on the last step, after a tool result that is not an
-  error, and after a call that repeats an earlier one — ``schema_for_step``.
+- the final answer alone on the last step, after a good calculator or search
+  result, and after a call that repeats an earlier one — ``schema_for_step``.
 """
 
 from __future__ import annotations
@@ -31,6 +31,11 @@ from typing import Any
 from agentlab.agent.protocol import constrained_fields, step_schema
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.types import Step, ToolCall
+
+#: The tools whose one good result is what the answer is read from: after
+#: one, the next step must answer. Other tools (``sql_query``, a plugin's, an
+#: MCP server's) may need several calls — reading a schema, then querying.
+ANSWER_AFTER = frozenset({"calculator", "search_documents"})
 
 #: A question that holds arithmetic: two numbers joined by an operator.
 ARITHMETIC_RE = re.compile(r"\d\s*[-+*/×÷^]\s*\(?\s*\d")
@@ -97,8 +102,8 @@ def schema_for_step(
 ) -> dict[str, Any]:
     """The schema step ``index`` (from 1) decodes under after ``steps``: the
     first step's when it must call one tool; the final answer's alone on the
-    last step, after a tool result that is not an error (left free, a 135M
-    model fed each result into the next call: 12 → 72 → 432 …) and after a
+    last step, after a good result of an ``ANSWER_AFTER`` tool (left free, a
+    135M model fed each result into the next call: 12 → 72 → 432 …) and after a
     call that repeats an earlier one with the same arguments (a greedy model
     repeats it to ``max_steps``); else any offered tool."""
     if index == 1 and schemas.first is not None:
@@ -107,7 +112,7 @@ def schema_for_step(
         return schemas.step
     if index >= max_steps:
         return schemas.final
-    if steps and any(not result.is_error for result in steps[-1].results):
+    if steps and any(not r.is_error and r.name in ANSWER_AFTER for r in steps[-1].results):
         return schemas.final
     seen: set[tuple[str, str]] = set()
     for step in steps:

@@ -141,3 +141,26 @@ async def test_an_endpoint_model_is_offered_every_tool_and_decodes_freely() -> N
     prompt = provider.calls[0][0]["content"]
     for name in ("calculator", "search_documents", "ask_user", "final_answer"):
         assert f"- {name}:" in prompt
+
+
+async def test_a_tool_that_may_need_several_calls_leaves_the_next_step_free() -> None:
+    from pydantic import BaseModel
+
+    from agentlab.agent.tools import Tool
+
+    class Args(BaseModel):
+        key: str
+
+    lookup = Tool(
+        name="lookup", description="Look a key up.", parameters=Args, fn=lambda args, ctx: "schema: t(a)"
+    )
+    provider = constrained(
+        '{"tool": "lookup", "arguments": {"key": "schema"}}',
+        '{"tool": "lookup", "arguments": {"key": "rows"}}',
+        '{"tool": "final_answer", "arguments": {"answer": "4"}}',
+    )
+    registry = default_registry().with_tools([lookup])
+    result = await AgentLoop(provider, registry).run("How many rows has t?")
+    assert (result.stop_reason, result.answer) == ("final", "4")
+    second = provider.kwargs_seen[1]["response_schema"]
+    assert "lookup" in offered(second)  # a plugin's result does not force the answer
