@@ -17,9 +17,6 @@ from typing import TypeVar
 
 import environ
 from django.core.exceptions import ImproperlyConfigured
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from agentlab.agent.mcp.config import MCPConfigError, parse_servers
 from agentlab.deploy import admins_setting, https_origins, is_deployment, proxy_ssl_header, public_hosts
@@ -214,26 +211,19 @@ REDIS_URL = env.str("REDIS_URL", default="")
 #: busy process lost that race ("Timeout reading from …") and the consumer died
 #: with 1011. Its pool also raises "Too many connections" past its limit
 #: instead of waiting (100 sockets leaving at once reached the default 100).
-REDIS_CHANNEL_HOST_OPTIONS: dict[str, object] = {
+REDIS_CHANNEL_HOST_OPTIONS = {
     "socket_timeout": env_number("REDIS_SOCKET_TIMEOUT_S", 30.0, positive=True),
     "max_connections": env_number("REDIS_MAX_CONNECTIONS", 2000, minimum=1),
 }
-# After a Redis restart every pooled connection is dead, and redis-py
-# retries nothing by default on a pool built from a URL: the first command
-# on each one failed ("Connection closed by server") and the stream that
-# ran it ended with an error. A command that meets a dead connection
-# reconnects and is sent again (twice at most, 50 ms then 100 ms apart);
-# the layer's writes are safe to repeat (group membership, doorbells that
-# the stream drops by seq).
-REDIS_CHANNEL_HOST_OPTIONS["retry"] = Retry(
-    ExponentialBackoff(cap=0.5, base=0.05), retries=2, supported_errors=(RedisConnectionError,)
-)
 if REDIS_URL:
+    # with a retry of a command that meets a connection a Redis restart killed
+    from agentlab.layer import redis_host
+
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [{"address": REDIS_URL, **REDIS_CHANNEL_HOST_OPTIONS}],
+                "hosts": [redis_host(REDIS_URL, REDIS_CHANNEL_HOST_OPTIONS)],
                 "capacity": env_number("CHANNEL_CAPACITY", 100, minimum=1),
             },
         }

@@ -11,6 +11,7 @@ import pytest
 from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
 
+from agentlab.layer import redis_host
 from agentlab.testing.net import port_open
 from tests.redis_support import LAYER_URL, REDIS
 
@@ -34,7 +35,7 @@ def redis_layer(stream_settings):
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                "hosts": [{"address": LAYER_URL, **stream_settings.REDIS_CHANNEL_HOST_OPTIONS}],
+                "hosts": [redis_host(LAYER_URL, stream_settings.REDIS_CHANNEL_HOST_OPTIONS)],
                 "capacity": 100,
                 "prefix": f"test-{uuid.uuid4().hex[:8]}",
             },
