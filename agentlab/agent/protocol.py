@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import re
+import string
 from collections.abc import Mapping
 from typing import Any
 
@@ -132,7 +133,6 @@ NUMBER_ANSWER_PATTERN = "^-?[0-9][0-9,]*([.][0-9]+)?$"
 #: short answer needs none, and the grammar then needs no escapes). Left
 #: unbounded, a 135M model wrote a paragraph into it.
 TEXT_ANSWER_PATTERN = r'^[^<"\\{}\x00-\x20][^"\\\x00-\x1F]{0,79}$'
-LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _OPERAND = "[(]*[0-9]+([.][0-9]+)?[)]*"
 #: A calculator expression of a constrained model: numbers joined by at least
 #: one of ``+ - * /`` (brackets allowed, single spaces around operators).
@@ -148,8 +148,8 @@ def answer_schema(metadata: Mapping[str, Any], *, number: bool = False) -> dict[
     else a string of at least one character (``TEXT_ANSWER_PATTERN``) —
     never an empty answer, never a placeholder of the prompt."""
     choices = metadata.get("choices")
-    if isinstance(choices, list) and 0 < len(choices) <= len(LETTERS):
-        return {"enum": list(LETTERS[: len(choices)])}
+    if isinstance(choices, list) and 0 < len(choices) <= len(string.ascii_uppercase):
+        return {"enum": list(string.ascii_uppercase[: len(choices)])}
     if number or metadata.get("task_type") == "math":
         return {"type": "string", "pattern": NUMBER_ANSWER_PATTERN}
     return {"type": "string", "pattern": TEXT_ANSWER_PATTERN}

@@ -22,11 +22,9 @@ def review_resolved(
     resume, else ``AGENTLAB_REVIEW``, else the provider's default
     (``review_by_default``) — the run records what it is. The flag says
     whether it is the provider's default (the plan line then says why)."""
-    provider_default = request.review is None and settings.AGENTLAB_REVIEW is None
-    if request.review is None and (existing or {}).get("review") is not None:
-        request, provider_default = replace(request, review=bool((existing or {})["review"])), False
-    review = EvaluationPolicy(review=request.review).review_enabled(provider)
-    return replace(request, review=review), provider_default
+    asked = request.review if request.review is not None else (existing or {}).get("review")
+    review = EvaluationPolicy(review=None if asked is None else bool(asked)).review_enabled(provider)
+    return replace(request, review=review), asked is None and settings.AGENTLAB_REVIEW is None
 
 
 def plan_line(
@@ -43,21 +41,6 @@ def plan_line(
     """The line ``run_eval`` writes once the run is planned: what is to do,
     the model, and whether answers are reviewed (and why not, when that is
     the embedded model's default)."""
-    return _plan_line(
-        run, dataset, provider, planned=planned, skipped=skipped, resumed=resumed
-    ) + _review_words(review, provider_default=review_default)
-
-
-def _review_words(review: bool, *, provider_default: bool) -> str:
-    """``; review on|off`` and, when off is the provider's own default, why."""
-    if provider_default and not review:
-        return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
-    return f"; review {'on' if review else 'off'}"
-
-
-def _plan_line(
-    run: Run, dataset: Dataset, provider: LLMProvider, *, planned: int, skipped: int, resumed: bool
-) -> str:
     in_run = run.predictions.count()
     return (
         f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
@@ -71,4 +54,12 @@ def _plan_line(
             if in_run > planned + skipped
             else ""
         )
+        + _review_words(review, provider_default=review_default)
     )
+
+
+def _review_words(review: bool, *, provider_default: bool) -> str:
+    """``; review on|off`` and, when off is the provider's own default, why."""
+    if provider_default and not review:
+        return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
+    return f"; review {'on' if review else 'off'}"
