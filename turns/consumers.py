@@ -54,14 +54,6 @@ CLOSE_NORMAL = 1000
 
 _HEARTBEAT = json.dumps({"type": "heartbeat"})
 
-# --- database reads (run on the stream pool's threads) --------------------------
-
-
-# --- the shared heartbeat ticker ----------------------------------------------
-
-
-# --- the consumer ---------------------------------------------------------------
-
 
 class TurnStreamConsumer(AsyncWebsocketConsumer):
     """Streams one turn's event log exactly once per seq: the websocket

@@ -209,19 +209,26 @@ class TurnStream:
     # --- sending (always under self._lock) ------------------------------------
 
     async def _catch_up(self) -> None:
-        """Send everything after ``last_sent`` from the database, in batches."""
+        """Send everything after ``last_sent`` from the database, in batches.
+
+        Whether the stream ends is decided on the newest frame once a read
+        comes back short: a full batch whose last frame is terminal may still
+        be followed (by a late review), and if it is not, the short (empty)
+        read after it is what says so."""
+        newest: dict[str, Any] | None = None
         while not self.ended:
             frames = await self._read(self.turn_id, self.last_sent, REPLAY_BATCH)
-            if not frames:
-                return
-            await self._send_frames(frames, may_end=len(frames) < REPLAY_BATCH)
+            if frames:
+                await self._send_frames(frames, may_end=False)
+                newest = frames[-1]
             if len(frames) < REPLAY_BATCH:
+                if newest is not None and not self.ended:
+                    await self._end_after(newest)
                 return
 
     async def _send_frames(self, frames: list[dict[str, Any]], *, may_end: bool = True) -> None:
-        """Send consecutive frames starting at ``last_sent + 1``; end the stream
-        when the newest one is terminal (and ``may_end``) — or, for an answer
-        whose review was still running, once that late ``review`` is sent."""
+        """Send consecutive frames starting at ``last_sent + 1``; with
+        ``may_end``, then end the stream if the newest one ends it (``_end_after``)."""
         for frame in frames:
             seq = frame["seq"]
             if seq <= self.last_sent:
@@ -233,8 +240,14 @@ class TurnStream:
             if frame["type"] in TERMINAL:  # an answer whose review follows, or an end
                 pending = _review_pending(frame)
                 self._awaiting_review = (END_STATUS[frame["type"]], time.monotonic()) if pending else None
-        last = frames[-1]
-        if not may_end or last["seq"] != self.last_sent:
+        if may_end:
+            await self._end_after(frames[-1])
+
+    async def _end_after(self, last: dict[str, Any]) -> None:
+        """End the stream if ``last``, the newest frame known, was sent and is
+        terminal — or, for an answer whose review was still running, is that
+        late ``review``."""
+        if last["seq"] != self.last_sent:
             return
         if self._awaiting_review is not None:
             if last["type"] == EventType.REVIEW:

@@ -24,7 +24,7 @@ from agentlab.testing.stub_llm import (
 )
 from evaluation.models import Dataset, Example, Prediction, Run
 from tests.shared_data import dataset_path
-from turns.models import Turn, TurnEvent
+from turns.models import RESUMABLE_STATUSES, Turn, TurnEvent, TurnStatus
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -297,7 +297,16 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
             proc.wait()
         done_before = Prediction.objects.filter(run__run_id="killed", completed_at__isnull=False).count()
         assert 6 <= done_before < 20
-        cut_off = Turn.objects.filter(predictions__run__run_id="killed", status="running").count()
+        # what a resume takes up again: the turns of unfinished predictions
+        # that were running (their process is gone) or had already stopped
+        # (interrupted, failed); a queued one is simply claimed
+        cut_off = dict(
+            Turn.objects.filter(
+                predictions__run__run_id="killed",
+                predictions__completed_at__isnull=True,
+                status__in=[TurnStatus.RUNNING, TurnStatus.WAITING, *RESUMABLE_STATUSES],
+            ).values_list("pk", "status")
+        )
 
         resumed = subprocess.run(
             cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True, timeout=120
@@ -318,7 +327,9 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
         seqs = list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True))
         assert seqs == list(range(1, len(seqs) + 1))
         assert turn.status == "succeeded"
-    assert TurnEvent.objects.filter(turn__predictions__run=run, type="turn.resumed").count() == cut_off
+    resumes = TurnEvent.objects.filter(turn__predictions__run=run, type="turn.resumed")
+    resumed = set(resumes.values_list("turn_id", flat=True))
+    assert resumed == set(cut_off), cut_off
 
 
 def test_a_file_named_like_a_registered_dataset_is_refused_not_merged(tmp_path, endpoint):
