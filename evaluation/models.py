@@ -21,6 +21,8 @@ class Dataset(models.Model):
     #: the judge's rubric for the dataset's examples (``""``: the default
     #: rubric); an example's ``rubric`` metadata wins
     rubric = models.TextField(blank=True, default="")
+    #: the number of the dataset's latest version (``DatasetVersion.number``)
+    version = models.PositiveIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -30,11 +32,52 @@ class Dataset(models.Model):
         return self.name
 
 
+class DatasetVersion(models.Model):
+    """One version of a dataset's examples (docs/architecture.md#dataset-versions).
+
+    Every change to the examples — an import with different content, an
+    edit or removal in the admin, examples added from chat turns — makes the
+    next ``number`` (1, 2, 3, …). The example rows themselves say which
+    versions they belong to (``Example.valid_from`` / ``valid_to``); this row
+    records when, by whom, from what (``source``) and the counts, measured
+    against the version before."""
+
+    dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="versions")
+    number = models.PositiveIntegerField()
+    #: what made the version: ``import /path/file.jsonl``, ``admin: …``, ``chat turns 12, 15``
+    source = models.CharField(max_length=500, blank=True, default="")
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    added = models.PositiveIntegerField(default=0)
+    changed = models.PositiveIntegerField(default=0)
+    removed = models.PositiveIntegerField(default=0)
+    #: the examples in this version
+    total = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["dataset_id", "-number"]
+        constraints = [
+            models.UniqueConstraint(fields=["dataset", "number"], name="dataset_version_unique_number"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.dataset_id}@{self.number}"
+
+
 class Example(models.Model):
     """One question with its gold answer. ``scorer`` empty means: by task type.
 
     ``answer`` is JSON: a string, or a list of alias strings any one of which
-    is correct (``evaluation.datasets.jsonl.gold_answer``)."""
+    is correct (``evaluation.datasets.jsonl.gold_answer``).
+
+    A row is one content of example ``external_id`` (its ``question_id``),
+    valid from dataset version ``valid_from`` up to, not including,
+    ``valid_to`` (``None``: still current). A change never updates a row's
+    content: it closes the row (``valid_to``) and adds one, so unchanged
+    examples are shared by every version and predictions keep pointing at
+    what they answered (``evaluation.datasets.versions``)."""
 
     dataset = models.ForeignKey(Dataset, on_delete=models.CASCADE, related_name="examples")
     external_id = models.CharField(max_length=200)
@@ -48,14 +91,24 @@ class Example(models.Model):
     metadata = models.JSONField(default=dict, blank=True)
     #: entry-point plugins the example's own line switches on (its ``plugins`` field)
     plugins = models.JSONField(default=list, blank=True)
+    #: the first dataset version holding this content
+    valid_from = models.PositiveIntegerField(default=1)
+    #: the version that changed or removed it (``None``: current)
+    valid_to = models.PositiveIntegerField(null=True, blank=True)
 
     class Meta:
-        ordering = ["dataset_id", "position"]
+        ordering = ["dataset_id", "position", "pk"]
         constraints = [
             models.UniqueConstraint(
-                fields=["dataset", "external_id"], name="example_unique_dataset_external_id"
+                fields=["dataset", "external_id", "valid_from"], name="example_unique_dataset_id_version"
+            ),
+            models.UniqueConstraint(
+                fields=["dataset", "external_id"],
+                condition=Q(valid_to__isnull=True),
+                name="example_unique_current_dataset_external_id",
             ),
         ]
+        indexes = [models.Index(fields=["dataset", "valid_to"], name="example_dataset_valid_to")]
 
     def __str__(self) -> str:
         return self.external_id
@@ -142,6 +195,8 @@ class Run(models.Model):
 
     run_id = models.CharField(max_length=200, unique=True)
     dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="runs")
+    #: the dataset version the run is on (kept when it is resumed)
+    dataset_version = models.PositiveIntegerField(default=1)
     status = models.CharField(
         max_length=16, choices=RunStatus.choices, default=RunStatus.STARTED, db_index=True
     )

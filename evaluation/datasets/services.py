@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from django.db import transaction
 
@@ -13,17 +14,36 @@ from common.errors import BadInput
 from evaluation.datasets.demo import DEMO_DATASET_NAME, demo_examples
 from evaluation.datasets.jsonl import parse_jsonl
 from evaluation.datasets.spec import ExampleSpec
-from evaluation.models import Dataset, Example
+from evaluation.datasets.versions import (
+    CONTENT_FIELDS,
+    DatasetRef,
+    VersionChange,
+    dataset_change,
+    dataset_ref,
+    example_content,
+    examples_at,
+    version_check,
+)
+from evaluation.models import Dataset
 from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER, check_scorer, scorer_for
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
 
 #: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
 DEMO_SOURCE = "agentlab demo"
 
-#: Characters a dataset name may not hold (run ids are made from it; both appear in URLs).
-_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%]")
+#: Characters a dataset name may not hold (run ids are made from it; both
+#: appear in URLs; ``@`` separates a name from a version).
+_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%@]")
 
 
-def dataset_import(
+def dataset_import(**options: Any) -> Dataset:
+    """``dataset_import_version(**options).dataset``: the registered dataset."""
+    return dataset_import_version(**options).dataset
+
+
+def dataset_import_version(
     *,
     name: str,
     examples: Sequence[ExampleSpec],
@@ -31,8 +51,11 @@ def dataset_import(
     plugins: Sequence[str] = (),
     scorer: str | None = None,
     rubric: str | None = None,
-) -> Dataset:
-    """Register ``examples`` under dataset ``name``, in one transaction.
+    new_version: bool = False,
+    user: User | None = None,
+) -> VersionChange:
+    """Register ``examples`` under dataset ``name``, in one transaction, and
+    say what changed (``VersionChange``; its ``dataset``).
 
     ``scorer``: the dataset's default scorer (examples that name none get it
     instead of their task type's; ``"judge"`` asks the LLM judge), ``rubric``:
@@ -43,12 +66,14 @@ def dataset_import(
     (``import_dataset --plugin``), each checked to load (``BadInput``
     otherwise); an example's own ``plugins`` come from its line.
 
-    Importing the same examples again under the same name is a no-op, so
-    runs that refer to them stay valid. A name that already holds *different*
-    examples is refused (``BadInput``): silently merging two files that share
-    a name (two ``test.jsonl`` files, or a file called like a registered
-    dataset) would change what earlier runs measured. Raises ``BadInput`` for
-    an empty name or no examples too; nothing is written then.
+    A new name makes version 1. Importing the same examples again is a
+    no-op. A name that holds *different* examples gets its next version
+    (``evaluation.datasets.versions``) when ``new_version`` (``import_dataset``
+    names the dataset on purpose); otherwise it is refused (``BadInput``):
+    ``run_eval FILE`` registers a file under its stem, and two unrelated
+    ``test.jsonl`` files must not become versions of each other. Raises
+    ``BadInput`` for an empty name, a name with ``@``, or no examples too;
+    nothing is written then.
     """
     name = _dataset_name(name, source=source)
     if not examples:
@@ -68,20 +93,35 @@ def dataset_import(
                 f"not {plugin_names}; import this file under another name: "
                 "manage.py import_dataset FILE --name NEW_NAME"
             )
-        new, same = _new_examples(dataset, examples)
-        if not created and not same:
+        if not created and not new_version and not _same_examples(dataset, examples):
             raise BadInput(
                 f"a dataset named {name!r} already exists with different examples"
                 + (f" (from {dataset.source})" if dataset.source else "")
-                + "; import this file under another name: manage.py import_dataset FILE --name NEW_NAME"
+                + f"; make them its next version with manage.py import_dataset FILE --name {name}, "
+                "or import this file under another name: manage.py import_dataset FILE --name NEW_NAME"
             )
-        Example.objects.bulk_create(new, batch_size=500)
+        change = dataset_change(
+            dataset, upserts=examples, replace=True, source=f"import {source}", user=user, first=created
+        )
         scoring = {k: v for k, v in (("scorer", scorer), ("rubric", rubric)) if v is not None}
         if scoring:
             Dataset.objects.filter(pk=dataset.pk).update(**scoring)
             for k, v in scoring.items():
                 setattr(dataset, k, v)
-    return dataset
+        change.dataset = dataset
+    return change
+
+
+def _same_examples(dataset: Dataset, examples: Sequence[ExampleSpec]) -> bool:
+    """Whether the dataset's current examples are exactly ``examples``
+    (same ids, same content)."""
+    current = {
+        row[0]: dict(zip(CONTENT_FIELDS, row[1:], strict=True))
+        for row in examples_at(dataset).values_list("external_id", *CONTENT_FIELDS).iterator(chunk_size=2000)
+    }
+    return len(current) == len(examples) and all(
+        current.get(spec.external_id) == example_content(spec) for spec in examples
+    )
 
 
 def _dataset_name(name: str, *, source: str) -> str:
@@ -99,7 +139,7 @@ def _dataset_name(name: str, *, source: str) -> str:
         # run ids are made from dataset names, and both appear in URLs
         raise BadInput(
             f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
-            "are not allowed"
+            "@ are not allowed (NAME@2 names a version)"
         )
     return name
 
@@ -115,56 +155,44 @@ def _dataset_plugins(plugins: Sequence[str]) -> list[str]:
     return plugin_names
 
 
-def _new_examples(dataset: Dataset, examples: Sequence[ExampleSpec]) -> tuple[list[Example], bool]:
-    """The rows ``examples`` add to ``dataset``, and whether the dataset's
-    examples are exactly ``examples`` already (same ids, same values)."""
-    existing = {e.external_id: e for e in dataset.examples.all()}
-    new: list[Example] = []
-    changed = False
-    for position, spec in enumerate(examples):
-        values = {
-            "position": position,
-            "question": spec.question,
-            "answer": spec.answer,
-            "task_type": spec.task_type,
-            "scorer": spec.scorer or "",
-            "choices": spec.choices,
-            "context": spec.context or {},
-            "metadata": spec.metadata or {},
-            "plugins": list(spec.plugins),
-        }
-        row = existing.get(spec.external_id)
-        if row is None:
-            new.append(Example(dataset=dataset, external_id=spec.external_id, **values))
-        elif any(getattr(row, k) != v for k, v in values.items()):
-            changed = True
-    return new, not (new or changed or len(existing) != len(examples))
-
-
 def dataset_resolve(*, name_or_path: str) -> Dataset:
-    """The dataset ``run_eval`` was asked for.
+    """``dataset_resolve_ref(name_or_path=…).dataset``."""
+    return dataset_resolve_ref(name_or_path=name_or_path).dataset
 
-    A registered dataset name wins; ``demo`` registers the project's demo
-    dataset on first use; a path to a ``.jsonl`` file is parsed (the whole file
-    is validated first — ``DatasetFormatError`` names the line) and registered
-    under the file's stem. Raises ``BadInput`` for anything else.
+
+def dataset_resolve_ref(*, name_or_path: str) -> DatasetRef:
+    """The dataset, and version, ``run_eval`` was asked for.
+
+    A registered dataset name wins (its latest version); ``NAME@VERSION``
+    names a version of a registered dataset; ``demo`` registers the
+    project's demo dataset on first use; a path to a ``.jsonl`` file is
+    parsed (the whole file is validated first — ``DatasetFormatError`` names
+    the line) and registered under the file's stem. Raises ``BadInput`` for
+    anything else: an unknown name, a malformed or unknown version.
     """
     found = Dataset.objects.filter(name=name_or_path).first()
     if found is not None:
-        return found
+        return DatasetRef(found, None)
     if name_or_path == DEMO_DATASET_NAME:
-        return dataset_import(name=DEMO_DATASET_NAME, examples=demo_examples(), source=DEMO_SOURCE)
+        change = dataset_import_version(name=DEMO_DATASET_NAME, examples=demo_examples(), source=DEMO_SOURCE)
+        return DatasetRef(change.dataset, None)
     path = Path(name_or_path)
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():
             raise BadInput(f"dataset file {name_or_path} does not exist")
         examples = parse_jsonl(path)
-        return dataset_import(name=path.stem, examples=examples, source=str(path.resolve()))
+        change = dataset_import_version(name=path.stem, examples=examples, source=str(path.resolve()))
+        return DatasetRef(change.dataset, None)
+    ref = dataset_ref(name_or_path)
+    if ref is not None:
+        found = Dataset.objects.filter(name=ref[0]).first()
+        if found is not None:
+            version_check(found, ref[1])
+            return DatasetRef(found, ref[1])
     known = sorted(Dataset.objects.exclude(name=DEMO_DATASET_NAME).values_list("name", flat=True))
     raise BadInput(
-        f"no dataset named {name_or_path!r} and no such .jsonl file; registered datasets: "
-        + (", ".join(known) if known else "none")
-        + f" (and {DEMO_DATASET_NAME!r})"
+        f"no dataset named {(ref or (name_or_path,))[0]!r} and no such .jsonl file; registered datasets: "
+        + (", ".join(known) + f" and {DEMO_DATASET_NAME!r}" if known else f"only {DEMO_DATASET_NAME!r}")
     )
 
 
@@ -173,7 +201,7 @@ def dataset_fallback_task_types(*, dataset: Dataset) -> list[str]:
     whose task type has no default in ``DEFAULT_SCORER_BY_TASK_TYPE``: they
     are scored with ``FALLBACK_SCORER`` (exact match), which a typo such as
     ``"maths"`` would make silently wrong for numbers. One query."""
-    found = dataset.examples.filter(scorer="").values_list("task_type", flat=True).distinct()
+    found = examples_at(dataset).filter(scorer="").values_list("task_type", flat=True).distinct()
     return sorted(set(found) - set(DEFAULT_SCORER_BY_TASK_TYPE))
 
 

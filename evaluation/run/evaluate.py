@@ -28,19 +28,17 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from agentlab.agent.extensions import RunExtensions
-from agentlab.agent.mcp.config import MCPServerConfig
-from agentlab.agent.mcp.hub import MCPUnavailable, mcp_hub
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
-from common.errors import BadInput
 from common.version import code_version
-from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve, fallback_note
+from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
+from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.judge_pass import judge_pass
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Prediction, Run, RunStatus
 from evaluation.run.exits import RunOutage
-from evaluation.run.extensions import extensions_resume, extensions_snapshot, run_extensions
+from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
 from evaluation.run.notes import plan_line, review_resolved
@@ -122,7 +120,8 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     if isinstance(provider, LocalGGUFProvider):
         provider.load()
     judge_check(judge_model=request.judge_model, run_model=request.model)
-    dataset = dataset_resolve(name_or_path=request.dataset)
+    ref = dataset_resolve_ref(name_or_path=request.dataset)
+    dataset = ref.dataset
     # the random part keeps two runs started in the same second apart
     run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     if request.celery:
@@ -134,7 +133,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             ) from None
     try:
         return _run_eval(
-            request=request, note=note, progress=progress, provider=provider, dataset=dataset, run_id=run_id
+            request=request, note=note, progress=progress, provider=provider, ref=ref, run_id=run_id
         )
     except (DatabaseOutage, DatabaseError) as exc:
         if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
@@ -143,32 +142,17 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
 
 
-def mcp_preflight(servers: Sequence[MCPServerConfig]) -> None:
-    """Start every MCP server of the run (and list its tools) before any
-    example is driven; the sessions stay open for the turns. Raises
-    ``BadInput`` naming the first server that does not start — its command
-    or URL and the child's last error line — so a broken server stops the
-    run at once (exit 2) instead of failing every example one by one."""
-    if not servers:
-        return
-    hub = mcp_hub()
-    for server in servers:
-        try:
-            asyncio.run(hub.list_tools(server))
-        except MCPUnavailable as exc:
-            raise BadInput(f"{exc}; no example was run") from None
-
-
 def _run_eval(
     *,
     request: EvalRequest,
     note: Callable[[str], None],
     progress: ProgressFactory,
     provider: LLMProvider,
-    dataset: Dataset,
+    ref: DatasetRef,
     run_id: str,
 ) -> EvalResult:
     """``run_eval`` from its run id on: start or resume, plan, drive, finish."""
+    dataset = ref.dataset
     extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
     existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
     if existing is not None:
@@ -187,7 +171,12 @@ def _run_eval(
     # the run's lease: another run_eval on this run id is refused while we drive it
     driver = run_lease_tag()
     run, resumed = run_start(
-        run_id=run_id, dataset=dataset, config=config, driver=driver, turns_on_workers=request.celery
+        run_id=run_id,
+        dataset=dataset,
+        config=config,
+        driver=driver,
+        turns_on_workers=request.celery,
+        dataset_version=ref.version,
     )
     lease = RunLease(run_pk=run.pk, driver=driver).start()
     try:

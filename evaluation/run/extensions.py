@@ -12,6 +12,7 @@ environment's values — and ``extensions_resume`` what a resumed run keeps.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -19,6 +20,7 @@ from django.conf import settings
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.mcp.config import MCPServerConfig
+from agentlab.agent.mcp.hub import MCPUnavailable, mcp_hub
 from agentlab.agent.plugins import PluginError, load_plugin, plugin_set
 from common.errors import BadInput, StateConflict
 from evaluation.models import Dataset, Example
@@ -128,3 +130,19 @@ def example_subject(example: Example) -> dict[str, Any]:
         "metadata": dict(example.metadata or {}),
         "context": dict(example.context or {}),
     }
+
+
+def mcp_preflight(servers: Sequence[MCPServerConfig]) -> None:
+    """Start every MCP server of the run (and list its tools) before any
+    example is driven; the sessions stay open for the turns. Raises
+    ``BadInput`` naming the first server that does not start — its command
+    or URL and the child's last error line — so a broken server stops the
+    run at once (exit 2) instead of failing every example one by one."""
+    if not servers:
+        return
+    hub = mcp_hub()
+    for server in servers:
+        try:
+            asyncio.run(hub.list_tools(server))
+        except MCPUnavailable as exc:
+            raise BadInput(f"{exc}; no example was run") from None

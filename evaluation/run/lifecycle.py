@@ -49,13 +49,17 @@ def run_start(
     started_by: User | None = None,
     driver: str = "",
     turns_on_workers: bool = False,
+    dataset_version: int | None = None,
 ) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
 
-    Returns ``(run, resumed)``. Resuming keeps the run's predictions (finished
+    Returns ``(run, resumed)``. A new run is on ``dataset_version`` (``None``:
+    the dataset's latest version); a resumed one stays on the version it
+    started on, even if a newer one exists. Resuming keeps the run's predictions (finished
     examples are skipped by the caller) and records the new config under
     ``config["resumes"]``. Raises ``BadInput`` for an empty run id and
-    ``StateConflict`` when the run id exists on another dataset, was started
+    ``StateConflict`` when the run id exists on another dataset or another
+    version of it than ``dataset_version`` asks for, was started
     with another provider, model, review setting or number of epochs, or is being driven by
     another process right now; nothing is written then. "Another process"
     means a live lease (``driver`` set, ``heartbeat_at`` younger than
@@ -80,6 +84,7 @@ def run_start(
                 started_by=started_by,
                 leased=leased,
                 turns_on_workers=turns_on_workers,
+                dataset_version=dataset_version,
             )
     except IntegrityError as exc:
         if not Run.objects.filter(run_id=run_id).exists():
@@ -98,12 +103,14 @@ def _run_start(
     started_by: User | None,
     leased: dict[str, Any],
     turns_on_workers: bool = False,
+    dataset_version: int | None = None,
 ) -> tuple[Run, bool]:
     run = Run.objects.select_for_update().filter(run_id=run_id).first()
     if run is None:
         run = Run.objects.create(
             run_id=run_id,
             dataset=dataset,
+            dataset_version=dataset_version or dataset.version,
             config=config,
             started_by=started_by,
             system_user=_system_user(run_id),
@@ -113,6 +120,11 @@ def _run_start(
         return run, False
     if run.dataset_id != dataset.pk:
         raise StateConflict(f"run {run_id!r} exists on dataset {run.dataset.name!r}, not {dataset.name!r}")
+    if dataset_version is not None and dataset_version != run.dataset_version:
+        raise StateConflict(
+            f"run {run_id!r} is on {dataset.name}@{run.dataset_version}, not @{dataset_version}: a run "
+            "stays on the version it started on; start a new run id for another version"
+        )
     for key in ("provider", "model", "review", "epochs"):
         if key in run.config and key in config and run.config[key] != config[key]:
             raise StateConflict(

@@ -43,7 +43,8 @@ def plan_line(
     the embedded model's default)."""
     in_run = run.predictions.count()
     return (
-        f"run {shlex.quote(run.run_id)} on {dataset.name}: {planned} to do, {skipped} already done"
+        f"run {shlex.quote(run.run_id)} on {dataset.name}@{run.dataset_version}: "
+        f"{planned} to do, {skipped} already done"
         + (" (resumed)" if resumed else "")
         + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")
         + f"; {provider.name} model {provider.model}"

@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from evaluation.datasets.versions import examples_at
 from evaluation.models import Example, Prediction, Run
 from turns.models import Turn, TurnKind, TurnStatus
 from turns.services import (
@@ -89,7 +90,7 @@ def run_plan(
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
-    examples = list(run.dataset.examples.order_by("position")[: limit if limit else None])
+    examples = list(examples_at(run.dataset_id, run.dataset_version)[: limit if limit else None])
     predictions = {(p.example_id, p.epoch): p for p in run.predictions.select_related("turn")}
     planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
     fresh: list[tuple[int, Example, Prediction | None, int]] = []

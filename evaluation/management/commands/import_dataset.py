@@ -1,5 +1,9 @@
 """``manage.py import_dataset FILE [--name NAME] [--plugin NAME …] [--scorer NAME] [--rubric TEXT]``
-— register a JSONL dataset.
+— register a JSONL dataset, or its next version.
+
+A name that exists with different examples gets the next version
+(``dataset NAME: version 2 — 3 added, 1 changed, 0 removed``); the same
+examples again change nothing and say so.
 
 Exit codes: 0 done, 2 bad input (a bad file or name, a database that cannot be
 reached or is not migrated).
@@ -15,7 +19,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.commands import database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
-from evaluation.datasets.services import dataset_fallback_task_types, dataset_import, fallback_note
+from evaluation.datasets.services import dataset_fallback_task_types, dataset_import_version, fallback_note
 
 
 class Command(BaseCommand):
@@ -49,16 +53,18 @@ class Command(BaseCommand):
             with database_errors():
                 database_check()
                 examples = parse_jsonl(path)
-                dataset = dataset_import(
+                change = dataset_import_version(
                     name=name or path.stem,
                     examples=examples,
                     source=str(path.resolve()),
                     plugins=plugins,
                     scorer=opts.get("scorer"),
                     rubric=opts.get("rubric"),
+                    new_version=True,
                 )
+                dataset = change.dataset
                 self.stdout.write(
-                    f"dataset {dataset.name}: {dataset.examples.count()} examples"
+                    change.summary()
                     + (f"; plugins {', '.join(dataset.plugins)}" if dataset.plugins else "")
                     + (f"; scorer {dataset.scorer}" if dataset.scorer else "")
                 )
