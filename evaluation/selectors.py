@@ -57,24 +57,31 @@ def run_latencies(*, run: Run) -> list[int]:
 def dataset_accuracy_trend(*, dataset_id: int, limit: int = 50) -> list[dict[str, Any]]:
     """The accuracy of the latest ``limit`` finished runs of a dataset, oldest
     first: ``[{"pk", "run_id", "created_at" (ISO-8601), "accuracy",
-    "model"}]`` (runs without a stored accuracy left out)."""
+    "model", "version", "new_version"}]`` (runs without a stored accuracy
+    left out). ``version`` is the dataset version the run is on;
+    ``new_version`` is true where it differs from the point before's — where
+    the chart marks that the examples changed."""
     rows = (
         Run.objects.filter(dataset_id=dataset_id)
         .exclude(status=RunStatus.STARTED)
         .order_by("-created_at", "-pk")
-        .values_list("pk", "run_id", "created_at", "metrics", "config")[:limit]
+        .values_list("pk", "run_id", "created_at", "metrics", "config", "dataset_version")[:limit]
     )
-    return [
+    points = [
         {
             "pk": pk,
             "run_id": run_id,
             "created_at": created_at.isoformat(),
             "accuracy": (metrics or {}).get("accuracy"),
             "model": (config or {}).get("model"),
+            "version": version,
         }
-        for pk, run_id, created_at, metrics, config in reversed(rows)
+        for pk, run_id, created_at, metrics, config, version in reversed(rows)
         if (metrics or {}).get("accuracy") is not None
     ]
+    for before, point in zip([None, *points], points, strict=False):
+        point["new_version"] = before is not None and before["version"] != point["version"]
+    return points
 
 
 def prediction_list(

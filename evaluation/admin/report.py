@@ -30,7 +30,7 @@ from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.compare.charts import comparison_chart_data
 from evaluation.compare.comparison_table import accuracy_rows, delta_sections
-from evaluation.compare.pairing import few_examples_warning, unfinished_warning
+from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare
 from evaluation.compare.shapes import ExamplePair, PairSide
@@ -147,6 +147,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             swap_url=compare_url(candidate.pk, base.pk),
             unfinished=unfinished_warning(comparison),
             few_examples=few_examples_warning(comparison),
+            versions=versions_note(comparison),
             pair_lists=[
                 ("Fixed: wrong → right", pair_rows(comparison["fixed"]), "fixed"),
                 ("Broken: right → wrong", pair_rows(comparison["broken"]), "broken"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from evaluation.compare.pairing import few_examples_warning, unfinished_warning
+from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.shapes import Comparison, Delta, ExamplePair, PairedAccuracy
 from evaluation.metrics.metrics_table import text_console
 
@@ -94,14 +94,15 @@ def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
 
 
 def _runs_table(comparison: Comparison) -> Table:
-    """The two runs: id, status, model, code version, review, own accuracy."""
+    """The two runs: id, dataset version, status, model, code version, review, own accuracy."""
     runs = Table(title=f"Comparison on dataset {comparison['dataset']}")
-    for name in ("", "run id", "status", "model", "code version", "review", "own accuracy"):
+    for name in ("", "run id", "version", "status", "model", "code version", "review", "own accuracy"):
         runs.add_column(name)
     for label, side in (("base", comparison["base"]), ("candidate", comparison["candidate"])):
         runs.add_row(
             label,
             side["run_id"],
+            str(side["dataset_version"]),
             side["status"],
             side["model"] or _DASH,
             side["code_version"] or _DASH,
@@ -125,9 +126,11 @@ def _accuracy_table(comparison: Comparison) -> Table:
         accuracy.add_row(*_accuracy_row(f"  {task_type}", stats, holm=True))
     counts = comparison["counts"]
     accuracy.caption = (
-        f"paired {counts['paired']}, scored by both {counts['scored_both']}, unscored in either "
-        f"{counts['unscored']}, only in base {counts['only_base']}, only in candidate "
-        f"{counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
+        (versions_note(comparison) or "")
+        + ("\n" if versions_note(comparison) else "")
+        + f"paired {counts['paired']}, scored by both {counts['scored_both']}, unscored in either "
+        f"{counts['unscored']}, changed {counts['changed']}, only in base {counts['only_base']}, only in "
+        f"candidate {counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
         + (f"; {comparison['method']}; fixed/broken by majority vote" if bootstrap else "")
     )
     return accuracy

@@ -20,6 +20,7 @@ from evaluation.compare.pairing import regressions
 from evaluation.compare.selectors import run_previous
 from evaluation.compare.services import run_compare
 from evaluation.compare.shapes import Comparison
+from evaluation.datasets.versions import dataset_ref
 from evaluation.models import Dataset, Run, RunStatus
 from evaluation.run.request import BaselineRequest
 from evaluation.selectors import run_get
@@ -61,8 +62,13 @@ def baseline_precheck(request: BaselineRequest, *, dataset: str, run_id: str | N
             f"--baseline {baseline.run_id} ended {baseline.status}: a baseline must be a run that "
             "finished (status success); its examples that did not run would count as wrong"
         )
-    # the name run_eval will register or find (evaluation.datasets.services.dataset_resolve)
-    name = dataset if Dataset.objects.filter(name=dataset).exists() else Path(dataset).stem
+    # the name run_eval will register or find (evaluation.datasets.services.dataset_resolve_ref)
+    name = dataset
+    if not Dataset.objects.filter(name=dataset).exists():
+        path, ref = Path(dataset), None
+        if path.suffix != ".jsonl" and not path.is_file():
+            ref = dataset_ref(dataset)  # NAME@VERSION
+        name = ref[0] if ref else path.stem
     if baseline.dataset.name != name:
         raise BadInput(
             f"--baseline {baseline.run_id} is a run on dataset {baseline.dataset.name!r}, not {name!r}: "

@@ -10,8 +10,12 @@ strings, lists and dicts): ``manage.py compare_runs`` prints it
 ``--json``, ``GET /api/runs/{base}/compare/{candidate}`` returns it and the
 admin's comparison page draws it — one shape, built once.
 
-Pairing is by example: an example counts in the paired accuracy when both
-runs scored it. ``correct`` is read exactly as the run's own accuracy reads it
+Pairing is by example (its ``question_id``) and content: an example counts
+in the paired accuracy when both runs scored the same content of it. Runs on
+two versions of a dataset (``evaluation.datasets.versions``) pair on the
+examples unchanged between them; an example whose content changed (a
+corrected gold answer) is counted apart as ``changed``, and one added or
+removed is in one run only. ``correct`` is read exactly as the run's own accuracy reads it
 (an errored example is wrong, an unscored one is out of the denominator), so
 a comparison and a run page never disagree about one example. Examples that
 either run could not score, and examples only one run has, are counted
@@ -174,7 +178,8 @@ def compare_rows(
         "overall": paired_accuracy(PairedTable(*tally.overall), confidence=confidence),
         "per_task_type": per_task_type,
         "counts": {
-            "paired": sum(1 for k in by_base if k in by_candidate),
+            "paired": sum(1 for k in by_base if k in by_candidate) - len(tally.changed),
+            "changed": len(tally.changed),
             "scored_both": sum(tally.overall),
             "unscored": len(tally.unscored),
             "only_base": len(tally.only_base),
@@ -185,6 +190,7 @@ def compare_rows(
         "broken": tally.broken,
         "errored": tally.errored,
         "unscored": tally.unscored,
+        "changed": tally.changed,
         "only_base": tally.only_base,
         "only_candidate": tally.only_candidate,
         "metrics": _metric_deltas(base_metrics, candidate_metrics),
@@ -221,6 +227,7 @@ class _PairTally:
     broken: list[ExamplePair] = field(default_factory=list)
     errored: list[ExamplePair] = field(default_factory=list)
     unscored: list[str] = field(default_factory=list)
+    changed: list[str] = field(default_factory=list)
     only_base: list[str] = field(default_factory=list)
     only_candidate: list[str] = field(default_factory=list)
 
@@ -230,6 +237,9 @@ class _PairTally:
             self.errored.append(_pair(b, c))
         if b is None or c is None:
             (self.only_candidate if b is None else self.only_base).append((b or c).example_id)  # type: ignore[union-attr]
+            return
+        if b.example_key != c.example_key:  # another content of the example: not comparable
+            self.changed.append(b.example_id)
             return
         if b.correct is None or c.correct is None:
             self.unscored.append(b.example_id)
@@ -243,13 +253,30 @@ class _PairTally:
             self.fixed.append(_pair(b, c))
 
 
-def _by_example(rows: Iterable[ComparedRow], which: str) -> dict[int, ComparedRow]:
-    found: dict[int, ComparedRow] = {}
+def _by_example(rows: Iterable[ComparedRow], which: str) -> dict[str, ComparedRow]:
+    found: dict[str, ComparedRow] = {}
     for row in rows:
-        if row.example_key in found:
+        if row.example_id in found:
             raise ValueError(f"the {which} run has two predictions of example {row.example_id!r}")
-        found[row.example_key] = row
+        found[row.example_id] = row
     return found
+
+
+def versions_note(comparison: Comparison) -> str | None:
+    """What a comparison of runs on two versions of a dataset paired, in
+    words — ``paired on 180 examples unchanged between version 3 and version
+    4; 5 changed, 12 added, 3 removed`` — or ``None`` when both runs are on
+    one version. "Added" and "removed" are the examples in one run only. The
+    CLI table, ``run_eval --baseline`` and the admin page show it."""
+    base, candidate = comparison["base"]["dataset_version"], comparison["candidate"]["dataset_version"]
+    if base == candidate:
+        return None
+    counts = comparison["counts"]
+    return (
+        f"paired on {counts['paired']} example{'s' if counts['paired'] != 1 else ''} unchanged between "
+        f"version {base} and version {candidate}; {counts['changed']} changed, "
+        f"{counts['only_candidate']} added, {counts['only_base']} removed"
+    )
 
 
 def unfinished_warning(comparison: Comparison) -> str | None:

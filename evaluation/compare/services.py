@@ -29,6 +29,7 @@ def run_side(run: Run) -> RunSide:
         "model": config.get("model"),
         "code_version": config.get("code_version"),
         "review": review if isinstance(review, bool) else None,
+        "dataset_version": run.dataset_version,
         "created_at": run.created_at.isoformat(),
         "finished_at": run.finished_at.isoformat() if run.finished_at else None,
         "total": int(metrics.get("total") or 0),

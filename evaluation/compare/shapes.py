@@ -18,8 +18,9 @@ CONFIDENCE = 0.95
 class ComparedRow:
     """One prediction of one run, reduced to what a comparison needs.
 
-    ``example_key`` pairs rows across runs (the example's primary key: both
-    runs are on one dataset); ``example_id`` is its external id, for people.
+    ``example_id`` (the example's ``question_id``) pairs rows across runs;
+    ``example_key`` (the primary key of the example row, one content of it)
+    tells whether the example changed between the runs' dataset versions.
     ``correct``: ``True``/``False`` (an errored turn is ``False``), ``None``
     when it could not be scored."""
 
@@ -38,13 +39,16 @@ class ComparedRow:
 class RunSide(TypedDict):
     """One run of a comparison: its id, status, what it ran with (``model``,
     ``code_version``, ``review``: from its config snapshot) and its own
-    accuracy over all its rows (``correct`` / ``scored``)."""
+    accuracy over all its rows (``correct`` / ``scored``), and the dataset
+    version it is on."""
 
     run_id: str
     status: str
     model: str | None
     code_version: str | None
     review: bool | None
+    #: the dataset version the run is on
+    dataset_version: int
     created_at: str
     finished_at: str | None
     total: int
@@ -113,13 +117,17 @@ class Delta(TypedDict):
 
 
 class PairCounts(TypedDict):
-    """How the examples of the two runs pair up: ``paired`` (in both runs),
-    ``scored_both`` (in both and scored by both: the accuracy's examples),
-    ``unscored`` (in both, not scored by one or both), ``only_base`` /
-    ``only_candidate`` (in one run only), ``errored`` (an error in either run,
-    counted as wrong where scored)."""
+    """How the examples of the two runs pair up: ``paired`` (in both runs,
+    with the same content), ``scored_both`` (paired and scored by both: the
+    accuracy's examples), ``unscored`` (paired, not scored by one or both),
+    ``changed`` (in both runs' dataset versions with different content — a
+    corrected gold answer, an edited question — so left out of the paired
+    accuracy), ``only_base`` / ``only_candidate`` (in one run only: removed
+    or added between the versions, or not run), ``errored`` (an error in
+    either run, counted as wrong where scored)."""
 
     paired: int
+    changed: int
     scored_both: int
     unscored: int
     only_base: int
@@ -133,7 +141,7 @@ class Comparison(TypedDict):
     ``overall`` and ``per_task_type`` (sorted by task type): the paired
     accuracy. ``fixed`` / ``broken``: examples wrong → right / right → wrong;
     ``errored``: examples with an error in either run; ``unscored``,
-    ``only_base``, ``only_candidate``: example ids. ``metrics``: each run's
+    ``changed``, ``only_base``, ``only_candidate``: example ids. ``metrics``: each run's
     own figures over all its rows (``cost`` in USD, ``input_tokens``,
     ``output_tokens``, ``steps_mean``, ``latency_p50_ms``,
     ``latency_p95_ms``, ``errors``); ``stop_reasons``: counts per stop
@@ -154,6 +162,7 @@ class Comparison(TypedDict):
     broken: list[ExamplePair]
     errored: list[ExamplePair]
     unscored: list[str]
+    changed: list[str]
     only_base: list[str]
     only_candidate: list[str]
     metrics: dict[str, Delta]

@@ -152,7 +152,7 @@ def _run_eval(
     run_id: str,
 ) -> EvalResult:
     """``run_eval`` from its run id on: start or resume, plan, drive, finish."""
-    dataset = ref.dataset
+    dataset = ref.dataset  # on the version asked for (a new run), else the run's own
     extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
     existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
     if existing is not None:
@@ -168,16 +168,7 @@ def _run_eval(
         "epochs": epochs,
         "judge_model": request.judge_model,
     }
-    # the run's lease: another run_eval on this run id is refused while we drive it
-    driver = run_lease_tag()
-    run, resumed = run_start(
-        run_id=run_id,
-        dataset=dataset,
-        config=config,
-        driver=driver,
-        turns_on_workers=request.celery,
-        dataset_version=ref.version,
-    )
+    run, resumed, driver = _start(run_id, ref, config, celery=request.celery)
     lease = RunLease(run_pk=run.pk, driver=driver).start()
     try:
         planned, skipped = run_plan(
@@ -216,6 +207,21 @@ def _run_eval(
         else gate_failure(run.metrics, request.fail_under)
     )
     return EvalResult(run=run, dataset=dataset, gate_failure=failure)
+
+
+def _start(run_id: str, ref: DatasetRef, config: dict[str, Any], *, celery: bool) -> tuple[Run, bool, str]:
+    """``run_start`` on the version asked for, with the run's lease — another
+    ``run_eval`` on this run id is refused while we drive it: (run, resumed, lease tag)."""
+    driver = run_lease_tag()
+    run, resumed = run_start(
+        run_id=run_id,
+        dataset=ref.dataset,
+        config=config,
+        driver=driver,
+        turns_on_workers=celery,
+        dataset_version=ref.version,
+    )
+    return run, resumed, driver
 
 
 def _warnings(dataset: Dataset, request: EvalRequest, *, planned: int) -> list[str]:

@@ -134,6 +134,7 @@ def test_errored_count_as_wrong_and_are_listed_unscored_and_unpaired_are_apart()
     result = compare(base, candidate)
     assert result["counts"] == {
         "paired": 3,
+        "changed": 0,
         "scored_both": 2,
         "unscored": 1,
         "only_base": 1,

@@ -301,6 +301,7 @@ def _write_json(json_path: str, result: EvalResult, outcome: BaselineOutcome) ->
     document = {
         "run_id": run.run_id,
         "dataset": result.dataset.name,
+        "dataset_version": run.dataset_version,
         "status": run.status,
         "config": run.config,
         "metrics": run.metrics,

@@ -114,14 +114,16 @@
     draw("chart-trend", {
       type: "line",
       data: {
-        labels: data.trend.map((p) => p.created_at.slice(0, 16).replace("T", " ")),
+        labels: data.trend.map((p) => p.created_at.slice(0, 16).replace("T", " ") + " · v" + p.version),
         datasets: [
           {
-            label: "accuracy",
+            label: "accuracy (▲ the dataset's version changed)",
             data: data.trend.map((p) => p.accuracy),
             borderColor: BLUE,
             backgroundColor: BLUE,
-            pointRadius: data.trend.map((p) => (p.current ? 7 : 4)),
+            // a triangle where the run is on another dataset version than the one before
+            pointStyle: data.trend.map((p) => (p.new_version ? "triangle" : "circle")),
+            pointRadius: data.trend.map((p) => (p.current || p.new_version ? 7 : 4)),
             pointHoverRadius: 9,
           },
         ],
@@ -129,7 +131,14 @@
       options: {
         scales: { y: { min: 0, max: 1, ticks: { callback: (v) => pct(v) } } },
         plugins: {
-          tooltip: { callbacks: { label: (ctx) => data.trend[ctx.dataIndex].run_id + ": " + pct(ctx.parsed.y) } },
+          tooltip: {
+            callbacks: {
+              label: (ctx) => {
+                const p = data.trend[ctx.dataIndex];
+                return p.run_id + " (version " + p.version + "): " + pct(ctx.parsed.y);
+              },
+            },
+          },
         },
         onHover: (event, elements) => {
           event.native.target.style.cursor = elements.length ? "pointer" : "default";
