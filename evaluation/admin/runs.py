@@ -13,7 +13,7 @@ from django.contrib import admin
 from django.db.models import Count, FloatField, QuerySet
 from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
@@ -33,6 +33,7 @@ from evaluation.admin.regressions import RegressionFilter, regression_badge, reg
 from evaluation.admin.report import RunReportViews
 from evaluation.metrics.intervals import accuracy_text, mean_text
 from evaluation.models import Prediction, Run, RunStatus
+from evaluation.run.prediction_export import predictions_csv_response
 from evaluation.selectors import run_metrics
 from turns.admin import status_badge
 from turns.models import Turn
@@ -43,6 +44,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     list_display = (
         "run_id",
         "dataset",
+        "dataset_version",
         "status",
         # beside the status: the last columns scroll out of sight on a laptop screen
         "regression_flag",
@@ -59,9 +61,11 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     date_hierarchy = "created_at"
     search_fields = ("run_id", "dataset__name")
     list_per_page = 50
+    actions = (*RunReportViews.actions, "export_predictions_csv")  # type: ignore[assignment]  # the base holds a 1-tuple
     readonly_fields = (
         "run_id",
         "dataset",
+        "dataset_version",
         "status",
         "model_name",
         "started_by",
@@ -90,7 +94,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
             {
                 "fields": (
                     ("run_id", "status"),
-                    ("dataset", "model_name"),
+                    ("dataset", "dataset_version", "model_name"),
                     ("started_by", "system_user"),
                     ("created_at", "finished_at", "duration"),
                     "rescored_from",
@@ -368,3 +372,8 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     @admin.display(description="raw config JSON")
     def config_json(self, run: Run) -> SafeString:
         return json_block(run.config)
+
+    @admin.action(description="Export predictions (CSV)")
+    def export_predictions_csv(self, request: HttpRequest, queryset: QuerySet[Run]) -> HttpResponse:
+        """One CSV of the selected runs' predictions, a ``run_id`` column telling them apart."""
+        return predictions_csv_response(queryset)

@@ -1,5 +1,6 @@
-"""``manage.py import_dataset FILE [--name NAME] [--plugin NAME …] [--scorer NAME] [--rubric TEXT]``
-— register a JSONL dataset, or its next version.
+"""``manage.py import_dataset FILE [--name NAME] [--map FIELD=COLUMN,…] [--plugin NAME …] [--scorer NAME]
+[--rubric TEXT]`` — register a JSONL or CSV dataset (``.csv``: ``evaluation.datasets.csvfile``,
+``--map`` names its columns), or its next version.
 
 A name that exists with different examples gets the next version
 (``dataset NAME: version 2 — 3 added, 1 changed, 0 removed``); the same
@@ -17,17 +18,28 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.commands import database_check, database_errors
-from common.errors import AgentLabError
+from common.errors import AgentLabError, BadInput
+from evaluation.datasets.csvfile import parse_column_map, parse_csv
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
 from evaluation.datasets.services import dataset_fallback_task_types, dataset_import_version, fallback_note
+from evaluation.datasets.spec import ExampleSpec
 
 
 class Command(BaseCommand):
-    help = "Import a JSONL dataset (question_id, question, answer, task_type, …) under a name."
+    help = "Import a JSONL or CSV dataset (question_id, question, answer, task_type, …) under a name."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("file", help="path to a .jsonl file")
+        parser.add_argument("file", help="path to a .jsonl or .csv file")
         parser.add_argument("--name", default=None, help="dataset name (default: the file's stem)")
+        parser.add_argument(
+            "--map",
+            action="append",
+            default=[],
+            dest="columns",
+            metavar="FIELD=COLUMN,…",
+            help="for a .csv file: the columns holding the fields, e.g. question=prompt,answer=expected "
+            "(an unmapped field is read from the column of its own name)",
+        )
         parser.add_argument(
             "--plugin",
             action="append",
@@ -52,7 +64,7 @@ class Command(BaseCommand):
         try:
             with database_errors():
                 database_check()
-                examples = parse_jsonl(path)
+                examples = _examples(path, opts["columns"])
                 change = dataset_import_version(
                     name=name or path.stem,
                     examples=examples,
@@ -73,3 +85,12 @@ class Command(BaseCommand):
             raise CommandError(str(exc), returncode=2) from exc
         if note:
             self.stderr.write(note)
+
+
+def _examples(path: Path, columns: list[str]) -> list[ExampleSpec]:
+    """The file's examples: a ``.csv`` read with its ``--map``, anything else as JSONL."""
+    if path.suffix.lower() == ".csv":
+        return parse_csv(path, columns=parse_column_map(columns))
+    if columns:
+        raise BadInput(f"--map names the columns of a .csv file; {path.name} is read as JSONL")
+    return parse_jsonl(path)
