@@ -1,4 +1,5 @@
-"""The dataset and example lists and pages."""
+"""The dataset and example lists and pages; curation (edits and removals
+that make new versions) is ``evaluation.admin.curation``."""
 
 from __future__ import annotations
 
@@ -10,17 +11,37 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
-from common.admin import StaffReadOnlyAdmin, admin_link, html_table, json_block, subquery_count, url_query
+from common.admin import (
+    DASH,
+    StaffReadOnlyAdmin,
+    admin_link,
+    html_table,
+    json_block,
+    subquery_count,
+    url_query,
+)
+from evaluation.admin.curation import ExampleCuration, ExampleVersionFilter, versions_table
 from evaluation.datasets.spec import gold_display
+from evaluation.datasets.versions import examples_at
 from evaluation.models import Dataset, Example, Prediction, Run
+from turns.models import Turn
 
 
 @admin.register(Dataset)
 class DatasetAdmin(StaffReadOnlyAdmin):
-    list_display = ("name", "source", "example_count", "task_type_count", "run_count", "created_at")
+    list_display = (
+        "name",
+        "version",
+        "example_count",
+        "task_type_count",
+        "run_count",
+        "source",
+        "created_at",
+    )
     search_fields = ("name", "source")
     fields = (
         "name",
+        "version",
         "source",
         "scorer",
         "rubric",
@@ -28,13 +49,14 @@ class DatasetAdmin(StaffReadOnlyAdmin):
         "example_count",
         "run_count",
         "task_types_table",
+        "versions_list",
         "links",
     )
     readonly_fields = fields
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Dataset]:
         task_types = (
-            Example.objects.filter(dataset_id=OuterRef("pk"))
+            Example.objects.filter(dataset_id=OuterRef("pk"), valid_to__isnull=True)
             .order_by()
             .values("dataset_id")
             .annotate(n=Count("task_type", distinct=True))
@@ -44,13 +66,17 @@ class DatasetAdmin(StaffReadOnlyAdmin):
             super()
             .get_queryset(request)
             .annotate(
-                example_count=subquery_count(Example, "dataset_id"),
+                example_count=subquery_count(Example, "dataset_id", valid_to__isnull=True),
                 run_count=subquery_count(Run, "dataset_id"),
                 task_type_count=Coalesce(Subquery(task_types, output_field=IntegerField()), 0),
             )
         )
 
-    @admin.display(description="examples", ordering="example_count")
+    @admin.display(description="versions")
+    def versions_list(self, dataset: Dataset) -> SafeString:
+        return versions_table(dataset)
+
+    @admin.display(description="examples (latest version)", ordering="example_count")
     def example_count(self, dataset: Dataset) -> int:
         return dataset.example_count  # type: ignore[attr-defined]
 
@@ -74,7 +100,7 @@ class DatasetAdmin(StaffReadOnlyAdmin):
                 ),
                 row["n"],
             )
-            for row in dataset.examples.order_by("task_type").values("task_type").annotate(n=Count("pk"))
+            for row in examples_at(dataset).order_by("task_type").values("task_type").annotate(n=Count("pk"))
         ]
         return html_table(("task type", "examples"), rows, empty="no examples")
 
@@ -88,10 +114,19 @@ class DatasetAdmin(StaffReadOnlyAdmin):
 
 
 @admin.register(Example)
-class ExampleAdmin(StaffReadOnlyAdmin):
-    list_display = ("external_id", "dataset", "task_type", "scorer_display", "question_short", "answer_short")
+class ExampleAdmin(ExampleCuration, StaffReadOnlyAdmin):
+    list_display = (
+        "external_id",
+        "dataset",
+        "versions",
+        "task_type",
+        "scorer_display",
+        "question_short",
+        "answer_short",
+    )
     list_select_related = ("dataset",)
-    list_filter = ("dataset", "task_type", "scorer")
+    list_filter = (ExampleVersionFilter, "dataset", "task_type", "scorer")
+    actions = ("remove_examples",)
     # Facet counts on the filters are the per-task-type counts of the current selection.
     show_facets = admin.ShowFacets.ALWAYS
     search_fields = ("external_id", "question", "answer")
@@ -108,9 +143,16 @@ class ExampleAdmin(StaffReadOnlyAdmin):
         "choices_json",
         "context_json",
         "metadata_json",
+        "source_turn_link",
         "predictions_link",
+        "history_table",
     )
     readonly_fields = fields
+
+    @admin.display(description="versions", ordering="valid_from")
+    def versions(self, example: Example) -> str:
+        """The versions this content is in: ``2–4``, or ``2–latest``."""
+        return f"{example.valid_from}–{example.valid_to - 1 if example.valid_to else 'latest'}"
 
     @admin.display(description="scorer", ordering="scorer")
     def scorer_display(self, example: Example) -> str:
@@ -139,6 +181,15 @@ class ExampleAdmin(StaffReadOnlyAdmin):
     @admin.display(description="metadata")
     def metadata_json(self, example: Example) -> SafeString:
         return json_block(example.metadata)
+
+    @admin.display(description="source turn")
+    def source_turn_link(self, example: Example) -> SafeString | str:
+        """The chat turn the example was made from (``metadata.source_turn``,
+        ``evaluation.datasets.from_turns``), else a dash."""
+        source = (example.metadata or {}).get("source_turn") if isinstance(example.metadata, dict) else None
+        if not isinstance(source, int) or isinstance(source, bool):
+            return DASH
+        return admin_link(Turn, source, f"turn #{source}")
 
     @admin.display(description="predictions")
     def predictions_link(self, example: Example) -> SafeString:

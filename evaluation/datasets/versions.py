@@ -286,3 +286,40 @@ def version_check(dataset: Dataset, version: int | None) -> None:
     if version is not None and not 1 <= version <= dataset.version:
         have = "version 1" if dataset.version == 1 else f"versions 1–{dataset.version}"
         raise BadInput(f"dataset {dataset.name!r} has {have}; there is no version {version}")
+
+
+@dataclass(frozen=True)
+class VersionDiff:
+    """The ``question_id`` s a version added, changed and removed, against the one before."""
+
+    added: list[str]
+    changed: list[str]
+    removed: list[str]
+
+
+def version_diff(dataset: Dataset, number: int) -> VersionDiff:
+    """What version ``number`` of ``dataset`` changed, read from the example
+    rows themselves: a row that starts at ``number`` is an addition, or a
+    change when a row of the same id ends there; a row that ends there with
+    no successor is a removal. Two queries."""
+    started = list(
+        Example.objects.filter(dataset=dataset, valid_from=number)
+        .order_by("position", "pk")
+        .values_list("external_id", flat=True)
+    )
+    ended = set(
+        Example.objects.filter(dataset=dataset, valid_to=number).values_list("external_id", flat=True)
+    )
+    return VersionDiff(
+        added=[i for i in started if i not in ended],
+        changed=[i for i in started if i in ended],
+        removed=sorted(ended - set(started)),
+    )
+
+
+def example_history(example: Example) -> QuerySet[Example]:
+    """Every content example ``example.external_id`` has had in its dataset,
+    oldest first (``valid_from``)."""
+    return Example.objects.filter(dataset_id=example.dataset_id, external_id=example.external_id).order_by(
+        "valid_from"
+    )
