@@ -7,8 +7,9 @@ and no app imports it. Handlers parse input, call one selector or service and
 shape the output.
 
 **Auth** (``apikeys.auth``). Browsers use the Django session, with CSRF on
-unsafe methods (the API's default); the evaluation routes also accept
-``X-API-Key`` — on any other route a valid key gets 403, an unknown one 401.
+unsafe methods (the API's default); the evaluation routes that read runs and
+predictions also accept ``X-API-Key`` — on any other route (adding examples
+to a dataset included: keys never write) a valid key gets 403, an unknown one 401.
 
 **Bodies** are JSON: a form or multipart body gets 415 and a body over
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` 413 (``agentlab.middleware``), and text in

@@ -32,10 +32,9 @@ import time
 import uuid
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from agentlab.testing.databases import ensure_pg_database
 
-from bench.eval_throughput import ensure_pg_database  # noqa: E402
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def lines(n: int, *, changed_every: int = 0) -> list[dict[str, str]]:

@@ -38,6 +38,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from agentlab.testing.databases import ensure_pg_database
 from agentlab.testing.net import free_port, wait_for_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -57,16 +58,6 @@ def write_examples(path: Path, n: int) -> None:
                 )
                 + "\n"
             )
-
-
-def ensure_pg_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone() is None:
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def start_workers(

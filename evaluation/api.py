@@ -1,6 +1,10 @@
-"""API routes for evaluation runs and predictions (docs/chat-and-api.md#the-http-api): read only.
+"""API routes for evaluation runs and predictions (docs/chat-and-api.md#the-http-api), and
+examples made from chat turns.
 
-Readable with a session or an API key (``X-API-Key``); runs are team-wide.
+Runs and predictions are read with a session or an API key (``X-API-Key``);
+runs are team-wide. ``POST /datasets/{name}/examples`` writes: staff with a
+session (and CSRF) only — a non-staff user gets 403, and so does any API key,
+even a staff member's: keys stay read-only (``apikeys.auth``).
 """
 
 # No ``from __future__ import annotations``: django-ninja reads the handlers'
@@ -9,17 +13,22 @@ Readable with a session or an API key (``X-API-Key``); runs are team-wide.
 from datetime import datetime
 from typing import Annotated, Any
 
-from ninja import Field, Path, Query, Router, Schema
+from django.contrib.auth.models import User
+from django.http import HttpRequest
+from ninja import Field, Path, Query, Router, Schema, Status
+from ninja.errors import HttpError
 from ninja.pagination import paginate
 from pydantic import AfterValidator
 
 from agentlab.agent.text import clean_text
-from apikeys.auth import api_key_auth, session_auth
+from apikeys.auth import SessionAuth, api_key_auth, session_auth
 from apikeys.throttle import api_key_throttle
-from common.api import ERRORS, AuthedRequest, Pagination
+from common.api import ERRORS, MAX_ID, AuthedRequest, Pagination
 from evaluation import selectors
 from evaluation.compare.services import run_compare_ids
 from evaluation.compare.shapes import Comparison
+from evaluation.datasets.from_turns import MAX_TASK_TYPE, MAX_TURNS, TurnPick, examples_from_turns
+from evaluation.datasets.names import MAX_NAME
 from evaluation.metrics.intervals import CONFIDENCE, wilson_interval
 from evaluation.models import Prediction, Run, RunStatus
 
@@ -28,6 +37,22 @@ router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth], thr
 
 Text = Annotated[str, AfterValidator(clean_text)]
 RunId = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=200)]
+DatasetName = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=MAX_NAME)]
+
+
+class StaffSessionAuth(SessionAuth):
+    """``SessionAuth`` for staff only: a logged-in user who is not active
+    staff gets 403 — before the body is read, so a malformed body from a
+    non-staff user is 403 too. A key alone gets ``SessionAuth``'s 403."""
+
+    def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
+        user = super().authenticate(request, key)
+        if user is not None and not (user.is_active and user.is_staff):
+            raise HttpError(403, "only staff may add examples to a dataset")
+        return user
+
+
+staff_session_auth = StaffSessionAuth()
 
 
 class AccuracyOut(Schema):
@@ -42,6 +67,7 @@ class AccuracyOut(Schema):
 class RunOut(Schema):
     run_id: str
     dataset: str
+    dataset_version: int = Field(description="the dataset version the run is on")
     status: str
     accuracy: AccuracyOut | None = Field(
         description="the run's accuracy with its n and 95% Wilson interval; null when nothing was scored"
@@ -185,3 +211,57 @@ def prediction_list(
 )
 def run_compare(request: AuthedRequest, base: RunId, candidate: RunId) -> Comparison:
     return run_compare_ids(base_run_id=base, candidate_run_id=candidate)
+
+
+class TurnExampleIn(Schema):
+    turn_id: int = Field(..., ge=1, le=MAX_ID)
+    answer: Text | None = Field(
+        None, description="the gold answer; omitted or null: the turn's own answer (an empty one is refused)"
+    )
+    task_type: Text = Field(..., min_length=1, max_length=MAX_TASK_TYPE)
+    scorer: Text = Field("", max_length=32, description="a known scorer, or '' (by task type)")
+
+
+class ExamplesFromTurnsIn(Schema):
+    examples: list[TurnExampleIn] = Field(..., min_length=1, max_length=MAX_TURNS)
+    create: bool = Field(
+        False, description="make the dataset (its version 1) when there is none by that name"
+    )
+
+
+class ExamplesFromTurnsOut(Schema):
+    dataset: str
+    version: int = Field(description="the dataset's latest version after the request")
+    added: list[str] = Field(description="question_ids of the examples added (turn-<turn id>), in order")
+    duplicates: list[int] = Field(description="turns not added: their question is already in the dataset")
+
+
+@router.post(
+    "/datasets/{name}/examples",
+    auth=staff_session_auth,
+    response={200: ExamplesFromTurnsOut, 201: ExamplesFromTurnsOut, **ERRORS},
+    summary="Add chat turns to a dataset as examples, in one new version (staff only)",
+    description="Each turn becomes example turn-<id>: its question, the gold answer given (else the "
+    "turn's answer), metadata.source_turn and metadata.conversation (the turns before it). 201 when "
+    "examples were added, 200 when every turn was a duplicate. 404 for an unknown dataset (unless "
+    "create) or turn; 400 for an empty gold answer; nothing is written on any error.",
+)
+def dataset_examples_from_turns(
+    request: AuthedRequest, name: DatasetName, payload: ExamplesFromTurnsIn
+) -> Status:
+    added = examples_from_turns(
+        dataset_name=name,
+        picks=[
+            TurnPick(turn_id=e.turn_id, gold=e.answer, task_type=e.task_type, scorer=e.scorer)
+            for e in payload.examples
+        ],
+        create=payload.create,
+        user=request.auth,
+    )
+    body = {
+        "dataset": added.dataset.name,
+        "version": added.version,
+        "added": added.added,
+        "duplicates": added.duplicates,
+    }
+    return Status(201 if added.added else 200, body)

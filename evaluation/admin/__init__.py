@@ -16,9 +16,10 @@ The evaluation schedules (``schedules``) are the one editable page: saving
 one writes the beat entry that fires it.
 
 Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
-``schedules``, and
+``schedules``,
 ``turns`` (the turn admin with a run column, field and filter, registered in
-place of ``turns.admin.TurnAdmin``).
+place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
+"Add to dataset…" action: chosen turns become examples).
 """
 
 from __future__ import annotations

@@ -5,9 +5,13 @@ the registration of ``turns.admin.TurnAdmin`` with ``RunTurnAdmin``, a
 subclass that adds a "run" column and field (a link to the run), a
 "prediction" field (a link back to the prediction the turn produced) and a "run"
 filter — the links of a run's page to its turns (``?run=<pk>``) use that
-filter. The turn's run and prediction come as scalar subqueries on the prediction's
-``turn_id`` index, so the list still costs the same number of queries
-whatever its length.
+filter. The turn's run and prediction come as scalar subqueries on the
+prediction's ``turn_id`` index, so the list still costs the same number of
+queries whatever its length.
+
+It also adds the "Add to dataset…" action (``evaluation.admin.add_to_dataset``)
+and, below the question, the datasets whose current version holds it: links
+to those examples, read in one query (``from_turns.turn_examples``).
 """
 
 from __future__ import annotations
@@ -18,10 +22,13 @@ from typing import Any, TypeVar
 from django.contrib import admin
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
+from django.utils.html import format_html_join
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link
-from evaluation.models import Prediction, Run
+from evaluation.admin.add_to_dataset import add_to_dataset
+from evaluation.datasets.from_turns import turn_examples
+from evaluation.models import Example, Prediction, Run
 from turns.admin import StopReasonFilter, TurnAdmin
 from turns.models import Turn
 
@@ -61,12 +68,19 @@ class RunFilter(admin.SimpleListFilter):
 
 
 def _fieldsets_with_run(fieldsets: Any) -> Any:
-    """The turn page's fieldsets with ``run_link`` and ``prediction_link`` beside the owner."""
+    """The turn page's fieldsets with ``run_link`` and ``prediction_link``
+    beside the owner, and ``in_datasets`` after the question."""
     (name, options), *rest = fieldsets
     rows = tuple(
         (*row, "run_link", "prediction_link") if isinstance(row, tuple) and "owner_name" in row else row
         for row in options["fields"]
     )
+    rest = [
+        (title, {**opts, "fields": (*opts["fields"], "in_datasets")})
+        if "question" in opts["fields"]
+        else (title, opts)
+        for title, opts in rest
+    ]
     return ((name, {**options, "fields": rows}), *rest)
 
 
@@ -76,9 +90,13 @@ class RunTurnAdmin(TurnAdmin):
     list_display = _after(TurnAdmin.list_display, "owner", "run_link")
     list_filter = _after(TurnAdmin.list_filter, StopReasonFilter, RunFilter)
     readonly_fields = _after(
-        _after(TurnAdmin.readonly_fields, "owner_name", "run_link"), "run_link", "prediction_link"
+        _after(_after(TurnAdmin.readonly_fields, "owner_name", "run_link"), "run_link", "prediction_link"),
+        "question",
+        "in_datasets",
     )
     fieldsets = _fieldsets_with_run(TurnAdmin.fieldsets)
+    # TurnAdmin.actions is an unannotated literal, typed as exactly four names
+    actions = (*TurnAdmin.actions, add_to_dataset)  # type: ignore[assignment]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
         # The run of an evaluation turn, as two scalar subqueries on the
@@ -109,6 +127,18 @@ class RunTurnAdmin(TurnAdmin):
         if prediction_pk is None:
             return DASH
         return admin_link(Prediction, prediction_pk, f"example {turn.example_label}")  # type: ignore[attr-defined]
+
+    @admin.display(description="in datasets")
+    def in_datasets(self, turn: Turn) -> SafeString | str:
+        """The current examples holding the turn's question, as links ``dataset · question_id``."""
+        examples = list(turn_examples(turn=turn))
+        if not examples:
+            return "in no dataset (add it with the list's “Add to dataset…” action)"
+        return format_html_join(
+            ", ",
+            "{}",
+            ((admin_link(Example, e.pk, f"{e.dataset.name} · {e.external_id}"),) for e in examples),
+        )
 
 
 # ``turns.admin`` registered the plain TurnAdmin when it was imported (above).

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -13,6 +12,7 @@ from agentlab.agent.plugins import PluginError, load_plugin
 from common.errors import BadInput
 from evaluation.datasets.demo import DEMO_DATASET_NAME, demo_examples
 from evaluation.datasets.jsonl import parse_jsonl
+from evaluation.datasets.names import DEMO_SOURCE, dataset_name_check
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.datasets.versions import (
     CONTENT_FIELDS,
@@ -29,13 +29,6 @@ from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SC
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
-
-#: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
-DEMO_SOURCE = "agentlab demo"
-
-#: Characters a dataset name may not hold (run ids are made from it; both
-#: appear in URLs; ``@`` separates a name from a version).
-_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%@]")
 
 
 def dataset_import(**options: Any) -> Dataset:
@@ -75,7 +68,7 @@ def dataset_import_version(
     ``BadInput`` for an empty name, a name with ``@``, or no examples too;
     nothing is written then.
     """
-    name = _dataset_name(name, source=source)
+    name = dataset_name_check(name, source=source)
     if not examples:
         raise BadInput(f"dataset {name!r} has no examples")
     plugin_names = _dataset_plugins(plugins)
@@ -122,26 +115,6 @@ def _same_examples(dataset: Dataset, examples: Sequence[ExampleSpec]) -> bool:
     return len(current) == len(examples) and all(
         current.get(spec.external_id) == example_content(spec) for spec in examples
     )
-
-
-def _dataset_name(name: str, *, source: str) -> str:
-    """``name`` stripped: not empty, not the demo's (unless this is the
-    demo), none of the characters a URL cannot hold. ``BadInput`` otherwise."""
-    name = (name or "").strip()
-    if not name:
-        raise BadInput("a dataset needs a non-empty name")
-    if name == DEMO_DATASET_NAME and source != DEMO_SOURCE:
-        raise BadInput(
-            f"dataset name {name!r} is reserved for the project's demo dataset; choose another name"
-        )
-    bad = _NAME_FORBIDDEN.search(name)
-    if bad:
-        # run ids are made from dataset names, and both appear in URLs
-        raise BadInput(
-            f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "
-            "@ are not allowed (NAME@2 names a version)"
-        )
-    return name
 
 
 def _dataset_plugins(plugins: Sequence[str]) -> list[str]:

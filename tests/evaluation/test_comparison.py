@@ -20,6 +20,7 @@ def side(run_id: str) -> RunSide:
         "model": "m",
         "code_version": "v",
         "review": False,
+        "dataset_version": 1,
         "created_at": "2026-01-01T00:00:00+00:00",
         "finished_at": None,
         "total": 0,

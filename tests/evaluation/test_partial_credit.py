@@ -111,6 +111,7 @@ def _comparison(base: list[EpochComparedRow], candidate: list[EpochComparedRow])
         "model": None,
         "code_version": None,
         "review": None,
+        "dataset_version": 1,
         "created_at": "",
         "finished_at": None,
         "total": 0,

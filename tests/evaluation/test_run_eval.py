@@ -328,8 +328,7 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
         assert seqs == list(range(1, len(seqs) + 1))
         assert turn.status == "succeeded"
     resumes = TurnEvent.objects.filter(turn__predictions__run=run, type="turn.resumed")
-    resumed = set(resumes.values_list("turn_id", flat=True))
-    assert resumed == set(cut_off), cut_off
+    assert set(resumes.values_list("turn_id", flat=True)) == set(cut_off), cut_off
 
 
 def test_a_file_named_like_a_registered_dataset_is_refused_not_merged(tmp_path, endpoint):
