@@ -30,7 +30,7 @@ from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
 from evaluation.datasets.from_turns import MAX_TURNS, GoldMissing, TurnPick, examples_from_turns
 from evaluation.datasets.names import MAX_NAME
-from evaluation.models import Dataset
+from evaluation.models import Dataset, Example
 from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, KNOWN_SCORERS
 from turns.models import Turn
 
@@ -39,16 +39,14 @@ TEMPLATE = "admin/evaluation/add_to_dataset.html"
 
 class AddToDatasetForm(forms.Form):
     """Where the examples go and how they are scored: an existing ``dataset``
-    or a ``new_name`` (exactly one), a known task type, a scorer (``""``:
-    by task type)."""
+    or a ``new_name`` (exactly one), a task type (a known one or one a
+    dataset uses), a scorer (``""``: by task type)."""
 
     dataset = forms.ChoiceField(required=False, label="Dataset")
     new_name = forms.CharField(
         required=False, max_length=MAX_NAME, label="or a new dataset named", strip=True
     )
-    task_type = forms.ChoiceField(
-        choices=[("", "---------"), *((t, t) for t in sorted(DEFAULT_SCORER_BY_TASK_TYPE))]
-    )
+    task_type = forms.ChoiceField()
     scorer = forms.ChoiceField(
         required=False,
         choices=[("", "by task type"), *((s, s) for s in sorted(KNOWN_SCORERS))],
@@ -60,6 +58,13 @@ class AddToDatasetForm(forms.Form):
         cast(forms.ChoiceField, self.fields["dataset"]).choices = [
             ("", "(a new dataset)"),
             *((n, n) for n in names),
+        ]
+        # the known task types and those the datasets already use (e.g. HotpotQA's "qa")
+        used = Example.objects.filter(valid_to__isnull=True).order_by().values_list("task_type", flat=True)
+        task_types = sorted(set(DEFAULT_SCORER_BY_TASK_TYPE) | set(used.distinct()))
+        cast(forms.ChoiceField, self.fields["task_type"]).choices = [
+            ("", "---------"),
+            *((t, t) for t in task_types),
         ]
 
     def clean(self) -> dict[str, Any]:

@@ -361,7 +361,8 @@ def test_odd_bodies_and_names_are_refused_in_the_error_shape(staff, chat, arithm
         {"error": {"code": "bad_input", "message": "Cannot parse request body", "details": None}},
     )
     demo = assert_error(api.post(url("demo"), {"examples": [one], "create": True}), 400, "bad_input")
-    assert demo["message"] == "dataset name 'demo' is reserved for the project's demo dataset; choose another name"
+    reserved = "dataset name 'demo' is reserved for the project's demo dataset; choose another name"
+    assert demo["message"] == reserved
     at = assert_error(api.post(url("x@2"), {"examples": [one], "create": True}), 400, "bad_input")
     assert "contains '@'" in at["message"]
     assert Dataset.objects.count() == 1
