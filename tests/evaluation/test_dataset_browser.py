@@ -14,7 +14,7 @@ from evaluation.datasets.services import dataset_import
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.datasets.versions import dataset_change, examples_at
 from evaluation.models import Dataset, Example
-from tests.evaluation.test_report_browser import SHOTS, desktop_page  # noqa: F401 - the page fixture
+from tests.evaluation.test_report_browser import SHOTS, admin_log_in, desktop_page  # noqa: F401 - the page fixture
 from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 from tests.turns.test_admin import drive
 from turns.models import Turn
@@ -50,11 +50,7 @@ def test_dataset_versions_history_and_add_to_dataset_in_a_browser(curated, live_
     dataset, turn = curated
     page = desktop_page
     SHOTS.mkdir(parents=True, exist_ok=True)
-    page.goto(live_server_url + "/admin/login/")
-    page.fill("input[name=username]", "boss")
-    page.fill("input[name=password]", "pw-boss-123")
-    page.click("input[type=submit]")
-    page.wait_for_url(live_server_url + "/admin/")
+    admin_log_in(page, live_server_url, "boss", "pw-boss-123")
 
     # the dataset page: its two versions, newest first, with what each changed
     page.goto(f"{live_server_url}/admin/evaluation/dataset/{dataset.pk}/change/")

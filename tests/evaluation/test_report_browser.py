@@ -138,6 +138,15 @@ def desktop_page(monkeypatch):
             browser.close()
 
 
+def admin_log_in(page, base_url: str, username: str, password: str) -> None:
+    """Log ``page`` in to the admin at ``base_url``."""
+    page.goto(base_url + "/admin/login/")
+    page.fill("input[name=username]", username)
+    page.fill("input[name=password]", password)
+    page.click("input[type=submit]")
+    page.wait_for_url(base_url + "/admin/")
+
+
 def chart(page, canvas_id: str) -> dict:
     """What the chart on ``canvas_id`` holds, and how many of its pixels are painted."""
     return page.evaluate(
@@ -169,11 +178,7 @@ def test_run_report_and_comparison_draw_their_charts(
     page = desktop_page
     SHOTS.mkdir(parents=True, exist_ok=True)
 
-    page.goto(live_server_url + "/admin/login/")
-    page.fill("input[name=username]", "boss")
-    page.fill("input[name=password]", "pw-boss-123")
-    page.click("input[type=submit]")
-    page.wait_for_url(live_server_url + "/admin/")
+    admin_log_in(page, live_server_url, "boss", "pw-boss-123")
 
     # the run report of the candidate
     page.goto(f"{live_server_url}/admin/evaluation/run/{cand.pk}/report/")
