@@ -98,5 +98,5 @@ def test_dataset_versions_history_and_add_to_dataset_in_a_browser(curated, live_
     assert (added.question, added.answer, added.valid_from) == ("What is the capital of Canada?", "Ottawa", 3)
     assert added.metadata["source_turn"] == turn.pk
     assert Dataset.objects.get(pk=dataset.pk).version == 3
-    assert page.js_errors == []  # type: ignore[attr-defined]
-    assert all(url.startswith(live_server_url) for url in page.al_requests)  # type: ignore[attr-defined]
+    assert page.js_errors == []
+    assert all(url.startswith(live_server_url) for url in page.al_requests)
