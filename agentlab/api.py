@@ -19,8 +19,9 @@ a body follows the one text rule (:class:`TextSafeParser`).
 as ``{"error": {"code": …, "message": …, "details": […] | null}}``
 (``common.api.error_body``) with the status of the error class (CONTRIBUTING.md#one-error-hierarchy):
 400 bad input, 401 not logged in, 403 forbidden (CSRF, API key off its
-routes), 404 not found — also for an object the caller may not see —, 409
-state conflict, 422 invalid request.
+routes), 404 not found — also for an object the caller may not see —, 405
+a method the route does not take (``agentlab.middleware``), 409 state
+conflict, 422 invalid request.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ server (Django's test client hides both):
   ``RequestDataTooBig``, which became its HTML "Bad Request (400)" page and a
   logged traceback. It now gets **413** with the limit in the message.
 
-Both answer in the API's one error shape (``common.api.error_body``).
+Both answer in the API's one error shape (``common.api.error_body``), as
+does a method a route does not take: django-ninja answers it with a plain
+text "Method not allowed"; it becomes **405** in the error shape, with the
+``Allow`` header kept.
 """
 
 from __future__ import annotations
@@ -61,11 +64,25 @@ class ApiBodyMiddleware:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/") and request.method in _BODY_METHODS:
+        api = request.path.startswith("/api/")
+        if api and request.method in _BODY_METHODS:
             refused = self._refusal(request)
             if refused is not None:
                 return refused
-        return self.get_response(request)
+        response = self.get_response(request)
+        if (
+            api
+            and response.status_code == 405
+            and not response.get("Content-Type", "").startswith("application/json")
+        ):
+            allowed = response.get("Allow", "")
+            shaped = _error(
+                405, f"{request.method} is not allowed here" + (f"; use {allowed}" if allowed else "")
+            )
+            if allowed:
+                shaped["Allow"] = allowed
+            return shaped
+        return response
 
     @staticmethod
     def _refusal(request: HttpRequest) -> JsonResponse | None:

@@ -153,3 +153,20 @@ def test_a_60000_character_api_key_gets_431_not_a_dropped_connection(server: dic
     assert response.json()["error"]["code"] == "header_too_large"
     # a long key that fits in a line is only an unknown key
     assert httpx.get(f"{server['base']}/api/runs", headers={"X-API-Key": "k" * 10_000}).status_code == 401
+
+
+def test_a_method_a_route_does_not_take_is_405_in_the_api_s_shape(server: dict[str, Any]) -> None:
+    client: httpx.Client = server["client"]
+    for method, path, allowed in (
+        ("PUT", "/api/conversations", "GET, POST"),
+        ("GET", "/api/datasets/any/examples", "POST"),
+        ("DELETE", "/api/runs", "GET"),
+    ):
+        response = client.request(method, path)
+        assert response.status_code == 405, (method, path, response.text)
+        assert _error(response) == {
+            "code": "method_not_allowed",
+            "message": f"{method} is not allowed here; use {allowed}",
+            "details": None,
+        }
+        assert response.headers["allow"] == allowed
