@@ -37,7 +37,11 @@ from evaluation.run.request import EvalRequest, baseline_request, eval_request
 
 def _add_run_options(parser: CommandParser) -> None:
     """What to run and how: the dataset, the run id, the examples, the agent, the review."""
-    parser.add_argument("dataset", help="registered dataset name, 'demo', or a path to a .jsonl file")
+    parser.add_argument(
+        "dataset",
+        help="registered dataset name (its latest version; NAME@2: version 2), 'demo', "
+        "or a path to a .jsonl file",
+    )
     parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
     parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
     parser.add_argument("--concurrency", type=int, default=4, help="examples driven at once (default 4)")
