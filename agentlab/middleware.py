@@ -75,7 +75,8 @@ class ApiBodyMiddleware:
             and response.status_code == 405
             and not response.get("Content-Type", "").startswith("application/json")
         ):
-            allowed = response.get("Allow", "")
+            # in a stable order (django-ninja's follows a set's)
+            allowed = ", ".join(sorted(m.strip() for m in response.get("Allow", "").split(",") if m.strip()))
             shaped = _error(
                 405, f"{request.method} is not allowed here" + (f"; use {allowed}" if allowed else "")
             )
