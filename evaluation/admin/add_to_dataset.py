@@ -72,6 +72,8 @@ class AddToDatasetForm(forms.Form):
         existing, new = data.get("dataset"), data.get("new_name")
         if bool(existing) == bool(new):
             raise forms.ValidationError("Choose an existing dataset or give a new name, not both.")
+        if new and Dataset.objects.filter(name=new).exists():
+            raise forms.ValidationError(f"A dataset named {new!r} already exists: choose it in the list.")
         return data
 
     @property

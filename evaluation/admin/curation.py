@@ -38,13 +38,21 @@ from evaluation.scoring.dispatch import SCORERS, scorer_for
 
 class ExampleVersionFilter(admin.SimpleListFilter):
     """The example list's version: the latest (default), every version's
-    rows (``all``), or version ``N`` of the filtered dataset."""
+    rows (``all``), or version ``N`` of the dataset the list is filtered to
+    (``?dataset__id__exact=…&version=N``; without a dataset, or a version the
+    dataset does not have, the list is empty rather than misleading)."""
 
     title = "dataset version"
     parameter_name = "version"
 
+    def _dataset(self, request: HttpRequest) -> Dataset | None:
+        raw = request.GET.get("dataset__id__exact", "")
+        return Dataset.objects.filter(pk=int(raw)).first() if raw.isascii() and raw.isdigit() else None
+
     def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
-        return [("all", "every version's rows")]
+        dataset = self._dataset(request)
+        numbers = range(dataset.version, 0, -1) if dataset is not None else ()
+        return [("all", "every version's rows"), *((str(n), f"version {n}") for n in numbers)]
 
     def choices(self, changelist: Any) -> Any:
         value = self.value()
@@ -53,22 +61,28 @@ class ExampleVersionFilter(admin.SimpleListFilter):
             "query_string": changelist.get_query_string(remove=[self.parameter_name]),
             "display": "latest version",
         }
-        yield {
-            "selected": value == "all",
-            "query_string": changelist.get_query_string({self.parameter_name: "all"}),
-            "display": "every version's rows",
-        }
-        if value and value.isdigit():
-            yield {"selected": True, "query_string": "", "display": f"version {value}"}
+        for lookup, title in self.lookup_choices:
+            yield {
+                "selected": value == lookup,
+                "query_string": changelist.get_query_string({self.parameter_name: lookup}),
+                "display": title,
+            }
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[Example]) -> QuerySet[Example]:
         value = self.value()
+        if value is None:
+            return queryset.filter(valid_to__isnull=True)
         if value == "all":
             return queryset
-        if value and value.isascii() and value.isdigit():
-            number = int(value)
-            return queryset.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=number), valid_from__lte=number)
-        return queryset.filter(valid_to__isnull=True)
+        dataset = self._dataset(request)
+        if (
+            not (value.isascii() and value.isdigit())
+            or dataset is None
+            or not 1 <= int(value) <= dataset.version
+        ):
+            return queryset.none()
+        number = int(value)
+        return queryset.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=number), valid_from__lte=number)
 
 
 class ExampleEditForm(forms.Form):
@@ -186,8 +200,9 @@ class ExampleCuration:
             ).first()
             messages.warning(
                 request,
-                f"example {example.external_id} changed since this content (version {example.valid_to}); "
-                + ("edit its current content instead" if current else "it was removed from the dataset"),
+                f"this content of example {example.external_id} was replaced or removed in version "
+                f"{example.valid_to}; "
+                + ("edit its current content instead" if current else "it is no longer in the dataset"),
             )
             return HttpResponseRedirect(_change_url(current or example))
         form = ExampleEditForm(request.POST or None, initial=ExampleEditForm.initial_of(example))
@@ -243,26 +258,32 @@ class ExampleCuration:
 
     @admin.display(description="history")
     def history_table(self, example: Example) -> SafeString:
-        """Every content this example has had, oldest first, with the versions it was valid in."""
+        """Every content this example has had, oldest first, with the versions
+        it was valid in, then the edit link (current content only)."""
         rows = [
             (
-                admin_link(
-                    Example, row.pk, f"{row.valid_from}–{row.valid_to - 1 if row.valid_to else 'latest'}"
-                )
+                admin_link(Example, row.pk, versions_text(row))
                 if row.pk != example.pk
-                else format_html(
-                    "<strong>{}–{}</strong>", row.valid_from, row.valid_to - 1 if row.valid_to else "latest"
-                ),
+                else format_html("<strong>{}</strong>", versions_text(row)),
                 Truncator(row.question).chars(80),
                 Truncator(gold_display(row.answer)).chars(60),
                 row.task_type,
             )
             for row in example_history(example)
         ]
-        if example.valid_to is None:
-            edit = reverse("admin:evaluation_example_new_version", args=[example.pk])
-            rows.append((format_html('<a href="{}">Edit — makes a new version</a>', edit), "", "", ""))
-        return html_table(("versions", "question", "gold answer", "task type"), rows)
+        table = html_table(("versions", "question", "gold answer", "task type"), rows)
+        if example.valid_to is not None:
+            return table
+        edit = reverse("admin:evaluation_example_new_version", args=[example.pk])
+        return format_html('{}<p><a href="{}" class="button">Edit — makes a new version</a></p>', table, edit)
+
+
+def versions_text(example: Example) -> str:
+    """The versions a content is in: ``2``, ``2–4`` or ``2–latest``."""
+    if example.valid_to is None:
+        return f"{example.valid_from}–latest"
+    last = example.valid_to - 1
+    return str(last) if last == example.valid_from else f"{example.valid_from}–{last}"
 
 
 def _user(request: HttpRequest) -> User | None:

@@ -20,7 +20,7 @@ from common.admin import (
     subquery_count,
     url_query,
 )
-from evaluation.admin.curation import ExampleCuration, ExampleVersionFilter, versions_table
+from evaluation.admin.curation import ExampleCuration, ExampleVersionFilter, versions_table, versions_text
 from evaluation.datasets.spec import gold_display
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Dataset, Example, Prediction, Run
@@ -151,8 +151,8 @@ class ExampleAdmin(ExampleCuration, StaffReadOnlyAdmin):
 
     @admin.display(description="versions", ordering="valid_from")
     def versions(self, example: Example) -> str:
-        """The versions this content is in: ``2–4``, or ``2–latest``."""
-        return f"{example.valid_from}–{example.valid_to - 1 if example.valid_to else 'latest'}"
+        """The versions this content is in: ``2``, ``2–4`` or ``2–latest``."""
+        return versions_text(example)
 
     @admin.display(description="scorer", ordering="scorer")
     def scorer_display(self, example: Example) -> str:

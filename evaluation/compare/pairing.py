@@ -266,16 +266,23 @@ def versions_note(comparison: Comparison) -> str | None:
     """What a comparison of runs on two versions of a dataset paired, in
     words — ``paired on 180 examples unchanged between version 3 and version
     4; 5 changed, 12 added, 3 removed`` — or ``None`` when both runs are on
-    one version. "Added" and "removed" are the examples in one run only. The
-    CLI table, ``run_eval --baseline`` and the admin page show it."""
+    one version. The paired count is the runs'; changed, added and removed
+    are how the two versions differ (``version_diff``; without it, the
+    examples in one run only). The CLI table, ``run_eval --baseline`` and the
+    admin page show it."""
     base, candidate = comparison["base"]["dataset_version"], comparison["candidate"]["dataset_version"]
     if base == candidate:
         return None
     counts = comparison["counts"]
+    diff = comparison.get("version_diff") or {
+        "changed": counts["changed"],
+        "added": counts["only_candidate"],
+        "removed": counts["only_base"],
+    }
     return (
         f"paired on {counts['paired']} example{'s' if counts['paired'] != 1 else ''} unchanged between "
-        f"version {base} and version {candidate}; {counts['changed']} changed, "
-        f"{counts['only_candidate']} added, {counts['only_base']} removed"
+        f"version {base} and version {candidate}; {diff['changed']} changed, {diff['added']} added, "
+        f"{diff['removed']} removed"
     )
 
 

@@ -9,11 +9,14 @@ call :func:`run_compare` (or :func:`run_compare_ids`).
 
 from __future__ import annotations
 
+from typing import Any
+
 from common.errors import BadInput
 from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
 from evaluation.compare.shapes import CONFIDENCE, Comparison, RunSide
+from evaluation.datasets.versions import examples_at
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_get, run_stored_metrics
@@ -64,30 +67,39 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
         )
     runs = Prediction.objects.filter(run__in=(base, candidate))
     continuous = runs.filter(scorer__in=CONTINUOUS_SCORERS).exists()
+    sides: dict[str, Any] = {
+        "dataset": base.dataset.name,
+        "base": run_side(base),
+        "candidate": run_side(candidate),
+        "base_metrics": run_stored_metrics(run=base),
+        "candidate_metrics": run_stored_metrics(run=candidate),
+        "confidence": confidence,
+    }
     if continuous or runs.filter(epoch__gt=1).exists():
         base_epochs = run_compared_epoch_rows(run=base)
         candidate_epochs = run_compared_epoch_rows(run=candidate)
-        comparison = compare_rows(
-            majority_rows(base_epochs),
-            majority_rows(candidate_epochs),
-            dataset=base.dataset.name,
-            base=run_side(base),
-            candidate=run_side(candidate),
-            base_metrics=run_stored_metrics(run=base),
-            candidate_metrics=run_stored_metrics(run=candidate),
-            confidence=confidence,
+        comparison = compare_rows(majority_rows(base_epochs), majority_rows(candidate_epochs), **sides)
+        comparison = apply_bootstrap(comparison, base_epochs, candidate_epochs, continuous=continuous)
+    else:
+        comparison = compare_rows(run_compared_rows(run=base), run_compared_rows(run=candidate), **sides)
+    if base.dataset_version != candidate.dataset_version:
+        comparison["version_diff"] = version_diff_counts(
+            base.dataset_id, base.dataset_version, candidate.dataset_version
         )
-        return apply_bootstrap(comparison, base_epochs, candidate_epochs, continuous=continuous)
-    return compare_rows(
-        run_compared_rows(run=base),
-        run_compared_rows(run=candidate),
-        dataset=base.dataset.name,
-        base=run_side(base),
-        candidate=run_side(candidate),
-        base_metrics=run_stored_metrics(run=base),
-        candidate_metrics=run_stored_metrics(run=candidate),
-        confidence=confidence,
-    )
+    return comparison
+
+
+def version_diff_counts(dataset_id: int, base: int, candidate: int) -> dict[str, int]:
+    """How version ``candidate`` of a dataset differs from version ``base``:
+    ``{"added", "changed", "removed"}`` example counts (changed: another row,
+    so another content, of the same ``question_id``). Two queries."""
+    before = dict(examples_at(dataset_id, base).values_list("external_id", "pk"))
+    after = dict(examples_at(dataset_id, candidate).values_list("external_id", "pk"))
+    return {
+        "added": len(after.keys() - before.keys()),
+        "changed": sum(1 for key in after.keys() & before.keys() if after[key] != before[key]),
+        "removed": len(before.keys() - after.keys()),
+    }
 
 
 def run_compare_ids(*, base_run_id: str, candidate_run_id: str) -> Comparison:

@@ -169,6 +169,10 @@ class Comparison(TypedDict):
     stop_reasons: dict[str, Delta]
     review: dict[str, Delta]
     checks: dict[str, dict[str, Any]]
+    #: when the runs are on two versions of the dataset: how the versions
+    #: differ (``{"added", "changed", "removed"}``, counts of examples), read
+    #: from the versions themselves — not from what each run happened to run
+    version_diff: NotRequired[dict[str, int]]
     #: how the accuracies, interval and p-values were computed when not by
     #: exact McNemar and Newcombe: runs with epochs or partial credit
     #: compare per-example means (``evaluation.compare.over_epochs``)

@@ -250,12 +250,11 @@ def _dataset(name: str, *, create: bool) -> tuple[Dataset, bool]:
     found = Dataset.objects.select_for_update().filter(name=name).first()
     if found is not None:
         return found, False
+    name = dataset_name_check(name)  # a name no dataset may have is 400, not 404
     if not create:
         raise NotFound(f"no dataset named {name!r} (ask to create it to make a new one)")
     # get_or_create: a dataset made by someone else meanwhile is used, not an IntegrityError
-    dataset, created = Dataset.objects.get_or_create(
-        name=dataset_name_check(name), defaults={"source": "chat turns"}
-    )
+    dataset, created = Dataset.objects.get_or_create(name=name, defaults={"source": "chat turns"})
     if not created:
         dataset = Dataset.objects.select_for_update().get(pk=dataset.pk)
     return dataset, created

@@ -150,6 +150,11 @@ def dataset_resolve_ref(*, name_or_path: str) -> DatasetRef:
         change = dataset_import_version(name=DEMO_DATASET_NAME, examples=demo_examples(), source=DEMO_SOURCE)
         return DatasetRef(change.dataset, None)
     path = Path(name_or_path)
+    if path.suffix.lower() == ".csv":
+        raise BadInput(
+            f"{name_or_path}: run_eval reads a registered dataset or a .jsonl file; import a CSV first "
+            "(manage.py import_dataset FILE.csv --name NAME), then run_eval NAME"
+        )
     if path.suffix == ".jsonl" or path.is_file():
         if not path.is_file():
             raise BadInput(f"dataset file {name_or_path} does not exist")

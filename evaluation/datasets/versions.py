@@ -25,6 +25,7 @@ from django.db import transaction
 from django.db.models import Max, Q, QuerySet
 
 from common.errors import BadInput
+from evaluation.datasets.demo import DEMO_DATASET_NAME
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Dataset, DatasetVersion, Example
 
@@ -97,14 +98,14 @@ class VersionChange:
 
     def summary(self) -> str:
         """``dataset NAME: version 2 — 3 added, 1 changed, 0 removed`` (or the no-op line)."""
+        examples = f"{self.total} example{'' if self.total == 1 else 's'}"
         if self.number is None:
             return (
-                f"dataset {self.dataset.name}: unchanged, still version {self.dataset.version} "
-                f"({self.total} examples)"
+                f"dataset {self.dataset.name}: unchanged, still version {self.dataset.version} ({examples})"
             )
         return (
             f"dataset {self.dataset.name}: version {self.number} — {len(self.added)} added, "
-            f"{len(self.changed)} changed, {len(self.removed)} removed ({self.total} examples)"
+            f"{len(self.changed)} changed, {len(self.removed)} removed ({examples})"
         )
 
 
@@ -129,8 +130,10 @@ def dataset_change(
 
     Returns the :class:`VersionChange`; when nothing differs no version is
     made. Raises ``BadInput`` — writing nothing — for an id to remove that is
-    not current, a change that would leave the dataset empty, or a
-    ``question_id`` twice in ``upserts``. Runs in one transaction with the
+    not current, a change that would leave the dataset empty, a
+    ``question_id`` twice in ``upserts``, or any change to the project's demo
+    dataset after its first version (the demo is code's, and ``make demo``
+    must measure the same eight examples everywhere). Runs in one transaction with the
     dataset row locked, so two changes at once make two versions in turn.
     """
     with transaction.atomic():
@@ -142,6 +145,11 @@ def dataset_change(
         if not (plan.added or plan.changed or plan.removed) and not first:
             _refresh(dataset, locked)
             return change
+        if locked.name == DEMO_DATASET_NAME and not first:
+            raise BadInput(
+                f"dataset {DEMO_DATASET_NAME!r} is the project's own demo and does not change; export it "
+                "(manage.py export_dataset demo --out FILE.jsonl) and import the copy under another name"
+            )
         if total <= 0:
             raise BadInput(
                 f"dataset {locked.name!r}: this change would leave it with no examples; nothing done"
@@ -276,7 +284,8 @@ def dataset_ref(raw: str) -> tuple[str, int | None] | None:
     version = match["version"]
     if not (version.isascii() and version.isdigit()) or len(version) > 9 or int(version) < 1:
         raise BadInput(
-            f"{raw!r}: the version after @ must be a whole number from 1 (as in {match['name']}@2)"
+            f"{raw!r}: the version after @ must be a whole number from 1 to 999999999 "
+            f"(as in {match['name']}@2)"
         )
     return match["name"], int(version)
 

@@ -82,7 +82,10 @@ def test_an_edit_in_the_admin_makes_a_new_version_and_keeps_the_old_content(staf
 
     page = text(staff_client.get(reverse("admin:evaluation_example_change", args=[fixed.pk])))
     assert "dataset capitals: version 2 — 0 added, 1 changed, 0 removed (3 examples)" in page
-    assert "1–1 capital of australia? sydney qa 2–latest capital of australia? canberra qa" in page
+    assert (
+        "task type 1 capital of australia? sydney qa 2–latest capital of australia? canberra qa "
+        "edit — makes a new version" in page
+    )
 
     # the old content's page sends an edit to the current one
     stale = staff_client.post(edit_url(wrong), form_of(wrong, answer="Melbourne"))
@@ -123,6 +126,9 @@ def test_removal_makes_a_version_and_the_list_shows_any_version(staff_client, ca
     assert listed("") == ["fr", "jp"]
     assert listed(f"dataset__id__exact={capitals.pk}&version=1") == ["fr", "au", "jp"]
     assert sorted(listed("version=all")) == ["au", "fr", "jp"]
+    # a version the dataset does not have, or a version with no dataset chosen: nothing, not the latest
+    assert listed(f"dataset__id__exact={capitals.pk}&version=9") == []
+    assert listed("version=1") == []
 
     # removing what is left would empty the dataset: refused, nothing written
     rest = list(examples_at(capitals).values_list("pk", flat=True))
@@ -131,6 +137,21 @@ def test_removal_makes_a_version_and_the_list_shows_any_version(staff_client, ca
     )
     assert "this change would leave it with no examples; nothing done" in text(response)
     assert Dataset.objects.get(pk=capitals.pk).version == 2
+
+
+def test_the_demo_dataset_does_not_change(staff_client):
+    from evaluation.datasets.services import dataset_resolve
+
+    demo = dataset_resolve(name_or_path="demo")
+    example = examples_at(demo).first()
+    response = staff_client.post(edit_url(example), form_of(example, answer="changed"))
+    assert response.status_code == 200
+    assert "dataset 'demo' is the project's own demo and does not change" in text(response)
+    response = staff_client.post(
+        EXAMPLE_LIST, {"action": "remove_examples", "_selected_action": [example.pk]}, follow=True
+    )
+    assert "is the project's own demo and does not change" in text(response)
+    assert Dataset.objects.get(pk=demo.pk).version == 1 and examples_at(demo).count() == 8
 
 
 def test_the_dataset_page_lists_its_versions_with_what_changed(staff_client, capitals):

@@ -186,6 +186,18 @@ def test_runs_are_pinned_to_a_version_and_compared_across_versions(tmp_path, end
     call_command("compare_runs", "on-v1", "on-v2")
     assert note in " ".join(capsys.readouterr().out.split())
 
+    # a run on part of version 1: the sentence still says how the versions differ,
+    # while the pairs show what the runs ran
+    with StubLLMServer(answers_gold(v1_lines, v2_lines)) as server:
+        endpoint(server)
+        call_command("run_eval", "--no-review", "gsm@1", "--run-id", "part-v1", "--limit", "5")
+    part = run_compare(base=Run.objects.get(run_id="part-v1"), candidate=on_v2)
+    assert part["version_diff"] == {"added": 3, "changed": 1, "removed": 1}
+    assert (part["counts"]["paired"], part["counts"]["changed"], len(part["only_candidate"])) == (4, 1, 7)
+    assert versions_note(part) == (
+        "paired on 4 examples unchanged between version 1 and version 2; 1 changed, 3 added, 1 removed"
+    )
+
 
 def test_a_resumed_run_stays_on_its_version(tmp_path, endpoint, capsys):
     lines = gsm_lines(10)
@@ -207,7 +219,7 @@ def test_a_resumed_run_stays_on_its_version(tmp_path, endpoint, capsys):
 @pytest.mark.parametrize(
     ("ref", "message"),
     [
-        ("gsm@x", "'gsm@x': the version after @ must be a whole number from 1 (as in gsm@2)"),
+        ("gsm@x", "'gsm@x': the version after @ must be a whole number from 1 to 999999999 (as in gsm@2)"),
         ("gsm@", "'gsm@': the version after @ must be a whole number from 1"),
         ("gsm@0", "'gsm@0': the version after @ must be a whole number from 1"),
         ("gsm@7", "dataset 'gsm' has version 1; there is no version 7"),
@@ -223,6 +235,24 @@ def test_a_bad_version_reference_is_exit_2_and_runs_nothing(tmp_path, endpoint, 
         assert server.request_count == 0
     assert excinfo.value.returncode == 2 and message in str(excinfo.value)
     assert Run.objects.count() == 0
+
+
+def test_run_eval_on_a_csv_file_says_to_import_it_first(tmp_path, endpoint):
+    path = tmp_path / "data.csv"
+    path.write_text("question_id,question,answer,task_type\na,Q?,1,math\n", encoding="utf-8")
+    error = refused(endpoint, str(path))
+    assert "run_eval reads a registered dataset or a .jsonl file; import a CSV first" in str(error)
+    assert Dataset.objects.count() == 0
+
+
+def refused(endpoint, *argv: str) -> CommandError:
+    with StubLLMServer(answers_gold()) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "--no-review", *argv)
+        assert server.request_count == 0
+    assert excinfo.value.returncode == 2
+    return excinfo.value
 
 
 def test_a_name_with_an_at_sign_is_refused(tmp_path):

@@ -365,7 +365,17 @@ def test_odd_bodies_and_names_are_refused_in_the_error_shape(staff, chat, arithm
     assert demo["message"] == reserved
     at = assert_error(api.post(url("x@2"), {"examples": [one], "create": True}), 400, "bad_input")
     assert "contains '@'" in at["message"]
+    # a name no dataset may have is refused as such, not "no dataset named … (ask to create it)"
+    at = assert_error(api.post(url("x@2"), {"examples": [one]}), 400, "bad_input")
+    assert "contains '@'" in at["message"]
     assert Dataset.objects.count() == 1
+    # the demo dataset, once registered, does not change
+    from evaluation.datasets.services import dataset_resolve
+
+    dataset_resolve(name_or_path="demo")
+    demo = assert_error(api.post(url("demo"), {"examples": [one]}), 400, "bad_input")
+    assert "is the project's own demo and does not change" in demo["message"]
+    assert Dataset.objects.get(name="demo").version == 1
 
 
 def test_a_failed_turn_through_the_api_needs_an_answer(staff, arithmetic):
