@@ -144,6 +144,7 @@ def test_the_demo_dataset_does_not_change(staff_client):
 
     demo = dataset_resolve(name_or_path="demo")
     example = examples_at(demo).first()
+    assert example is not None
     response = staff_client.post(edit_url(example), form_of(example, answer="changed"))
     assert response.status_code == 200
     assert "dataset 'demo' is the project's own demo and does not change" in text(response)
