@@ -29,7 +29,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import admin_link, html_table, url_query
-from common.errors import BadInput
+from common.errors import AgentLabError
 from evaluation.datasets.spec import ExampleSpec, gold_display
 from evaluation.datasets.versions import dataset_change, example_history, version_diff
 from evaluation.models import Dataset, DatasetVersion, Example
@@ -212,7 +212,7 @@ class ExampleCuration:
                 note = form.cleaned_data["note"].strip()
                 source = f"admin: edit of {example.external_id}" + (f" — {note}" if note else "")
                 change = dataset_change(example.dataset, upserts=[spec], source=source, user=_user(request))
-            except (BadInput, ValueError) as exc:
+            except (AgentLabError, ValueError) as exc:
                 form.add_error(None, str(exc))
             else:
                 if change.number is None:
@@ -251,7 +251,7 @@ class ExampleCuration:
                 change = dataset_change(
                     dataset, remove=ids, source=f"admin: removal of {len(ids)}", user=_user(request)
                 )
-            except BadInput as exc:
+            except AgentLabError as exc:
                 messages.error(request, str(exc))
             else:
                 messages.success(request, change.summary())

@@ -21,10 +21,10 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Max, Q, QuerySet
 
-from common.errors import BadInput
+from common.errors import BadInput, StateConflict
 from evaluation.datasets.demo import DEMO_DATASET_NAME
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Dataset, DatasetVersion, Example
@@ -133,65 +133,75 @@ def dataset_change(
     not current, a change that would leave the dataset empty, a
     ``question_id`` twice in ``upserts``, or any change to the project's demo
     dataset after its first version (the demo is code's, and ``make demo``
-    must measure the same eight examples everywhere). Runs in one transaction with the
+    must measure the same eight examples everywhere). Raises
+    ``StateConflict`` when another change made the same version number at
+    the same moment (possible on SQLite, where the row lock is a no-op). Runs in one transaction with the
     dataset row locked, so two changes at once make two versions in turn.
     """
-    with transaction.atomic():
-        locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
-        current = _current(locked, None if replace else [s.external_id for s in upserts] + list(remove))
-        plan = _Plan.of(current, upserts, remove=remove, replace=replace)
-        total = (0 if first else examples_at(locked).count()) + len(plan.added) - len(plan.removed)
-        change = VersionChange(dataset=locked, number=None, total=total)
-        if not (plan.added or plan.changed or plan.removed) and not first:
-            _refresh(dataset, locked)
-            return change
-        if locked.name == DEMO_DATASET_NAME and not first:
-            raise BadInput(
-                f"dataset {DEMO_DATASET_NAME!r} is the project's own demo and does not change; export it "
-                "(manage.py export_dataset demo --out FILE.jsonl) and import the copy under another name"
-            )
-        if total <= 0:
-            raise BadInput(
-                f"dataset {locked.name!r}: this change would leave it with no examples; nothing done"
-            )
-        number = 1 if first else locked.version + 1
-        closing = [current[i][0] for i in plan.changed + plan.removed]
-        for start in range(0, len(closing), _BATCH):
-            Example.objects.filter(pk__in=closing[start : start + _BATCH]).update(valid_to=number)
-        next_position = _next_position(locked, replace=replace)
-        rows = []
-        for index, spec in plan.written:
-            position = index if replace else current.get(spec.external_id, (0, next_position + index))[1]
-            rows.append(
-                Example(
-                    dataset=locked,
-                    external_id=spec.external_id,
-                    position=position,
-                    valid_from=number,
-                    **example_content(spec),
+    try:
+        with transaction.atomic():
+            locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
+            current = _current(locked, None if replace else [s.external_id for s in upserts] + list(remove))
+            plan = _Plan.of(current, upserts, remove=remove, replace=replace)
+            total = (0 if first else examples_at(locked).count()) + len(plan.added) - len(plan.removed)
+            change = VersionChange(dataset=locked, number=None, total=total)
+            if not (plan.added or plan.changed or plan.removed) and not first:
+                _refresh(dataset, locked)
+                return change
+            if locked.name == DEMO_DATASET_NAME and not first:
+                raise BadInput(
+                    f"dataset {DEMO_DATASET_NAME!r} is the project's own demo and does not change; export it "
+                    "(manage.py export_dataset demo --out FILE.jsonl) and import the copy under another name"
                 )
+            if total <= 0:
+                raise BadInput(
+                    f"dataset {locked.name!r}: this change would leave it with no examples; nothing done"
+                )
+            number = 1 if first else locked.version + 1
+            closing = [current[i][0] for i in plan.changed + plan.removed]
+            for start in range(0, len(closing), _BATCH):
+                Example.objects.filter(pk__in=closing[start : start + _BATCH]).update(valid_to=number)
+            next_position = _next_position(locked, replace=replace)
+            rows = []
+            for index, spec in plan.written:
+                position = index if replace else current.get(spec.external_id, (0, next_position + index))[1]
+                rows.append(
+                    Example(
+                        dataset=locked,
+                        external_id=spec.external_id,
+                        position=position,
+                        valid_from=number,
+                        **example_content(spec),
+                    )
+                )
+            Example.objects.bulk_create(rows, batch_size=_BATCH)
+            DatasetVersion.objects.create(
+                dataset=locked,
+                number=number,
+                source=source[:500],
+                created_by=user,
+                added=len(plan.added),
+                changed=len(plan.changed),
+                removed=len(plan.removed),
+                total=total,
             )
-        Example.objects.bulk_create(rows, batch_size=_BATCH)
-        DatasetVersion.objects.create(
-            dataset=locked,
-            number=number,
-            source=source[:500],
-            created_by=user,
-            added=len(plan.added),
-            changed=len(plan.changed),
-            removed=len(plan.removed),
-            total=total,
-        )
-        Dataset.objects.filter(pk=locked.pk).update(version=number)
-        locked.version = number
-        _refresh(dataset, locked)
-        change.number, change.added, change.changed, change.removed = (
-            number,
-            plan.added,
-            plan.changed,
-            plan.removed,
-        )
-        return change
+            Dataset.objects.filter(pk=locked.pk).update(version=number)
+            locked.version = number
+            _refresh(dataset, locked)
+            change.number, change.added, change.changed, change.removed = (
+                number,
+                plan.added,
+                plan.changed,
+                plan.removed,
+            )
+            return change
+    except IntegrityError as exc:
+        # two changes at once where the row lock cannot serialise them (SQLite):
+        # the second made the same version number
+        raise StateConflict(
+            f"dataset {dataset.name!r} was changed by someone else at the same moment; nothing was "
+            "written — try again"
+        ) from exc
 
 
 def _refresh(dataset: Dataset, locked: Dataset) -> None:

@@ -12,7 +12,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
-from common.errors import BadInput
+from common.errors import BadInput, StateConflict
 from evaluation.compare.pairing import versions_note
 from evaluation.compare.services import run_compare
 from evaluation.datasets.services import dataset_import
@@ -137,6 +137,19 @@ def test_changes_that_are_refused_write_nothing():
     assert Dataset.objects.get(pk=dataset.pk).version == 1 and Example.objects.count() == 2
     assert dataset_change(dataset, remove=["a"]).number == 2
     assert list(examples_at(dataset).values_list("external_id", flat=True)) == ["b"]
+
+
+def test_a_change_that_meets_another_at_the_same_moment_is_a_conflict_and_writes_nothing():
+    dataset = dataset_import(
+        name="race", examples=[ExampleSpec(external_id="a", question="q", answer="1", task_type="math")]
+    )
+    # what a second change committed meanwhile leaves where the row lock does not serialise (SQLite)
+    DatasetVersion.objects.create(dataset=dataset, number=2, source="the other change", total=1)
+    spec = ExampleSpec(external_id="a", question="q", answer="2", task_type="math")
+    with pytest.raises(StateConflict, match="was changed by someone else at the same moment"):
+        dataset_change(dataset, upserts=[spec])
+    assert list(Example.objects.values_list("answer", "valid_to")) == [("1", None)]
+    assert Dataset.objects.get(pk=dataset.pk).version == 1
 
 
 def versioned_gsm(tmp_path: Path) -> tuple[list[dict], list[dict]]:

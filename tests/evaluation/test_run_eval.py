@@ -797,3 +797,9 @@ def test_the_demo_datasets_name_is_reserved(capsys):
     assert excinfo.value.returncode == 2
     assert "dataset name 'demo' is reserved for the project's demo dataset" in str(excinfo.value)
     assert Dataset.objects.count() == 0
+
+
+def test_review_and_no_review_together_are_refused(endpoint):
+    error = refused_before_any_llm_call(endpoint, "demo", "--review")  # the helper gives --no-review
+    assert "give --review or --no-review once" in str(error)
+    assert Run.objects.count() == 0

@@ -35,6 +35,15 @@ from evaluation.run.progress import progress_for
 from evaluation.run.request import EvalRequest, baseline_request, eval_request
 
 
+class _OnceBoolean(argparse.BooleanOptionalAction):
+    """``--flag`` / ``--no-flag``, refusing both (argparse lets the last win)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: str | None = None) -> None:
+        if getattr(namespace, self.dest, None) is not None:
+            parser.error(f"give {self.option_strings[0]} or {self.option_strings[1]} once")
+        super().__call__(parser, namespace, values, option_string)
+
+
 def _add_run_options(parser: CommandParser) -> None:
     """What to run and how: the dataset, the run id, the examples, the agent, the review."""
     parser.add_argument(
@@ -52,7 +61,7 @@ def _add_run_options(parser: CommandParser) -> None:
     )
     parser.add_argument(
         "--review",
-        action=argparse.BooleanOptionalAction,
+        action=_OnceBoolean,
         default=None,
         help="review each answer with a second LLM call, retrying once on its "
         "instruction (default AGENTLAB_REVIEW, else on for an endpoint model and off for the "
