@@ -133,10 +133,10 @@ def dataset_change(
     not current, a change that would leave the dataset empty, a
     ``question_id`` twice in ``upserts``, or any change to the project's demo
     dataset after its first version (the demo is code's, and ``make demo``
-    must measure the same eight examples everywhere). Raises
-    ``StateConflict`` when another change made the same version number at
-    the same moment (possible on SQLite, where the row lock is a no-op). Runs in one transaction with the
-    dataset row locked, so two changes at once make two versions in turn.
+    must measure the same eight examples everywhere). Runs in one
+    transaction with the dataset row locked, so two changes at once make two
+    versions in turn; where the lock is a no-op (SQLite) the second of two
+    simultaneous changes raises ``StateConflict`` and writes nothing.
     """
     try:
         with transaction.atomic():
@@ -145,55 +145,24 @@ def dataset_change(
             plan = _Plan.of(current, upserts, remove=remove, replace=replace)
             total = (0 if first else examples_at(locked).count()) + len(plan.added) - len(plan.removed)
             change = VersionChange(dataset=locked, number=None, total=total)
-            if not (plan.added or plan.changed or plan.removed) and not first:
-                _refresh(dataset, locked)
-                return change
-            if locked.name == DEMO_DATASET_NAME and not first:
-                raise BadInput(
-                    f"dataset {DEMO_DATASET_NAME!r} is the project's own demo and does not change; export it "
-                    "(manage.py export_dataset demo --out FILE.jsonl) and import the copy under another name"
+            if plan.added or plan.changed or plan.removed or first:
+                _check(locked, total=total, first=first)
+                number = 1 if first else locked.version + 1
+                _write(locked, plan, current, number=number, replace=replace)
+                DatasetVersion.objects.create(
+                    dataset=locked,
+                    number=number,
+                    source=source[:500],
+                    created_by=user,
+                    added=len(plan.added),
+                    changed=len(plan.changed),
+                    removed=len(plan.removed),
+                    total=total,
                 )
-            if total <= 0:
-                raise BadInput(
-                    f"dataset {locked.name!r}: this change would leave it with no examples; nothing done"
-                )
-            number = 1 if first else locked.version + 1
-            closing = [current[i][0] for i in plan.changed + plan.removed]
-            for start in range(0, len(closing), _BATCH):
-                Example.objects.filter(pk__in=closing[start : start + _BATCH]).update(valid_to=number)
-            next_position = _next_position(locked, replace=replace)
-            rows = []
-            for index, spec in plan.written:
-                position = index if replace else current.get(spec.external_id, (0, next_position + index))[1]
-                rows.append(
-                    Example(
-                        dataset=locked,
-                        external_id=spec.external_id,
-                        position=position,
-                        valid_from=number,
-                        **example_content(spec),
-                    )
-                )
-            Example.objects.bulk_create(rows, batch_size=_BATCH)
-            DatasetVersion.objects.create(
-                dataset=locked,
-                number=number,
-                source=source[:500],
-                created_by=user,
-                added=len(plan.added),
-                changed=len(plan.changed),
-                removed=len(plan.removed),
-                total=total,
-            )
-            Dataset.objects.filter(pk=locked.pk).update(version=number)
-            locked.version = number
-            _refresh(dataset, locked)
-            change.number, change.added, change.changed, change.removed = (
-                number,
-                plan.added,
-                plan.changed,
-                plan.removed,
-            )
+                Dataset.objects.filter(pk=locked.pk).update(version=number)
+                locked.version = change.number = number
+                change.added, change.changed, change.removed = plan.added, plan.changed, plan.removed
+            dataset.version = locked.version
             return change
     except IntegrityError as exc:
         # two changes at once where the row lock cannot serialise them (SQLite):
@@ -204,8 +173,36 @@ def dataset_change(
         ) from exc
 
 
-def _refresh(dataset: Dataset, locked: Dataset) -> None:
-    dataset.version = locked.version
+def _check(dataset: Dataset, *, total: int, first: bool) -> None:
+    """``BadInput`` for a change of the demo dataset or one that empties ``dataset``."""
+    if dataset.name == DEMO_DATASET_NAME and not first:
+        raise BadInput(
+            f"dataset {DEMO_DATASET_NAME!r} is the project's own demo and does not change; export it "
+            "(manage.py export_dataset demo --out FILE.jsonl) and import the copy under another name"
+        )
+    if total <= 0:
+        raise BadInput(f"dataset {dataset.name!r}: this change would leave it with no examples; nothing done")
+
+
+def _write(dataset: Dataset, plan: _Plan, current: _Current, *, number: int, replace: bool) -> None:
+    """Close the rows ``plan`` changes or removes and insert its new
+    contents, valid from version ``number``."""
+    closing = [current[i][0] for i in plan.changed + plan.removed]
+    for start in range(0, len(closing), _BATCH):
+        Example.objects.filter(pk__in=closing[start : start + _BATCH]).update(valid_to=number)
+    next_position = _next_position(dataset, replace=replace)
+    rows = [
+        Example(
+            dataset=dataset,
+            external_id=spec.external_id,
+            # an import's file order; a changed example keeps its place; a new one goes last
+            position=index if replace else current.get(spec.external_id, (0, next_position + index))[1],
+            valid_from=number,
+            **example_content(spec),
+        )
+        for index, spec in plan.written
+    ]
+    Example.objects.bulk_create(rows, batch_size=_BATCH)
 
 
 #: (pk, position, content) of a current example, by ``question_id``
