@@ -19,7 +19,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth.models import User
-from django.db.models import Q, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -31,7 +31,7 @@ from django.utils.text import Truncator
 from common.admin import admin_link, html_table, url_query
 from common.errors import AgentLabError
 from evaluation.datasets.spec import ExampleSpec, gold_display
-from evaluation.datasets.versions import dataset_change, example_history, version_diff
+from evaluation.datasets.versions import dataset_change, example_history, in_version, version_diff
 from evaluation.models import Dataset, DatasetVersion, Example
 from evaluation.scoring.dispatch import SCORERS, scorer_for
 
@@ -71,7 +71,7 @@ class ExampleVersionFilter(admin.SimpleListFilter):
     def queryset(self, request: HttpRequest, queryset: QuerySet[Example]) -> QuerySet[Example]:
         value = self.value()
         if value is None:
-            return queryset.filter(valid_to__isnull=True)
+            return queryset.filter(in_version(None))
         if value == "all":
             return queryset
         dataset = self._dataset(request)
@@ -81,8 +81,7 @@ class ExampleVersionFilter(admin.SimpleListFilter):
             or not 1 <= int(value) <= dataset.version
         ):
             return queryset.none()
-        number = int(value)
-        return queryset.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=number), valid_from__lte=number)
+        return queryset.filter(in_version(int(value)))
 
 
 class ExampleEditForm(forms.Form):

@@ -21,6 +21,7 @@ from common.admin import (
     url_query,
 )
 from evaluation.admin.curation import ExampleCuration, ExampleVersionFilter, versions_table, versions_text
+from evaluation.datasets.from_turns import source_turn_of
 from evaluation.datasets.spec import gold_display
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Dataset, Example, Prediction, Run
@@ -186,10 +187,8 @@ class ExampleAdmin(ExampleCuration, StaffReadOnlyAdmin):
     def source_turn_link(self, example: Example) -> SafeString | str:
         """The chat turn the example was made from (``metadata.source_turn``,
         ``evaluation.datasets.from_turns``), else a dash."""
-        source = (example.metadata or {}).get("source_turn") if isinstance(example.metadata, dict) else None
-        if not isinstance(source, int) or isinstance(source, bool):
-            return DASH
-        return admin_link(Turn, source, f"turn #{source}")
+        source = source_turn_of(example.metadata)
+        return DASH if source is None else admin_link(Turn, source, f"turn #{source}")
 
     @admin.display(description="predictions")
     def predictions_link(self, example: Example) -> SafeString:

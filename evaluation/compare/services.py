@@ -16,7 +16,7 @@ from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
 from evaluation.compare.shapes import CONFIDENCE, Comparison, RunSide
-from evaluation.datasets.versions import examples_at
+from evaluation.datasets.versions import versions_compared
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_get, run_stored_metrics
@@ -83,23 +83,10 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
     else:
         comparison = compare_rows(run_compared_rows(run=base), run_compared_rows(run=candidate), **sides)
     if base.dataset_version != candidate.dataset_version:
-        comparison["version_diff"] = version_diff_counts(
+        comparison["version_diff"] = versions_compared(
             base.dataset_id, base.dataset_version, candidate.dataset_version
         )
     return comparison
-
-
-def version_diff_counts(dataset_id: int, base: int, candidate: int) -> dict[str, int]:
-    """How version ``candidate`` of a dataset differs from version ``base``:
-    ``{"added", "changed", "removed"}`` example counts (changed: another row,
-    so another content, of the same ``question_id``). Two queries."""
-    before = dict(examples_at(dataset_id, base).values_list("external_id", "pk"))
-    after = dict(examples_at(dataset_id, candidate).values_list("external_id", "pk"))
-    return {
-        "added": len(after.keys() - before.keys()),
-        "changed": sum(1 for key in after.keys() & before.keys() if after[key] != before[key]),
-        "removed": len(before.keys() - after.keys()),
-    }
 
 
 def run_compare_ids(*, base_run_id: str, candidate_run_id: str) -> Comparison:

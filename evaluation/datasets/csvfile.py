@@ -1,6 +1,6 @@
 """Read a CSV dataset file (``import_dataset FILE.csv [--map …]``): each row
 becomes the object a JSONL line would be, checked by the same rules
-(``jsonl.parse_records``), so a bad row is a ``DatasetFormatError`` naming
+(``jsonl.parse_numbered``), so a bad row is a ``DatasetFormatError`` naming
 its line and nothing is returned unless the whole file is valid.
 
 The file is UTF-8 (a leading byte-order mark is allowed) with a header row;
@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import BadInput
-from evaluation.datasets.jsonl import DatasetFormatError, parse_records
+from evaluation.datasets.jsonl import DatasetFormatError, parse_numbered
 from evaluation.datasets.spec import ExampleSpec
 
 #: The fields ``--map`` may name (and the columns read by default).
@@ -74,33 +74,28 @@ def parse_csv(path: str | Path, *, columns: dict[str, str] | None = None) -> lis
     without a column for a required field, or with a column twice; a row
     with more or fewer cells than the header; a ``choices``, ``plugins`` or
     ``context`` cell that is not the JSON it must be; and whatever
-    ``parse_records`` refuses (a missing field, an unknown scorer, a
+    ``parse_numbered`` refuses (a missing field, an unknown scorer, a
     duplicate ``question_id`` …); with ``line=None``, a file with no rows.
     ``context.database_file`` is resolved against the file's folder."""
     path = Path(path)
     source = str(path)
     rows = _rows(csv.reader(io.StringIO(_read_text(path), newline=""), strict=True), source)
     header = _header(next(rows, None), columns or {}, source)
-    examples: list[ExampleSpec] = []
-    seen: dict[str, int] = {}
-    for line, cells in rows:
-        if len(cells) != len(header):
-            raise DatasetFormatError(
-                f"{len(cells)} cells, the header has {len(header)}", path=source, line=line
-            )
-        record = _record(dict(zip(header, cells, strict=True)), columns or {}, source, line)
-        try:
-            (example,) = parse_records([record], source=source, base_dir=path.resolve().parent)
-        except DatasetFormatError as exc:
-            raise DatasetFormatError(exc.message, path=source, line=line) from None
-        first = seen.setdefault(example.external_id, line)
-        if first != line:
-            message = f"duplicate question_id {example.external_id!r} (first on line {first})"
-            raise DatasetFormatError(message, path=source, line=line)
-        examples.append(example)
-    if not examples:
-        raise DatasetFormatError("no examples (the file has no rows under its header)", path=source)
-    return examples
+
+    def records() -> Iterator[tuple[int, dict[str, Any]]]:
+        for line, cells in rows:
+            if len(cells) != len(header):
+                raise DatasetFormatError(
+                    f"{len(cells)} cells, the header has {len(header)}", path=source, line=line
+                )
+            yield line, _record(dict(zip(header, cells, strict=True)), columns or {}, source, line)
+
+    return parse_numbered(
+        records(),
+        source=source,
+        base_dir=path.resolve().parent,
+        empty="no examples (the file has no rows under its header)",
+    )
 
 
 def _read_text(path: Path) -> str:
@@ -157,7 +152,7 @@ def _rows(reader: Any, source: str) -> Iterator[tuple[int, list[str]]]:
 
 
 def _record(row: dict[str, str], columns: dict[str, str], source: str, line: int) -> dict[str, Any]:
-    """A row as the object ``parse_records`` reads: each field from its
+    """A row as the object ``parse_numbered`` reads: each field from its
     column, JSON cells decoded, every column no field reads as metadata."""
     used = {columns.get(field, field) for field in _FIELDS}
     record: dict[str, Any] = {k: v for k, v in row.items() if k and k not in used and k not in _FIELDS}

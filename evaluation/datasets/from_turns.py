@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from django.db import transaction
 from django.db.models import Q, QuerySet
@@ -162,6 +162,13 @@ def examples_from_turns(
     return result
 
 
+def source_turn_of(metadata: Any) -> int | None:
+    """The turn an example was made from (its ``metadata.source_turn``, an
+    integer), or ``None``: not made from a turn, or a value that is no id."""
+    source = metadata.get("source_turn") if isinstance(metadata, dict) else None
+    return source if isinstance(source, int) and not isinstance(source, bool) else None
+
+
 def turn_examples(*, turn: Turn, limit: int = 10) -> QuerySet[Example]:
     """The current examples, of any dataset, that hold ``turn``'s question
     (same text, or made from it: ``metadata.source_turn``), with their dataset,
@@ -294,8 +301,8 @@ def _taken(dataset: Dataset, turns: Iterable[Turn]) -> _Taken:
     for question, metadata, external_id in rows.values_list("question", "metadata", "external_id"):
         taken.questions.add(question)
         taken.ids.add(external_id)
-        source = (metadata or {}).get("source_turn") if isinstance(metadata, dict) else None
-        if isinstance(source, int) and not isinstance(source, bool):
+        source = source_turn_of(metadata)
+        if source is not None:
             taken.source_turns.add(source)
     return taken
 

@@ -55,7 +55,15 @@ from agentlab.agent.text import json_safe
 from evaluation.datasets.spec import ExampleSpec, gold_answer, gold_display
 from evaluation.scoring.dispatch import SCORERS
 
-__all__ = ["DatasetFormatError", "ExampleSpec", "gold_answer", "gold_display", "parse_jsonl", "parse_records"]
+__all__ = [
+    "DatasetFormatError",
+    "ExampleSpec",
+    "gold_answer",
+    "gold_display",
+    "parse_jsonl",
+    "parse_numbered",
+    "parse_records",
+]
 
 _KNOWN_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer", "plugins")
 
@@ -246,15 +254,28 @@ def parse_records(
     ``base_dir``, ``context.database_file`` is resolved against it into
     ``context["database_path"]`` and must stay inside it. Raises :class:`DatasetFormatError` on the first
     bad record, or when there are no records; returns nothing partial."""
+    return parse_numbered(enumerate(records, start=1), source=source, base_dir=base_dir)
+
+
+def parse_numbered(
+    records: Iterable[tuple[int, dict[str, Any]]],
+    *,
+    source: str,
+    base_dir: str | Path | None = None,
+    empty: str = "no examples",
+) -> list[ExampleSpec]:
+    """``parse_records`` for ``(line, record)`` pairs whose line numbers are
+    the input's own (a CSV file's, where a row may span lines), read lazily
+    in order; ``empty`` is the error for no records."""
     base = Path(base_dir) if base_dir is not None else None
     examples: list[ExampleSpec] = []
     seen: dict[str, int] = {}
-    for position, record in enumerate(records, start=1):
-        example = _example_from_record(record, source=source, line=position, base_dir=base)
-        _check_duplicate(example, seen, source, position)
+    for line, record in records:
+        example = _example_from_record(record, source=source, line=line, base_dir=base)
+        _check_duplicate(example, seen, source, line)
         examples.append(example)
     if not examples:
-        raise _fail("no examples", source, None)
+        raise _fail(empty, source, None)
     return examples
 
 

@@ -15,13 +15,12 @@ from evaluation.datasets.jsonl import parse_jsonl
 from evaluation.datasets.names import DEMO_SOURCE, dataset_name_check
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.datasets.versions import (
-    CONTENT_FIELDS,
     DatasetRef,
     VersionChange,
     dataset_change,
     dataset_ref,
-    example_content,
     examples_at,
+    examples_differ,
     version_check,
 )
 from evaluation.models import Dataset
@@ -86,16 +85,19 @@ def dataset_import_version(
                 f"not {plugin_names}; import this file under another name: "
                 "manage.py import_dataset FILE --name NEW_NAME"
             )
-        if not created and not new_version and not _same_examples(dataset, examples):
+        if created or new_version:
+            change = dataset_change(
+                dataset, upserts=examples, replace=True, source=f"import {source}", user=user, first=created
+            )
+        elif examples_differ(dataset, examples):
             raise BadInput(
                 f"a dataset named {name!r} already exists with different examples"
                 + (f" (from {dataset.source})" if dataset.source else "")
                 + f"; make them its next version with manage.py import_dataset FILE --name {name}, "
                 "or import this file under another name: manage.py import_dataset FILE --name NEW_NAME"
             )
-        change = dataset_change(
-            dataset, upserts=examples, replace=True, source=f"import {source}", user=user, first=created
-        )
+        else:  # the same examples again: nothing to write
+            change = VersionChange(dataset=dataset, number=None, total=len(examples))
         scoring = {k: v for k, v in (("scorer", scorer), ("rubric", rubric)) if v is not None}
         if scoring:
             Dataset.objects.filter(pk=dataset.pk).update(**scoring)
@@ -103,18 +105,6 @@ def dataset_import_version(
                 setattr(dataset, k, v)
         change.dataset = dataset
     return change
-
-
-def _same_examples(dataset: Dataset, examples: Sequence[ExampleSpec]) -> bool:
-    """Whether the dataset's current examples are exactly ``examples``
-    (same ids, same content)."""
-    current = {
-        row[0]: dict(zip(CONTENT_FIELDS, row[1:], strict=True))
-        for row in examples_at(dataset).values_list("external_id", *CONTENT_FIELDS).iterator(chunk_size=2000)
-    }
-    return len(current) == len(examples) and all(
-        current.get(spec.external_id) == example_content(spec) for spec in examples
-    )
 
 
 def _dataset_plugins(plugins: Sequence[str]) -> list[str]:

@@ -42,16 +42,18 @@ _BATCH = 500
 _REF = re.compile(r"^(?P<name>.+)@(?P<version>[^@]*)$")
 
 
+def in_version(version: int | None) -> Q:
+    """The example rows valid in dataset version ``version`` (``None``: the latest)."""
+    if version is None:
+        return Q(valid_to__isnull=True)
+    return (Q(valid_to__isnull=True) | Q(valid_to__gt=version)) & Q(valid_from__lte=version)
+
+
 def examples_at(dataset: Dataset | int, version: int | None = None) -> QuerySet[Example]:
     """The examples of ``dataset`` (a row or its pk) in ``version`` (``None``:
     the latest), in the dataset's order (``position``, then pk)."""
     dataset_id = dataset if isinstance(dataset, int) else dataset.pk
-    rows = Example.objects.filter(dataset_id=dataset_id)
-    if version is None:
-        rows = rows.filter(valid_to__isnull=True)
-    else:
-        rows = rows.filter(Q(valid_to__isnull=True) | Q(valid_to__gt=version), valid_from__lte=version)
-    return rows.order_by("position", "pk")
+    return Example.objects.filter(in_version(version), dataset_id=dataset_id).order_by("position", "pk")
 
 
 def example_content(spec: ExampleSpec) -> dict[str, Any]:
@@ -143,7 +145,8 @@ def dataset_change(
             locked = Dataset.objects.select_for_update().get(pk=dataset.pk)
             current = _current(locked, None if replace else [s.external_id for s in upserts] + list(remove))
             plan = _Plan.of(current, upserts, remove=remove, replace=replace)
-            total = (0 if first else examples_at(locked).count()) + len(plan.added) - len(plan.removed)
+            before = 0 if first else len(current) if replace else examples_at(locked).count()
+            total = before + len(plan.added) - len(plan.removed)
             change = VersionChange(dataset=locked, number=None, total=total)
             if plan.added or plan.changed or plan.removed or first:
                 _check(locked, total=total, first=first)
@@ -266,6 +269,27 @@ class _Plan:
         gone = set(remove) | ({i for i in current if i not in seen} if replace else set())
         plan.removed = [i for i in current if i in gone and i not in seen]
         return plan
+
+
+def examples_differ(dataset: Dataset, examples: Sequence[ExampleSpec]) -> bool:
+    """Whether ``examples`` as a whole new version of ``dataset`` would change
+    anything (the comparison ``dataset_change`` makes, without writing).
+    ``BadInput`` for a ``question_id`` twice in ``examples``."""
+    plan = _Plan.of(_current(dataset, None), examples, remove=(), replace=True)
+    return bool(plan.added or plan.changed or plan.removed)
+
+
+def versions_compared(dataset_id: int, base: int, candidate: int) -> dict[str, int]:
+    """How version ``candidate`` of a dataset differs from version ``base``:
+    ``{"added", "changed", "removed"}`` example counts (changed: another row,
+    so another content, of the same ``question_id``). Two queries."""
+    before = dict(examples_at(dataset_id, base).values_list("external_id", "pk"))
+    after = dict(examples_at(dataset_id, candidate).values_list("external_id", "pk"))
+    return {
+        "added": len(after.keys() - before.keys()),
+        "changed": sum(1 for key in after.keys() & before.keys() if after[key] != before[key]),
+        "removed": len(before.keys() - after.keys()),
+    }
 
 
 @dataclass(frozen=True)
