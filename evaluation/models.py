@@ -182,6 +182,40 @@ class EvalSchedule(models.Model):
         return [name.strip() for name in self.plugins.split(",") if name.strip()]
 
 
+class Experiment(models.Model):
+    """One dataset, many variants of the agent, each a run (``manage.py
+    run_experiment FILE.toml``; docs/architecture.md#experiments).
+
+    ``name`` is the file's ``name``; ``slug`` the run-id prefix made from it
+    (``evaluation.experiments.spec.slug``): a variant's run id is
+    ``<slug>.<variant slug>``. ``dataset_version``: the version every
+    variant runs on, fixed by the first run (a variant added later runs on it
+    too). ``spec``: the file's shared options and variants as last run
+    (``ExperimentSpec.to_dict``); a variant's own options are also in its
+    run's ``config["variant"]``. ``baseline``: the variant
+    ``--fail-on-regression`` gates the others against (``""``: none);
+    ``alpha``: the leaderboard's significance level."""
+
+    name = models.CharField(max_length=100, unique=True)
+    slug = models.CharField(max_length=100, unique=True)
+    dataset = models.ForeignKey(Dataset, on_delete=models.PROTECT, related_name="experiments")
+    dataset_version = models.PositiveIntegerField(default=1)
+    spec = models.JSONField(default=dict, blank=True)
+    baseline = models.CharField(max_length=100, blank=True, default="")
+    alpha = models.FloatField(default=0.05)
+    #: the file it was last run from, as given on the command line
+    source = models.CharField(max_length=500, blank=True, default="")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [models.CheckConstraint(condition=~Q(slug=""), name="experiment_slug_not_empty")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
 class RunStatus(models.TextChoices):
     STARTED = "started"
     SUCCESS = "success"
@@ -231,6 +265,12 @@ class Run(models.Model):
     #: the significant regressions against ``baseline``, one line each
     #: (``evaluation.compare.pairing.regressions``); ``[]`` when none or not compared
     regressions = models.JSONField(default=list, blank=True)
+    #: the experiment the run is a variant of (``None``: a plain run) and the
+    #: variant's name in it
+    experiment = models.ForeignKey(
+        Experiment, null=True, blank=True, on_delete=models.SET_NULL, related_name="runs"
+    )
+    variant = models.CharField(max_length=100, blank=True, default="")
 
     class Meta:
         ordering = ["-created_at"]

@@ -16,14 +16,19 @@ logger = logging.getLogger(__name__)
 
 
 def get_provider(
-    *, model: str | None = None, price: Price | None = None, base_url: str | None = None
+    *,
+    model: str | None = None,
+    price: Price | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
 ) -> LLMProvider:
     """A provider for the configured LLM: an OpenAI-compatible endpoint when
     ``AGENTLAB_LLM_BASE_URL`` is set, else the embedded GGUF model.
 
     ``base_url`` overrides ``AGENTLAB_LLM_BASE_URL`` (a run's endpoint, which
     travels with it to the Celery workers; the key is this process's
-    ``AGENTLAB_LLM_API_KEY``, never stored with the run). ``model`` overrides
+    ``AGENTLAB_LLM_API_KEY`` unless ``api_key`` is given — an experiment
+    variant's own, never stored with the run). ``model`` overrides
     ``AGENTLAB_MODEL`` (endpoint) or ``AGENTLAB_GGUF_PATH``
     (local model file). ``price`` overrides the price table
     (``agentlab.agent.pricing``): without it an endpoint's cost comes from the
@@ -36,7 +41,7 @@ def get_provider(
     if base_url:
         return make_provider(
             base_url=base_url,
-            api_key=settings.AGENTLAB_LLM_API_KEY,
+            api_key=api_key or settings.AGENTLAB_LLM_API_KEY,
             model=model or settings.AGENTLAB_MODEL,
             gguf_path=None,
             price=price,

@@ -101,6 +101,10 @@ class Turn(models.Model):
     #: the output-token limit of each LLM call of this turn; ``None``: the
     #: ``AGENTLAB_MAX_OUTPUT_TOKENS`` of the process that drives it
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
+    #: the agent loop's options beyond the columns above (an experiment's
+    #: variant): ``system_prompt`` (replaces the default job description; a
+    #: plugin's prompt still wins) and ``temperature``; ``{}``: the defaults
+    agent_options = models.JSONField(default=dict, blank=True)
     steps = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)
     usage = models.JSONField(default=dict, blank=True)

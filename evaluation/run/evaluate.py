@@ -15,10 +15,11 @@ and ``progress`` (a bar per run, e.g. ``tqdm``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,26 +28,17 @@ from django.db import DatabaseError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
-from agentlab.agent.extensions import RunExtensions
-from agentlab.agent.providers.local import LocalGGUFProvider
-from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
-from common.version import code_version
-from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
-from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.judge_pass import judge_pass
-from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Prediction, Run, RunStatus
 from evaluation.run.exits import RunOutage
-from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
-from evaluation.run.lifecycle import RunLease, run_finish, run_lease_tag, run_release, run_start
-from evaluation.run.notes import plan_line, review_resolved
-from evaluation.run.on_workers import BrokerUnavailable, broker_check, follow_run, queue_readers
-from evaluation.run.plan import PlannedExample, run_plan
+from evaluation.run.lifecycle import run_finish, run_release
+from evaluation.run.on_workers import BrokerUnavailable, Followed, broker_check, follow_runs, queue_readers
+from evaluation.run.opening import OpenRun, eval_check, run_open
 from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
-from turns.llm import get_provider
+from evaluation.run.sharing import FairShare
 from turns.models import TurnStatus
 
 
@@ -93,14 +85,12 @@ def gate_failure(metrics: dict[str, Any], fail_under: float | None) -> str | Non
 def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: ProgressFactory) -> EvalResult:
     """Evaluate the agent over ``request.dataset`` and return the finished run.
 
-    Before anything is written: the provider is built and a local GGUF model
-    loaded (a file that is not a GGUF would otherwise fail every example).
-    Then the dataset is resolved (``dataset_resolve``), the run started or
-    resumed under this process's lease (``run_start``, renewed by
-    ``RunLease`` until the end), planned (``run_plan``), driven in this
-    process or on Celery workers (``request.celery``), and finished with its
-    metrics (``run_finish``) — on every path, errors included (status
-    ``error``).
+    Before anything is written: the provider is built, a local GGUF model
+    loaded and the dataset resolved (``eval_check``). Then the run is
+    started or resumed under this process's lease and planned
+    (``run_open``), driven in this process or on Celery workers
+    (``request.celery``), and finished with its metrics (``run_finish``) —
+    on every path, errors included (status ``error``).
 
     Raises ``RunInterrupted`` on Ctrl-C (the run is finished as
     ``cancelled``; with ``celery`` the turns keep running and the run stays
@@ -111,155 +101,57 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps above;
     anything raised while driving after finishing the run.
     """
-    provider = get_provider(model=request.model, price=request.price)
-    if request.celery and provider.name == "local":
-        raise ValueError(
-            "--celery needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
-            "each worker would load its own copy of the local model"
-        )
-    if isinstance(provider, LocalGGUFProvider):
-        provider.load()
-    judge_check(judge_model=request.judge_model, run_model=request.model)
-    ref = dataset_resolve_ref(name_or_path=request.dataset)
-    dataset = ref.dataset
+    checked = eval_check(request)
     # the random part keeps two runs started in the same second apart
-    run_id = request.run_id or f"{dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    run_id = request.run_id or (
+        f"{checked.ref.dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
+    )
     if request.celery:
+        broker_precheck(run_id)
+    with outage_as_run_outage(run_id):
+        opened = run_open(checked, run_id=run_id, note=note)
         try:
-            broker_check()  # before the run is written: a broker that is down costs nothing
-        except BrokerUnavailable as exc:
-            raise RunOutage(
-                run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
-            ) from None
+            run = _drive_and_finish(opened, progress=progress)
+        finally:
+            opened.lease.stop()
+    return EvalResult(run=run, dataset=opened.dataset, gate_failure=run_failure(run, opened.request))
+
+
+def broker_precheck(run_id: str) -> None:
+    """The Celery broker answers — checked before the run is written (a
+    broker that is down costs nothing); raises ``RunOutage`` (not written)."""
     try:
-        return _run_eval(
-            request=request, note=note, progress=progress, provider=provider, ref=ref, run_id=run_id
-        )
+        broker_check()
+    except BrokerUnavailable as exc:
+        raise RunOutage(
+            run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
+        ) from None
+
+
+@contextlib.contextmanager
+def outage_as_run_outage(run_id: str) -> Iterator[None]:
+    """A database outage inside is raised as ``RunOutage`` for ``run_id``
+    (the same run id resumes the run, or starts it when it was never
+    created); other database errors as they come."""
+    try:
+        yield
     except (DatabaseOutage, DatabaseError) as exc:
         if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
             raise
-        # --run-id resumes the run, or starts it when it was never created
         raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
 
 
-def _run_eval(
-    *,
-    request: EvalRequest,
-    note: Callable[[str], None],
-    progress: ProgressFactory,
-    provider: LLMProvider,
-    ref: DatasetRef,
-    run_id: str,
-) -> EvalResult:
-    """``run_eval`` from its run id on: start or resume, plan, drive, finish."""
-    dataset = ref.dataset  # on the version asked for (a new run), else the run's own
-    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
-    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
-    if existing is not None:
-        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
-    if not request.celery:  # on Celery the workers start their own servers
-        mcp_preflight(extensions.mcp_servers)
-    # a resume without --epochs keeps the run's; another number is refused by run_start
-    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
-    request, review_default = review_resolved(request, existing=existing, provider=provider)
-    config = {
-        **_config(request, provider, dataset),
-        **extensions_snapshot(extensions, dataset=dataset),
-        "epochs": epochs,
-        "judge_model": request.judge_model,
-    }
-    run, resumed, driver = _start(run_id, ref, config, celery=request.celery)
-    lease = RunLease(run_pk=run.pk, driver=driver).start()
-    try:
-        planned, skipped = run_plan(
-            run=run,
-            limit=request.limit,
-            max_steps=request.max_steps,
-            model=provider.model,
-            retry_errors=request.retry_errors,
-            max_output_tokens=request.max_output_tokens,
-            epochs=epochs,
-            live_ok=request.celery,
+def run_failure(run: Run, request: EvalRequest) -> str | None:
+    """Why a finished run fails: cancelled, or below ``request.fail_under``."""
+    if run.status == RunStatus.CANCELLED:
+        return (
+            f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
+            "run again with --retry-errors"
         )
-        note(
-            plan_line(
-                run,
-                dataset,
-                provider,
-                review=bool(request.review),
-                planned=len(planned),
-                skipped=skipped,
-                resumed=resumed,
-                review_default=review_default,
-            )
-        )
-        for line in _warnings(dataset, request, planned=len(planned)):
-            note(line)
-        run = _drive_and_finish(
-            run, planned, request=request, provider=provider, progress=progress, extensions=extensions
-        )
-    finally:
-        lease.stop()
-    failure = (
-        f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
-        "run again with --retry-errors"
-        if run.status == RunStatus.CANCELLED
-        else gate_failure(run.metrics, request.fail_under)
-    )
-    return EvalResult(run=run, dataset=dataset, gate_failure=failure)
+    return gate_failure(run.metrics, request.fail_under)
 
 
-def _start(run_id: str, ref: DatasetRef, config: dict[str, Any], *, celery: bool) -> tuple[Run, bool, str]:
-    """``run_start`` on the version asked for, with the run's lease — another
-    ``run_eval`` on this run id is refused while we drive it: (run, resumed, lease tag)."""
-    driver = run_lease_tag()
-    run, resumed = run_start(
-        run_id=run_id,
-        dataset=ref.dataset,
-        config=config,
-        driver=driver,
-        turns_on_workers=celery,
-        dataset_version=ref.version,
-    )
-    return run, resumed, driver
-
-
-def _warnings(dataset: Dataset, request: EvalRequest, *, planned: int) -> list[str]:
-    """What the plan line is followed by: the task types scored by a
-    fallback scorer, and a Celery queue that no worker reads."""
-    lines = [fallback_note(dataset_fallback_task_types(dataset=dataset))]
-    if request.celery and planned and not queue_readers(request.queue):
-        lines.append(
-            f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
-            f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
-            "Ctrl-C stops waiting"
-        )
-    return [line for line in lines if line]
-
-
-def _config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> dict[str, Any]:
-    """The run's config snapshot (docs/architecture.md#the-data-model)."""
-    return {
-        "provider": provider.name,
-        "model": provider.model,
-        # the endpoint the predictions are made with: it travels with the run
-        # to the Celery workers (the key does not: each process has its own)
-        "base_url": getattr(provider, "base_url", None),
-        "max_steps": request.max_steps,
-        "concurrency": request.concurrency,
-        "limit": request.limit,
-        "scorer": "per example, else per dataset, else per task type",
-        "dataset": dataset.name,
-        "code_version": code_version(),
-        "review": request.review,
-        "celery_queue": request.queue or None,
-        "max_output_tokens": request.max_output_tokens,
-        # None: the provider's own cost, else the genai-prices table, else unknown
-        "price": request.price.to_dict() if request.price is not None else None,
-    }
-
-
-class _Tally:
+class Tally:
     """How far a run's drive got: its progress bar, the examples driven, and
     whether the run was released to be followed again (not finished here)."""
 
@@ -273,115 +165,124 @@ class _Tally:
         self.bar.update(1)
 
 
-def _drive_and_finish(
-    run: Run,
-    planned: list[PlannedExample],
-    *,
-    request: EvalRequest,
-    provider: LLMProvider,
-    progress: ProgressFactory,
-    extensions: RunExtensions,
-) -> Run:
-    """Drive ``planned`` and finish ``run`` whatever happens; returns the finished run."""
-    tally = _Tally(progress(run.run_id, len(planned)))
-    status = RunStatus.SUCCESS
+def drive_and_finish(
+    opens: Sequence[OpenRun], *, progress: ProgressFactory, concurrency: int, name: str
+) -> list[Run]:
+    """Drive the planned examples of every open run and finish each run
+    whatever happens; returns the finished runs in order.
+
+    In process the runs are driven at once in one event loop, sharing
+    ``concurrency`` examples in flight fairly (``FairShare``) and one
+    database pool; on Celery (the first run's ``request.celery``: all or
+    none) they are sent and followed together. ``name``: what Ctrl-C
+    interrupted (a run id, or an experiment's name), for ``RunInterrupted``.
+    """
+    tallies = [Tally(progress(opened.run.run_id, len(opened.planned))) for opened in opens]
+    statuses = [RunStatus.SUCCESS] * len(opens)
     started = time.monotonic()
     outage = False
+    finished: list[Run] = []
     try:
-        status = _drive_all(
-            run, planned, request=request, provider=provider, extensions=extensions, tally=tally
-        )
+        statuses = _drive_all(opens, tallies, concurrency=concurrency, name=name)
     except (RunInterrupted, RunOutage):
         raise
     except KeyboardInterrupt:
-        status = RunStatus.CANCELLED
-        raise RunInterrupted(run.run_id) from None
+        statuses = [RunStatus.CANCELLED] * len(opens)
+        raise RunInterrupted(name) from None
     except BaseException as exc:
-        status = RunStatus.ERROR
+        statuses = [RunStatus.ERROR] * len(opens)
         outage = isinstance(exc, DatabaseOutage)
         raise
     finally:
-        tally.bar.close()
+        for tally in tallies:
+            tally.bar.close()
         # this thread's connection sat idle while the pool drove: a restart
         # meanwhile must cost a reconnect here, not the run's finish
         connections_retire_broken()
-        if not tally.released:
-            run = _finish(run, status=status, driven=tally.driven, started=started, outage=outage)
-    return run
+        for opened, tally, status in zip(opens, tallies, statuses, strict=True):
+            run = opened.run
+            if not tally.released:
+                run = _finish(run, status=status, driven=tally.driven, started=started, outage=outage)
+            finished.append(run)
+    return finished
+
+
+def _drive_and_finish(opened: OpenRun, *, progress: ProgressFactory) -> Run:
+    """``drive_and_finish`` of one run at its own concurrency."""
+    runs = drive_and_finish(
+        [opened], progress=progress, concurrency=opened.request.concurrency, name=opened.run.run_id
+    )
+    return runs[0]
 
 
 def _drive_all(
-    run: Run,
-    planned: list[PlannedExample],
-    *,
-    request: EvalRequest,
-    provider: LLMProvider,
-    extensions: RunExtensions,
-    tally: _Tally,
-) -> RunStatus:
+    opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurrency: int, name: str
+) -> list[RunStatus]:
     """Drive the examples (on Celery workers or in this process), then let
-    the LLM judge grade what awaits it; the run's status so far."""
-    status = RunStatus.SUCCESS
-    if request.celery:
-        if _follow_on_workers(run, planned, request=request, provider=provider, tally=tally):
-            status = RunStatus.CANCELLED
+    the LLM judge grade what awaits it; each run's status so far."""
+    cancelled: set[int] = set()
+    if opens and opens[0].request.celery:
+        cancelled = _follow_on_workers(opens, tallies, name=name)
     else:
-        asyncio.run(
-            _drive(
-                planned,
-                provider=provider,
-                request=request,
-                on_done=tally.done,
-                extensions=extensions,
-                run_id=run.run_id,
-                dataset=run.dataset.name,
+        asyncio.run(_drive(opens, tallies, concurrency=concurrency))
+    statuses = []
+    for opened in opens:
+        run, request = opened.run, opened.request
+        status = RunStatus.CANCELLED if run.pk in cancelled else RunStatus.SUCCESS
+        if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
+            # examples cancel_run ended before they ran, not driven again
+            # (--retry-errors does): the run stays cancelled, never a baseline
+            Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
+        ):
+            status = RunStatus.CANCELLED  # manage.py cancel_run
+        # the LLM judge grades the answers it is to score once the turns are done
+        if status != RunStatus.CANCELLED:
+            judge_pass(
+                run=run,
+                judge_model=request.judge_model,
+                run_model=request.model,
+                concurrency=request.concurrency,
             )
-        )
-    if Run.objects.filter(pk=run.pk, status=RunStatus.CANCELLED).exists() or (
-        # examples cancel_run ended before they ran, not driven again
-        # (--retry-errors does): the run stays cancelled, never a baseline
-        Prediction.objects.filter(run=run, stop_reason="cancelled").exists()
-    ):
-        status = RunStatus.CANCELLED  # manage.py cancel_run
-    # the LLM judge grades the answers it is to score once the turns are done
-    if status != RunStatus.CANCELLED:
-        judge_pass(
-            run=run,
-            judge_model=request.judge_model,
-            run_model=request.model,
-            concurrency=request.concurrency,
-        )
-    return status
+        statuses.append(status)
+    return statuses
 
 
-def _follow_on_workers(
-    run: Run, planned: list[PlannedExample], *, request: EvalRequest, provider: LLMProvider, tally: _Tally
-) -> bool:
-    """``--celery``: send the examples and follow them until done; True when
-    the run was cancelled meanwhile. Ctrl-C and a broker outage release the
-    run (its turns keep running) and raise."""
-    asyncio.run(provider.aclose())  # the workers build their own
+def _follow_on_workers(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, name: str) -> set[int]:
+    """``--celery``: send the runs' examples and follow them until done; the
+    primary keys of the runs cancelled meanwhile. Ctrl-C and a broker outage
+    release the runs (their turns keep running) and raise."""
+    request = opens[0].request
+    for opened in opens:
+        asyncio.run(opened.provider.aclose())  # the workers build their own
     try:
-        return follow_run(
-            run,
-            planned,
+        return follow_runs(
+            [
+                Followed(run=opened.run, planned=opened.planned, on_done=tally.done)
+                for opened, tally in zip(opens, tallies, strict=True)
+            ],
             queue=request.queue,
             max_in_flight=request.max_in_flight,
-            on_done=tally.done,
-            on_poll=lambda: tally.bar.update(0),  # a plain line is due every few seconds
+            # a plain line is due every few seconds even when nothing finished
+            on_poll=lambda: [tally.bar.update(0) for tally in tallies],
         )
     except KeyboardInterrupt:
-        tally.released = True
-        run_release(run=run)  # the turns keep running; the run id follows them again
-        raise RunInterrupted(
-            run.run_id, turns_keep_running=True, left=_left_on_workers(run, request.queue)
-        ) from None
+        _release(opens, tallies)  # the turns keep running; the same command follows them again
+        left = "; ".join(
+            (f"{opened.run.run_id}: " if len(opens) > 1 else "") + _left_on_workers(opened.run, request.queue)
+            for opened in opens
+        )
+        raise RunInterrupted(name, turns_keep_running=True, left=left) from None
     except KombuOperationalError as exc:
         # the broker went away while turns were being sent: those sent
-        # run on; the same run id sends the rest and follows them all
+        # run on; the same command sends the rest and follows them all
+        _release(opens, tallies)
+        raise RunOutage(name, f"the Celery broker failed mid-run: {exc}", what="broker") from None
+
+
+def _release(opens: Sequence[OpenRun], tallies: Sequence[Tally]) -> None:
+    for opened, tally in zip(opens, tallies, strict=True):
         tally.released = True
-        run_release(run=run)
-        raise RunOutage(run.run_id, f"the Celery broker failed mid-run: {exc}", what="broker") from None
+        run_release(run=opened.run)
 
 
 def _left_on_workers(run: Run, queue: str) -> str:
@@ -416,28 +317,36 @@ def _finish(run: Run, *, status: RunStatus, driven: int, started: float, outage:
         return run
 
 
-async def _drive(
-    planned: Sequence[PlannedExample],
-    *,
-    provider: LLMProvider,
-    request: EvalRequest,
-    on_done: Callable[[PlannedExample], None],
-    extensions: RunExtensions,
-    run_id: str,
-    dataset: str,
-) -> None:
-    with DatabaseThreads(max_workers=min(request.concurrency, int(settings.AGENTLAB_DB_THREADS_MAX))) as db:
+async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurrency: int) -> None:
+    """Drive every open run's examples in this event loop: at most
+    ``concurrency`` in flight in all, shared fairly between the runs, over
+    one database pool; each run's provider is closed at the end."""
+    share = FairShare(concurrency)
+    threads = min(concurrency, int(settings.AGENTLAB_DB_THREADS_MAX))
+    with DatabaseThreads(max_workers=threads) as db:
         try:
-            await drive_examples(
-                planned,
-                provider=provider,
-                db=db,
-                concurrency=request.concurrency,
-                on_done=on_done,
-                review=request.review,
-                extensions=extensions,
-                run_id=run_id,
-                dataset=dataset,
+            outcomes = await asyncio.gather(
+                *(
+                    drive_examples(
+                        opened.planned,
+                        provider=opened.provider,
+                        db=db,
+                        concurrency=concurrency,
+                        gate=share.lane(),
+                        on_done=tally.done,
+                        review=bool(opened.request.review),
+                        extensions=opened.extensions,
+                        run_id=opened.run.run_id,
+                        dataset=opened.dataset.name,
+                    )
+                    for opened, tally in zip(opens, tallies, strict=True)
+                ),
+                return_exceptions=True,
             )
         finally:
-            await provider.aclose()
+            for opened in opens:
+                await opened.provider.aclose()
+    # every run drove what it could; the first failure is the one reported
+    for outcome in outcomes:
+        if isinstance(outcome, BaseException):
+            raise outcome

@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -65,6 +66,7 @@ async def drive_examples(
     dataset: str | None = None,
     job_id: Callable[[int], str] | None = None,
     record_unclaimed: bool = True,
+    gate: AbstractAsyncContextManager[Any] | None = None,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
@@ -78,7 +80,9 @@ async def drive_examples(
     prediction of a turn that could not be claimed from its row (``run_eval``
     in process: such a turn has ended); ``False`` on a Celery worker, where
     it may be running under another delivery — the following ``run_eval``
-    records what ends outside the policy. Raises ``ValueError`` for ``concurrency < 1``, and
+    records what ends outside the policy. ``gate``: what an example holds
+    while driven (a ``FairShare`` lane when several runs share a budget;
+    ``None``: a semaphore of ``concurrency``). Raises ``ValueError`` for ``concurrency < 1``, and
     ``DatabaseOutage`` once every started example is done when the database
     failed under one of them (nothing more is started after that; what it
     hit stays resumable).
@@ -88,7 +92,7 @@ async def drive_examples(
     driver = _ExampleDriver(
         provider=provider,
         db=db,
-        gate=asyncio.Semaphore(concurrency),
+        gate=gate if gate is not None else asyncio.Semaphore(concurrency),
         on_done=on_done,
         review=review,
         tools=tools,
@@ -121,7 +125,7 @@ class _ExampleDriver:
 
     provider: LLMProvider
     db: DatabaseThreads
-    gate: asyncio.Semaphore
+    gate: AbstractAsyncContextManager[Any]
     on_done: Callable[[PlannedExample], None] | None
     review: bool
     tools: ToolRegistry | None

@@ -23,7 +23,7 @@ from django.utils import timezone
 
 from common.db import connections_retire_broken
 from common.errors import StateConflict
-from evaluation.models import Dataset, Run, RunStatus
+from evaluation.models import Dataset, Experiment, Run, RunStatus
 from evaluation.run.request import run_id_check
 from evaluation.selectors import run_holder, run_lease_holder, run_metrics
 from turns.jobs.ids import local_job_id
@@ -50,6 +50,8 @@ def run_start(
     driver: str = "",
     turns_on_workers: bool = False,
     dataset_version: int | None = None,
+    experiment: Experiment | None = None,
+    variant: str = "",
 ) -> tuple[Run, bool]:
     """Start run ``run_id`` on ``dataset``, or resume it if it exists.
 
@@ -70,7 +72,8 @@ def run_start(
 
     ``driver`` (``run_eval``: a job tag from ``run_lease_tag``) takes the
     run's lease in the same transaction; the caller then renews it
-    (``run_heartbeat``) and ``run_finish`` releases it. Two processes that
+    (``run_heartbeat``) and ``run_finish`` releases it. ``experiment`` and
+    ``variant``: what a new run is a variant of (``run_experiment``). Two processes that
     create the same new run id at once: the second gets ``StateConflict``.
     """
     run_id = run_id_check(run_id)
@@ -85,6 +88,7 @@ def run_start(
                 leased=leased,
                 turns_on_workers=turns_on_workers,
                 dataset_version=dataset_version,
+                labels={"experiment": experiment, "variant": variant},
             )
     except IntegrityError as exc:
         if not Run.objects.filter(run_id=run_id).exists():
@@ -104,6 +108,7 @@ def _run_start(
     leased: dict[str, Any],
     turns_on_workers: bool = False,
     dataset_version: int | None = None,
+    labels: dict[str, Any] | None = None,
 ) -> tuple[Run, bool]:
     run = Run.objects.select_for_update().filter(run_id=run_id).first()
     if run is None:
@@ -116,6 +121,7 @@ def _run_start(
             system_user=_system_user(run_id),
             status=RunStatus.STARTED,
             **leased,
+            **(labels or {}),
         )
         return run, False
     if run.dataset_id != dataset.pk:

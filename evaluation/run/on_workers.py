@@ -20,7 +20,8 @@ the run's caretaker (it holds the run's lease):
   duplicate delivery writes nothing;
 - with ``max_in_flight``, no more than that many of the run's turns are sent
   and not yet complete (a per-run cap; otherwise the workers' concurrency is
-  the bound).
+  the bound). ``follow_runs`` follows several runs at once (an experiment's
+  variants), the cap then shared fairly between them.
 
 Ctrl-C stops following; the sent turns keep running on the workers, and
 ``run_eval`` with the same run id follows them again.
@@ -32,6 +33,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
@@ -135,6 +137,58 @@ class FollowState:
         return sum(1 for prediction_id in self.sent if prediction_id in self.pending)
 
 
+@dataclass(frozen=True)
+class Followed:
+    """One run ``follow_runs`` follows: its ``planned`` examples and
+    ``on_done(prediction id)``, called once per completed prediction."""
+
+    run: Run
+    planned: Sequence[PlannedExample]
+    on_done: Callable[[int], None] | None = None
+
+
+def follow_runs(
+    runs: Sequence[Followed],
+    *,
+    queue: str,
+    max_in_flight: int | None = None,
+    on_poll: Callable[[], object] | None = None,
+    poll_s: float = 0.5,
+    stale_s: float | None = None,
+) -> set[int]:
+    """Send the runs' planned examples to the workers on ``queue`` and follow
+    them until every prediction is complete (see the module docstring).
+    ``max_in_flight`` bounds the turns sent and not complete of all the runs
+    together, shared max-min fairly: a free place goes to the run with the
+    fewest in flight (``run_experiment``'s variants;
+    ``evaluation.run.sharing``). ``on_poll()`` is called after every look (a
+    progress line that is due is written even when nothing finished).
+    ``stale_s``: ``None`` takes ``TURN_STALE_S``. Returns the primary keys of
+    the runs cancelled meanwhile (``cancel_run`` set their status to
+    ``cancelled``). Raises ``KeyboardInterrupt`` as it comes (the turns keep
+    running) and database errors as they come (the runs stay resumable)."""
+    stale = float(settings.TURN_STALE_S) if stale_s is None else stale_s
+    states = [FollowState(followed.planned) for followed in runs]
+    cancelled: set[int] = set()
+    while True:
+        cancelled |= set(
+            Run.objects.filter(pk__in=[f.run.pk for f in runs], status=RunStatus.CANCELLED).values_list(
+                "pk", flat=True
+            )
+        )
+        for followed, state in zip(runs, states, strict=True):
+            _poll(state, stale_s=stale, on_done=followed.on_done, cancelled=followed.run.pk in cancelled)
+        if on_poll is not None:
+            on_poll()
+        if not any(state.pending for state in states):
+            return cancelled
+        sending = [s for f, s in zip(runs, states, strict=True) if f.run.pk not in cancelled]
+        rooms = _rooms(sending, max_in_flight)
+        for state, room in zip(sending, rooms, strict=True):
+            _send_due(state, queue=queue, room=room, resend_s=stale)
+        time.sleep(poll_s)
+
+
 def follow_run(
     run: Run,
     planned: Sequence[PlannedExample],
@@ -146,30 +200,36 @@ def follow_run(
     poll_s: float = 0.5,
     stale_s: float | None = None,
 ) -> bool:
-    """Send ``planned`` to the workers on ``queue`` and follow them until every
-    prediction is complete (see the module docstring). ``on_done(prediction
-    id)`` is called once per completed prediction, ``on_poll()`` after every
-    look (a progress line that is due is written even when nothing
-    finished). ``stale_s``: ``None``
-    takes ``TURN_STALE_S``. Returns whether the run was cancelled meanwhile
-    (``cancel_run``: its status was set to ``cancelled``). Raises
-    ``KeyboardInterrupt`` as it comes (the turns keep running) and database
-    errors as they come (the run stays resumable)."""
-    stale = float(settings.TURN_STALE_S) if stale_s is None else stale_s
-    state = FollowState(planned)
-    cancelled = False
-    while True:
-        cancelled = cancelled or (
-            Run.objects.filter(pk=run.pk).values_list("status", flat=True).first() == RunStatus.CANCELLED
-        )
-        _poll(state, stale_s=stale, on_done=on_done, cancelled=cancelled)
-        if on_poll is not None:
-            on_poll()
-        if not state.pending:
-            return cancelled
-        if not cancelled:
-            _send_due(state, queue=queue, max_in_flight=max_in_flight, resend_s=stale)
-        time.sleep(poll_s)
+    """``follow_runs`` of one run; whether it was cancelled meanwhile."""
+    cancelled = follow_runs(
+        [Followed(run=run, planned=planned, on_done=on_done)],
+        queue=queue,
+        max_in_flight=max_in_flight,
+        on_poll=on_poll,
+        poll_s=poll_s,
+        stale_s=stale_s,
+    )
+    return run.pk in cancelled
+
+
+def _rooms(states: Sequence[FollowState], max_in_flight: int | None) -> list[int | None]:
+    """How many new turns each run may send now: no bound without
+    ``max_in_flight``; else the free places, one at a time to the run with
+    the fewest in flight that has unsent examples."""
+    if max_in_flight is None:
+        return [None] * len(states)
+    flying = [state.in_flight() for state in states]
+    unsent = [sum(1 for p in state.order if p in state.pending and p not in state.sent) for state in states]
+    rooms = [0] * len(states)
+    free = max(0, max_in_flight - sum(flying))
+    while free > 0:
+        candidates = [i for i in range(len(states)) if unsent[i] > rooms[i]]
+        if not candidates:
+            break
+        chosen = min(candidates, key=lambda i: (flying[i] + rooms[i], i))
+        rooms[chosen] += 1
+        free -= 1
+    return list(rooms)
 
 
 def _poll(
@@ -212,10 +272,10 @@ def _quietly(action: Callable[..., object], *, turn_id: int) -> None:
         action(turn_id=turn_id)
 
 
-def _send_due(state: FollowState, *, queue: str, max_in_flight: int | None, resend_s: float) -> None:
-    """Send the open predictions never sent (up to ``max_in_flight`` in
-    flight), and again those sent more than ``resend_s`` seconds ago whose
-    turn is still queued."""
+def _send_due(state: FollowState, *, queue: str, room: int | None, resend_s: float) -> None:
+    """Send the open predictions never sent (at most ``room`` of them;
+    ``None``: all), and again those sent more than ``resend_s`` seconds ago
+    whose turn is still queued."""
     now = time.monotonic()
     queued = set(
         Prediction.objects.filter(
@@ -223,7 +283,6 @@ def _send_due(state: FollowState, *, queue: str, max_in_flight: int | None, rese
             turn__status=TurnStatus.QUEUED,
         ).values_list("pk", flat=True)
     )
-    room = None if max_in_flight is None else max(0, max_in_flight - state.in_flight())
     fresh: list[int] = []
     for prediction_id in state.order:
         if room is not None and len(fresh) >= room:

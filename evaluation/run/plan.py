@@ -79,6 +79,8 @@ def run_plan(
     provider outage, say) or was cancelled (``manage.py cancel_run``) is
     planned again: its turn gets a new attempt
     (``turn_retry``, the failed one archived) and the row is completed anew.
+    A queued turn gets the run's ``config["agent_options"]`` (an experiment
+    variant's system prompt and temperature) as its ``agent_options``.
     Every planned turn gets ``max_output_tokens`` (``None``: the setting
     when driven), a resumed or retried one included: a run resumed with more
     tokens retries its truncated answers with more.
@@ -181,6 +183,8 @@ def _queue_fresh(
                     max_steps=max_steps,
                     model=model,
                     max_output_tokens=max_output_tokens,
+                    # an experiment variant's system prompt and temperature
+                    agent_options=dict((run.config or {}).get("agent_options") or {}),
                 )
                 for _, example, _, _ in fresh
             ],

@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from django.conf import settings
 
@@ -36,6 +37,11 @@ class EvalRequest:
     ``epochs``: how many times each example is run (independent turns;
     ``None``: the resumed run's, else 1); ``judge_model``: the grading model
     of examples scored by the LLM judge (``None``: the run's model).
+    ``base_url``: an OpenAI-compatible endpoint for this run (``None``:
+    ``AGENTLAB_LLM_BASE_URL``), with ``api_key`` (never stored) read from the
+    environment variable ``api_key_env``; ``agent_options``: the agent
+    loop's ``system_prompt`` and ``temperature`` when set (an experiment's
+    variant; ``Turn.agent_options``).
     """
 
     dataset: str
@@ -56,6 +62,10 @@ class EvalRequest:
     price: Price | None = None
     epochs: int | None = None
     judge_model: str | None = None
+    base_url: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
+    agent_options: dict[str, Any] = field(default_factory=dict)
 
 
 #: Most epochs ``--epochs`` may ask for.
@@ -109,6 +119,9 @@ def eval_request(
     price_out: float | None = None,
     epochs: int | None = None,
     judge_model: str | None = None,
+    endpoint: Endpoint | None = None,
+    system_prompt: str | None = None,
+    temperature: float | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -124,7 +137,8 @@ def eval_request(
     0..1, only one of ``--price-in``/``--price-out`` or a negative one, a bad
     run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
     ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
-    ``--epochs`` outside 1..``MAX_EPOCHS``.
+    ``--epochs`` outside 1..``MAX_EPOCHS``, an ``endpoint`` whose base URL is
+    not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``.
     """
     if limit is not None and limit < 1:
         raise ValueError(f"--limit must be at least 1, got {limit}")
@@ -147,6 +161,8 @@ def eval_request(
     if max_output_tokens < 1:
         raise ValueError(f"--max-output-tokens must be at least 1, got {max_output_tokens}")
     price = _price_check(price_in, price_out)
+    endpoint = _endpoint_check(endpoint)
+    options = _agent_options(system_prompt=system_prompt, temperature=temperature)
     return EvalRequest(
         dataset=dataset,
         run_id=run_id_check(run_id) if run_id is not None else None,
@@ -166,7 +182,47 @@ def eval_request(
         price=price,
         epochs=epochs,
         judge_model=(judge_model or "").strip() or None,
+        base_url=endpoint.base_url if endpoint else None,
+        api_key=endpoint.api_key if endpoint else None,
+        api_key_env=endpoint.api_key_env if endpoint else None,
+        agent_options=options,
     )
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """A run's own OpenAI-compatible endpoint: ``base_url``, and the key read
+    from the environment variable ``api_key_env`` (``None``: this process's
+    ``AGENTLAB_LLM_API_KEY``)."""
+
+    base_url: str
+    api_key: str | None = field(default=None, repr=False)
+    api_key_env: str | None = None
+
+
+def _endpoint_check(endpoint: Endpoint | None) -> Endpoint | None:
+    """``endpoint`` with its base URL stripped; raises ``ValueError`` for one
+    that is not an http(s) URL."""
+    if endpoint is None:
+        return None
+    base_url = endpoint.base_url.strip()
+    if not re.match(r"^https?://[^\s/]+", base_url):
+        raise ValueError(f"base_url must be an http:// or https:// URL, got {endpoint.base_url!r}")
+    return Endpoint(base_url=base_url, api_key=endpoint.api_key, api_key_env=endpoint.api_key_env)
+
+
+def _agent_options(*, system_prompt: str | None, temperature: float | None) -> dict[str, Any]:
+    """The agent loop's options that are set (``Turn.agent_options``)."""
+    options: dict[str, Any] = {}
+    if system_prompt is not None:
+        if not system_prompt.strip():
+            raise ValueError("system_prompt must not be blank")
+        options["system_prompt"] = system_prompt
+    if temperature is not None:
+        if not (math.isfinite(temperature) and 0 <= temperature <= 2):
+            raise ValueError(f"temperature must be between 0 and 2, got {temperature}")
+        options["temperature"] = float(temperature)
+    return options
 
 
 def _celery_check(*, celery: bool, queue: str | None, max_in_flight: int | None, mcp: Sequence[str]) -> str:

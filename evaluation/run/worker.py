@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 
 from celery import shared_task
 from celery.signals import worker_process_shutdown
@@ -77,16 +78,22 @@ def _close_loop(**_: object) -> None:
 
 
 def _loop_provider(
-    model: str | None, price: dict[str, float] | None, base_url: str | None = None
+    model: str | None,
+    price: dict[str, float] | None,
+    base_url: str | None = None,
+    api_key_env: str | None = None,
 ) -> LLMProvider:
     """The provider for ``model``, ``price`` and the run's endpoint
-    ``base_url`` (``None``: this worker's own) kept on the process's loop:
-    building one (an HTTP client and its session) costs ~60 ms of CPU, more
-    than the rest of a short example, and its connections are reused."""
-    key = json.dumps([model, price, base_url], sort_keys=True)
+    ``base_url`` (``None``: this worker's own; its key from this worker's
+    environment variable ``api_key_env`` when the run names one, else
+    ``AGENTLAB_LLM_API_KEY``) kept on the process's loop: building one (an
+    HTTP client and its session) costs ~60 ms of CPU, more than the rest of a
+    short example, and its connections are reused."""
+    key = json.dumps([model, price, base_url, api_key_env], sort_keys=True)
+    api_key = os.environ.get(api_key_env) if api_key_env else None
     return _loop.keep(
         f"provider:{key}",
-        lambda: get_provider(model=model, price=Price.from_dict(price), base_url=base_url),
+        lambda: get_provider(model=model, price=Price.from_dict(price), base_url=base_url, api_key=api_key),
     )
 
 
@@ -109,7 +116,9 @@ async def _drive_run(rows: list[tuple[PlannedExample, Prediction]], task_id: str
     await drive_examples(
         [item for item, _ in rows],
         # the run's endpoint, not the worker's: what run_eval was pointed at
-        provider=_loop_provider(config.get("model"), config.get("price"), config.get("base_url")),
+        provider=_loop_provider(
+            config.get("model"), config.get("price"), config.get("base_url"), config.get("api_key_env")
+        ),
         db=shared_db(),
         concurrency=len(rows),
         review=bool(config.get("review", True)),

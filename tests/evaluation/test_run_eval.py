@@ -448,7 +448,7 @@ def test_an_unmigrated_database_is_exit_2_with_a_hint(monkeypatch, settings):
     settings.AGENTLAB_LLM_API_KEY = "k"
     settings.AGENTLAB_MODEL = "stub-model"
 
-    import evaluation.run.evaluate as command
+    import evaluation.run.opening as command
 
     def unmigrated(**_):
         raise ProgrammingError('relation "evaluation_dataset" does not exist')

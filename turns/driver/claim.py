@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections, transaction
@@ -41,6 +41,8 @@ class ClaimedTurn:
     fresh: bool
     #: ``None``: ``AGENTLAB_MAX_OUTPUT_TOKENS``
     max_output_tokens: int | None = None
+    #: ``Turn.agent_options``: ``system_prompt``, ``temperature`` when set
+    agent_options: dict[str, Any] = field(default_factory=dict)
 
 
 _CLAIM_COLUMNS = (
@@ -53,6 +55,7 @@ _CLAIM_COLUMNS = (
     "job_id",
     "last_seq",
     "max_output_tokens",
+    "agent_options",
 )
 
 
@@ -112,7 +115,19 @@ def event_append_claim(
         row = cursor.fetchone()
     if row is None:
         return None
-    question, context, turn_meta, timings, attempts, max_steps, token, last_seq, max_output, fresh = row
+    (
+        question,
+        context,
+        turn_meta,
+        timings,
+        attempts,
+        max_steps,
+        token,
+        last_seq,
+        max_output,
+        options,
+        fresh,
+    ) = row
     turn = ClaimedTurn(
         id=turn_id,
         question=question,
@@ -125,6 +140,7 @@ def event_append_claim(
         last_seq=int(last_seq),
         fresh=bool(fresh),
         max_output_tokens=int(max_output) if max_output is not None else None,
+        agent_options=_json_value(options) or {},
     )
     new = list(events(turn))
     events_check(new)

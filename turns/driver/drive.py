@@ -305,7 +305,9 @@ class TurnDrive:
             setup.tools if setup else self.tools,
             max_steps=turn.max_steps,
             max_tokens=self.max_output_tokens,
-            system_prompt=setup.system_prompt if setup else None,
+            # a plugin's prompt wins over the turn's own (an experiment variant's)
+            system_prompt=(setup.system_prompt if setup else None) or turn.agent_options.get("system_prompt"),
+            temperature=turn.agent_options.get("temperature"),
         )
         tool_context = ToolContext(
             documents=list((turn.context or {}).get("documents") or []),

@@ -8,7 +8,7 @@ change state; ``turns.services.conversations`` hands turns to a job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -86,13 +86,15 @@ def turn_create(
 @dataclass(frozen=True)
 class NewTurn:
     """One turn for ``turn_create_many``: its question, tool context (JSON),
-    step budget, model name and output-token limit (``None``: the setting)."""
+    step budget, model name, output-token limit (``None``: the setting) and
+    agent loop options (``Turn.agent_options``)."""
 
     question: str
     context: dict[str, Any]
     max_steps: int
     model: str = ""
     max_output_tokens: int | None = None
+    agent_options: dict[str, Any] = field(default_factory=dict)
 
 
 def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION) -> list[Turn]:
@@ -117,6 +119,7 @@ def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnK
                     context=json_safe(spec.context or {}),
                     max_steps=spec.max_steps,
                     max_output_tokens=spec.max_output_tokens,
+                    agent_options=json_safe(spec.agent_options or {}),
                     model=spec.model,
                     status=TurnStatus.QUEUED,
                 )

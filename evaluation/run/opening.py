@@ -1,0 +1,201 @@
+"""Opening a run, ``run_eval``'s and ``run_experiment``'s first half: check
+what can be checked before anything is written (``eval_check``), then start or
+resume the run under this process's lease and plan it (``run_open``)
+(docs/architecture.md#evaluation-semantics).
+
+Nothing here drives an example: ``evaluation.run.evaluate`` drives one open
+run, ``evaluation.experiments.drive`` several at once.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from agentlab.agent.extensions import RunExtensions
+from agentlab.agent.providers.local import LocalGGUFProvider
+from agentlab.agent.types import LLMProvider
+from common.version import code_version
+from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
+from evaluation.datasets.versions import DatasetRef
+from evaluation.judge.provider import judge_check
+from evaluation.models import Dataset, Experiment, Run
+from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
+from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
+from evaluation.run.notes import plan_line, review_resolved
+from evaluation.run.on_workers import queue_readers
+from evaluation.run.plan import PlannedExample, run_plan
+from evaluation.run.request import EvalRequest
+from turns.llm import get_provider
+
+
+@dataclass(frozen=True)
+class CheckedEval:
+    """A request whose provider is built (a local model loaded) and whose
+    dataset is resolved, nothing written yet (``eval_check``)."""
+
+    request: EvalRequest
+    provider: LLMProvider
+    ref: DatasetRef
+
+
+def eval_check(request: EvalRequest) -> CheckedEval:
+    """Build the provider (loading a local GGUF model: a file that is not a
+    GGUF would otherwise fail every example), check the judge model and
+    resolve the dataset — before anything is written. Raises ``ValueError``
+    for ``celery`` with the local model, and ``BadInput`` /
+    ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps."""
+    provider = get_provider(
+        model=request.model, price=request.price, base_url=request.base_url, api_key=request.api_key
+    )
+    if request.celery and provider.name == "local":
+        raise ValueError(
+            "--celery needs an OpenAI-compatible endpoint (AGENTLAB_LLM_BASE_URL): "
+            "each worker would load its own copy of the local model"
+        )
+    if isinstance(provider, LocalGGUFProvider):
+        provider.load()
+    judge_check(judge_model=request.judge_model, run_model=request.model)
+    return CheckedEval(
+        request=request, provider=provider, ref=dataset_resolve_ref(name_or_path=request.dataset)
+    )
+
+
+@dataclass
+class OpenRun:
+    """A started (or resumed) and planned run, leased to this process:
+    ``request`` with ``review`` resolved, the ``provider`` and
+    ``extensions`` it drives with, its ``planned`` examples and ``lease``
+    (stop it once the run is finished or released)."""
+
+    run: Run
+    dataset: Dataset
+    request: EvalRequest
+    provider: LLMProvider
+    extensions: RunExtensions
+    planned: list[PlannedExample]
+    lease: RunLease
+
+
+def run_open(
+    checked: CheckedEval,
+    *,
+    run_id: str,
+    note: Callable[[str], None],
+    experiment: Experiment | None = None,
+    variant: dict[str, Any] | None = None,
+) -> OpenRun:
+    """Start or resume ``run_id`` (``run_start``) under this process's lease
+    (renewed by ``RunLease`` until stopped), plan it (``run_plan``) and
+    ``note`` the plan line and its warnings. ``experiment`` and ``variant``
+    (``{"name", "options"}``): what the run is a variant of; the variant goes
+    into the run's config snapshot. Raises ``BadInput`` / ``StateConflict``
+    from ``run_start`` and the extensions' checks; the lease is stopped then."""
+    request, provider, ref = checked.request, checked.provider, checked.ref
+    dataset = ref.dataset  # on the version asked for (a new run), else the run's own
+    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
+    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
+    if existing is not None:
+        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
+    if not request.celery:  # on Celery the workers start their own servers
+        mcp_preflight(extensions.mcp_servers)
+    # a resume without --epochs keeps the run's; another number is refused by run_start
+    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
+    request, review_default = review_resolved(request, existing=existing, provider=provider)
+    config = {
+        **run_config(request, provider, dataset),
+        **extensions_snapshot(extensions, dataset=dataset),
+        "epochs": epochs,
+        "judge_model": request.judge_model,
+        **({"variant": variant} if variant is not None else {}),
+    }
+    driver = run_lease_tag()
+    run, resumed = run_start(
+        run_id=run_id,
+        dataset=ref.dataset,
+        config=config,
+        driver=driver,
+        turns_on_workers=request.celery,
+        dataset_version=ref.version,
+        experiment=experiment,
+        variant=variant["name"] if variant else "",
+    )
+    lease = RunLease(run_pk=run.pk, driver=driver).start()
+    try:
+        planned, skipped = run_plan(
+            run=run,
+            limit=request.limit,
+            max_steps=request.max_steps,
+            model=provider.model,
+            retry_errors=request.retry_errors,
+            max_output_tokens=request.max_output_tokens,
+            epochs=epochs,
+            live_ok=request.celery,
+        )
+    except BaseException:
+        lease.stop()
+        raise
+    note(
+        plan_line(
+            run,
+            dataset,
+            provider,
+            review=bool(request.review),
+            planned=len(planned),
+            skipped=skipped,
+            resumed=resumed,
+            review_default=review_default,
+        )
+    )
+    for line in _warnings(dataset, request, planned=len(planned)):
+        note(line)
+    return OpenRun(
+        run=run,
+        dataset=dataset,
+        request=request,
+        provider=provider,
+        extensions=extensions,
+        planned=planned,
+        lease=lease,
+    )
+
+
+def _warnings(dataset: Dataset, request: EvalRequest, *, planned: int) -> list[str]:
+    """What the plan line is followed by: the task types scored by a
+    fallback scorer, and a Celery queue that no worker reads."""
+    lines = [fallback_note(dataset_fallback_task_types(dataset=dataset))]
+    if request.celery and planned and not queue_readers(request.queue):
+        lines.append(
+            f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
+            f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
+            "Ctrl-C stops waiting"
+        )
+    return [line for line in lines if line]
+
+
+def run_config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) -> dict[str, Any]:
+    """The run's config snapshot (docs/architecture.md#the-data-model);
+    ``api_key_env`` and ``agent_options`` only when set, so a plain run's
+    config is what it was before experiments."""
+    return {
+        "provider": provider.name,
+        "model": provider.model,
+        # the endpoint the predictions are made with: it travels with the run
+        # to the Celery workers (the key does not: each process has its own)
+        "base_url": getattr(provider, "base_url", None),
+        **({"api_key_env": request.api_key_env} if request.api_key_env else {}),
+        **({"agent_options": request.agent_options} if request.agent_options else {}),
+        "max_steps": request.max_steps,
+        "concurrency": request.concurrency,
+        "limit": request.limit,
+        "scorer": "per example, else per dataset, else per task type",
+        "dataset": dataset.name,
+        "code_version": code_version(),
+        "review": request.review,
+        "celery_queue": request.queue or None,
+        "max_output_tokens": request.max_output_tokens,
+        # None: the provider's own cost, else the genai-prices table, else unknown
+        "price": request.price.to_dict() if request.price is not None else None,
+    }
