@@ -114,7 +114,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             run = _drive_and_finish(opened, progress=progress)
         finally:
             opened.lease.stop()
-    return EvalResult(run=run, dataset=opened.dataset, gate_failure=run_failure(run, opened.request))
+    return EvalResult(run=run, dataset=opened.dataset, gate_failure=run_failure(run, request.fail_under))
 
 
 def broker_precheck(run_id: str) -> None:
@@ -141,14 +141,14 @@ def outage_as_run_outage(run_id: str) -> Iterator[None]:
         raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
 
 
-def run_failure(run: Run, request: EvalRequest) -> str | None:
-    """Why a finished run fails: cancelled, or below ``request.fail_under``."""
+def run_failure(run: Run, fail_under: float | None) -> str | None:
+    """Why a finished run fails: cancelled, or below ``fail_under``."""
     if run.status == RunStatus.CANCELLED:
         return (
             f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
             "run again with --retry-errors"
         )
-    return gate_failure(run.metrics, request.fail_under)
+    return gate_failure(run.metrics, fail_under)
 
 
 class Tally:

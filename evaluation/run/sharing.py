@@ -35,6 +35,7 @@ class FairShare:
         self.free = capacity
         self._lanes: list[Lane] = []
         self._tick = itertools.count()
+        self._scheduled = False
 
     def lane(self) -> Lane:
         """A new lane: ``async with lane:`` holds one slot of the share."""
@@ -47,8 +48,17 @@ class FairShare:
         """Slots held per lane, by lane number (for tests and benchmarks)."""
         return {number: lane.held for number, lane in enumerate(self._lanes)}
 
+    def _dispatch_soon(self) -> None:
+        """Dispatch at the loop's next turn, once: the examples of every lane
+        that start together (``asyncio.gather``) are all waiting by then, so
+        the first lane to arrive does not take the whole budget."""
+        if not self._scheduled:
+            self._scheduled = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
     def _dispatch(self) -> None:
         """Give free slots to waiters: each to the waiting lane holding fewest."""
+        self._scheduled = False
         while self.free > 0:
             waiting = [lane for lane in self._lanes if lane._live_waiter()]
             if not waiting:
@@ -82,13 +92,9 @@ class Lane:
 
     async def __aenter__(self) -> None:
         share = self.share
-        if share.free > 0 and not any(lane._live_waiter() for lane in share._lanes):
-            self.held += 1
-            share.free -= 1
-            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append((next(share._tick), future))
-        share._dispatch()
+        share._dispatch_soon()
         try:
             await future
         except asyncio.CancelledError:

@@ -513,7 +513,7 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
     assert (
-        "6 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins, "
+        "7 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins, "
         "evaluation.0006_gold_answer_json_prediction_usage, evaluation.0007_scoring_depth, "
         "evaluation.0008_schedules_regression_flag …)" in str(excinfo.value)
     )
