@@ -134,8 +134,14 @@ class EvalSchedule(models.Model):
     run, ``""`` when it did."""
 
     name = models.CharField(max_length=100, unique=True)
-    #: a registered dataset name (``manage.py import_dataset``) or ``demo``
-    dataset = models.CharField(max_length=200)
+    #: a registered dataset name (``manage.py import_dataset``) or ``demo``;
+    #: blank with ``experiment_file``
+    dataset = models.CharField(max_length=200, blank=True, default="")
+    #: an experiment file (TOML, ``run_experiment``'s) on the workers'
+    #: filesystem: when set the schedule runs it — its dataset, options and
+    #: variants — instead of ``run_eval``, and each variant's run is compared
+    #: with that variant's previous run of the schedule
+    experiment_file = models.CharField(max_length=500, blank=True, default="")
     #: a model name at the endpoint or a GGUF path; blank: the configured one
     model = models.CharField(max_length=200, blank=True, default="")
     limit = models.PositiveIntegerField(null=True, blank=True)

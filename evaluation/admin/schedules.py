@@ -53,7 +53,7 @@ class EvalScheduleAdmin(admin.ModelAdmin):
     form = EvalScheduleForm
     list_display = ("name", "dataset", "model_or_default", "when", "enabled", "baseline_policy", "last_run")
     list_filter = ("enabled", "baseline_policy")
-    search_fields = ("name", "dataset")
+    search_fields = ("name", "dataset", "experiment_file")
     readonly_fields = ("beat_entry", "runs_link", "last_error", "created_at", "updated_at")
     fieldsets = (
         (
@@ -63,15 +63,18 @@ class EvalScheduleAdmin(admin.ModelAdmin):
         (
             "What to run (run_eval's options)",
             {
+                "description": "A dataset and run_eval's options, or an experiment file "
+                "(run_experiment's TOML, on the workers' filesystem) whose variants run instead.",
                 "fields": (
                     "dataset",
+                    "experiment_file",
                     "model",
                     ("limit", "concurrency", "max_steps", "epochs"),
                     "review",
                     ("celery", "queue"),
                     "judge_model",
                     "plugins",
-                )
+                ),
             },
         ),
         ("Comparison", {"fields": (("baseline_policy", "alpha"),)}),

@@ -108,9 +108,10 @@ def run_previous(*, run: Run) -> Run | None:
 
 
 def schedule_previous_run(*, run: Run) -> Run | None:
-    """The latest successful run of ``run``'s schedule on ``run``'s dataset,
-    created before it — the baseline of a scheduled run — or ``None`` (no
-    schedule, or its first successful run). A failed or cancelled run is no
+    """The latest successful run of ``run``'s schedule on ``run``'s dataset
+    (and, for an experiment's variant, of the same variant name), created
+    before it — the baseline of a scheduled run — or ``None`` (no schedule,
+    or its first successful run). A failed or cancelled run is no
     baseline: against one every answer would look like progress."""
     if run.schedule_id is None:
         return None
@@ -118,6 +119,7 @@ def schedule_previous_run(*, run: Run) -> Run | None:
         Run.objects.filter(
             schedule_id=run.schedule_id,
             dataset_id=run.dataset_id,
+            variant=run.variant,
             status=RunStatus.SUCCESS,
             created_at__lte=run.created_at,
         )

@@ -15,17 +15,20 @@ schedule's ``last_error``, and a run that had started is finished with status
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from celery import shared_task
 from django.core.exceptions import ValidationError
 from django.db import connections
+from django.utils import timezone
 
 from common.errors import AgentLabError
 from evaluation.compare.pairing import regressions
 from evaluation.compare.selectors import schedule_previous_run
 from evaluation.compare.services import run_compare
 from evaluation.datasets.jsonl import DatasetFormatError
+from evaluation.experiments.runner import run_experiment
+from evaluation.experiments.spec import experiment_spec
 from evaluation.models import BaselinePolicy, EvalSchedule, Run, RunStatus
 from evaluation.run.evaluate import run_eval
 from evaluation.run.exits import RunOutage
@@ -54,6 +57,8 @@ class ScheduledOutcome:
     regressions: list[str] = field(default_factory=list)
     mailed: bool = False
     error: str | None = None
+    #: a schedule running an experiment file: every variant's outcome
+    variants: list[ScheduledOutcome] = field(default_factory=list)
 
 
 class _NoProgress:
@@ -93,6 +98,8 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
     if not schedule.enabled:
         logger.info("scheduled evaluation %r is disabled: nothing run", schedule.name)
         return None
+    if schedule.experiment_file.strip():
+        return scheduled_experiment(schedule)
     run_id = schedule_run_id(schedule)
     try:
         request = schedule_request(schedule, run_id=run_id)
@@ -120,6 +127,35 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
     run.schedule = schedule
     run.save(update_fields=["schedule"])
     return scheduled_compare(schedule=schedule, run=run)
+
+
+def scheduled_experiment(schedule: EvalSchedule) -> ScheduledOutcome:
+    """Fire a schedule that runs an experiment file: the file's experiment
+    under a name of its own per firing (``<name> <UTC time>``, so its
+    variants make new runs), each variant's run linked to the schedule and
+    compared with that variant's previous run of the schedule
+    (``scheduled_compare``). The outcome's ``run`` is the first variant's;
+    ``variants`` holds every variant's outcome. Raises nothing."""
+    try:
+        spec = experiment_spec(schedule.experiment_file.strip())
+        spec = replace(spec, name=f"{spec.name[:80]} {timezone.now():%Y-%m-%d %H%M%S}")
+        result = run_experiment(spec, note=_note, progress=lambda run_id, total: _NoProgress())
+    except Exception as exc:
+        expected = isinstance(exc, ValueError | AgentLabError | DatasetFormatError | RunOutage)
+        message = str(exc) or type(exc).__name__
+        logger.error("scheduled experiment %r failed: %s", schedule.name, message, exc_info=not expected)
+        EvalSchedule.objects.filter(pk=schedule.pk).update(last_error=message[:2000])
+        return ScheduledOutcome(run=None, error=message)
+    EvalSchedule.objects.filter(pk=schedule.pk).update(last_error="")
+    outcomes = []
+    for variant in result.variants:
+        if variant.run is None:
+            continue
+        Run.objects.filter(pk=variant.run.pk).update(schedule=schedule)
+        variant.run.schedule = schedule
+        outcomes.append(scheduled_compare(schedule=schedule, run=variant.run))
+    first = outcomes[0] if outcomes else ScheduledOutcome(run=None)
+    return replace(first, variants=outcomes)
 
 
 def scheduled_compare(*, schedule: EvalSchedule, run: Run) -> ScheduledOutcome:

@@ -16,6 +16,7 @@ from django.utils.text import slugify
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.errors import AgentLabError
 from evaluation.datasets.demo import DEMO_DATASET_NAME
+from evaluation.experiments.spec import experiment_spec
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, EvalSchedule
 from evaluation.run.request import EvalRequest, baseline_request, eval_request, run_id_check
@@ -99,7 +100,30 @@ def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> Ev
         raise ValidationError({field_of(str(exc)): [form_wording(str(exc))]}) from None
 
 
-def schedule_check(schedule: EvalSchedule) -> EvalRequest:
+def schedule_experiment_check(schedule: EvalSchedule, errors: dict[str, list[str]]) -> None:
+    """A schedule that runs an experiment file: the file reads as one
+    (``experiment_spec``), its dataset is registered, no dataset is given
+    beside it, ``alpha`` is in (0, 1). Raises ``ValidationError`` with
+    ``errors`` and these, keyed by field."""
+    if schedule.dataset.strip():
+        errors["dataset"] = ["give a dataset or an experiment file, not both (the file names its dataset)"]
+    try:
+        spec = experiment_spec(schedule.experiment_file.strip())
+    except AgentLabError as exc:
+        errors["experiment_file"] = [str(exc)]
+    else:
+        name = spec.dataset.partition("@")[0]
+        if name != DEMO_DATASET_NAME and not Dataset.objects.filter(name=name).exists():
+            errors["experiment_file"] = [f"{spec.path}: dataset: no dataset named {name!r}: import it first"]
+    try:
+        baseline_request(baseline=None, fail_on_regression=False, alpha=schedule.alpha)
+    except ValueError as exc:
+        errors["alpha"] = [form_wording(str(exc))]
+    if errors:
+        raise ValidationError(errors)
+
+
+def schedule_check(schedule: EvalSchedule) -> EvalRequest | None:
     """Check everything a firing of ``schedule`` needs before it is saved and
     return its request: exactly one of crontab and interval, a dataset that
     is registered (or ``demo``), the options (``schedule_request``), the judge
@@ -107,12 +131,19 @@ def schedule_check(schedule: EvalSchedule) -> EvalRequest:
     than the one the scheduled task itself runs from (a worker with one slot
     would otherwise wait for itself).
 
-    Raises ``ValidationError`` with the messages keyed by field."""
+    Raises ``ValidationError`` with the messages keyed by field. A schedule
+    with an ``experiment_file`` is checked by ``schedule_experiment_check``
+    instead (its request is ``None``)."""
     errors: dict[str, list[str]] = {}
     if (schedule.crontab_id is None) == (schedule.interval_id is None):
         errors[NON_FIELD_ERRORS] = ["choose exactly one schedule: a crontab or an interval"]
+    if schedule.experiment_file.strip():
+        schedule_experiment_check(schedule, errors)
+        return None
     name = schedule.dataset.strip()
-    if name != DEMO_DATASET_NAME and not Dataset.objects.filter(name=name).exists():
+    if not name:
+        errors["dataset"] = ["a dataset is required (or an experiment file)"]
+    elif name != DEMO_DATASET_NAME and not Dataset.objects.filter(name=name).exists():
         errors["dataset"] = [
             f"no dataset named {name!r}: import it first (manage.py import_dataset FILE), "
             f"or use {DEMO_DATASET_NAME!r}"
