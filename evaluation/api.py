@@ -1,7 +1,7 @@
-"""API routes for evaluation runs and predictions (docs/chat-and-api.md#the-http-api), and
-examples made from chat turns.
+"""API routes for evaluation runs and predictions (docs/chat-and-api.md#the-http-api), an
+experiment's leaderboard (``GET /experiments/{name}``), and examples made from chat turns.
 
-Runs and predictions are read with a session or an API key (``X-API-Key``);
+Runs, predictions and leaderboards are read with a session or an API key (``X-API-Key``);
 runs are team-wide. ``POST /datasets/{name}/examples`` writes: staff with a
 session (and CSRF) only — a non-staff user gets 403, and so does any API key,
 even a staff member's: keys stay read-only (``apikeys.auth``).
@@ -29,6 +29,7 @@ from evaluation.compare.services import run_compare_ids
 from evaluation.compare.shapes import Comparison
 from evaluation.datasets.from_turns import MAX_TASK_TYPE, MAX_TURNS, TurnPick, examples_from_turns
 from evaluation.datasets.names import MAX_NAME
+from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
 from evaluation.metrics.intervals import CONFIDENCE, wilson_interval
 from evaluation.models import Prediction, Run, RunStatus
 
@@ -38,6 +39,7 @@ router = Router(tags=["evaluation runs"], auth=[api_key_auth, session_auth], thr
 Text = Annotated[str, AfterValidator(clean_text)]
 RunId = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=200)]
 DatasetName = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=MAX_NAME)]
+ExperimentName = Annotated[str, AfterValidator(clean_text), Path(min_length=1, max_length=100)]
 
 
 class StaffSessionAuth(SessionAuth):
@@ -73,6 +75,8 @@ class RunOut(Schema):
         description="the run's accuracy with its n and 95% Wilson interval; null when nothing was scored"
     )
     rescored_from: str | None = Field(description="the run whose predictions this run re-scored")
+    experiment: str | None = Field(description="the experiment the run is a variant of (run_experiment)")
+    variant: str | None = Field(description="the run's variant in its experiment; null for a plain run")
     config: dict[str, Any]
     metrics: dict[str, Any]
     started_by: str | None
@@ -102,6 +106,14 @@ class RunOut(Schema):
     @staticmethod
     def resolve_rescored_from(obj: Run) -> str | None:
         return obj.rescored_from.run_id if obj.rescored_from is not None else None
+
+    @staticmethod
+    def resolve_experiment(obj: Run) -> str | None:
+        return obj.experiment.name if obj.experiment is not None else None
+
+    @staticmethod
+    def resolve_variant(obj: Run) -> str | None:
+        return obj.variant or None
 
     @staticmethod
     def resolve_started_by(obj: Run) -> str | None:
@@ -161,8 +173,9 @@ def run_list(
     request: AuthedRequest,
     status: RunStatus | None = Query(None),
     dataset: Text | None = Query(None, max_length=200, description="dataset name"),
+    experiment: Text | None = Query(None, max_length=100, description="experiment name: its variants' runs"),
 ) -> Any:
-    return selectors.run_list(status=status, dataset=dataset)
+    return selectors.run_list(status=status, dataset=dataset, experiment=experiment)
 
 
 @router.get("/runs/{run_id}", response={200: RunOut, **ERRORS}, summary="One run, with its metrics")
@@ -211,6 +224,69 @@ def prediction_list(
 )
 def run_compare(request: AuthedRequest, base: RunId, candidate: RunId) -> Comparison:
     return run_compare_ids(base_run_id=base, candidate_run_id=candidate)
+
+
+class LeaderboardVariantOut(Schema):
+    name: str
+    run_id: str
+    status: str
+    rank: int | None = Field(description="1 = best; null: not finished, so not ranked")
+    accuracy: float | None = Field(description="in 0..1; with epochs the mean accuracy over examples")
+    ci_low: float | None = Field(description="95% interval: Wilson, or with epochs the bootstrap's")
+    ci_high: float | None
+    interval: str = Field(description="wilson or bootstrap")
+    n: int = Field(description="scored predictions (with epochs: scored examples)")
+    correct: int
+    epochs: int
+    pass_at_k: dict[str, float | None] | None
+    cost: float | None = Field(description="total cost in USD; null: unknown")
+    cost_per_correct: float | None = Field(description="USD per correct answer; null: unknown, or none right")
+    top_group: bool = Field(description="not significantly worse than the best at alpha (Holm-adjusted)")
+    pareto: bool = Field(description="on the Pareto frontier of accuracy vs total cost")
+    per_task_type: dict[str, dict[str, Any]]
+    tokens: dict[str, int]
+    latency_p50_s: float | None
+    latency_p95_s: float | None
+    errors: int
+    stop_reasons: dict[str, int]
+
+
+class LeaderboardPairOut(Schema):
+    a: str = Field(description="the variant ranked higher")
+    b: str
+    difference: float | None = Field(description="accuracy of a minus b on the examples both scored")
+    p_value: float | None = Field(description="exact McNemar, or the paired bootstrap with epochs")
+    p_holm: float | None = Field(description="Holm-adjusted across all the pairs")
+    n: int = Field(description="paired examples")
+    test: str
+
+
+class LeaderboardOut(Schema):
+    experiment: str
+    dataset: str
+    dataset_version: int
+    alpha: float
+    variants: list[LeaderboardVariantOut] = Field(description="best first, then the unfinished ones")
+    pairs: list[LeaderboardPairOut]
+    top_group: list[str]
+    frontier: list[str] = Field(description="the Pareto frontier, by ascending cost")
+    cost_unknown: list[str] = Field(description="finished variants of unknown cost: not on the frontier")
+
+
+@router.get(
+    "/experiments/{path:name}",
+    response={200: LeaderboardOut, **ERRORS},
+    summary="An experiment's leaderboard: variants ranked, every pair compared, top group, frontier",
+    description="The experiment by name (or slug). Pairs: exact McNemar (paired bootstrap with epochs), "
+    "p Holm-adjusted across all pairs; the top group at alpha (default: the experiment's). 404 for an "
+    "unknown experiment (the message names the known ones).",
+)
+def experiment_leaderboard(
+    request: AuthedRequest,
+    name: ExperimentName,
+    alpha: float | None = Query(None, gt=0, lt=1, description="significance level of the top group"),
+) -> dict[str, Any]:
+    return leaderboard_json(leaderboard(experiment_get(name), alpha=alpha))
 
 
 class TurnExampleIn(Schema):

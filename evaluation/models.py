@@ -193,7 +193,7 @@ class Experiment(models.Model):
     run_experiment FILE.toml``; docs/architecture.md#experiments).
 
     ``name`` is the file's ``name``; ``slug`` the run-id prefix made from it
-    (``evaluation.experiments.spec.slug``): a variant's run id is
+    (``evaluation.experiments.experiment_file.slug``): a variant's run id is
     ``<slug>.<variant slug>``. ``dataset_version``: the version every
     variant runs on, fixed by the first run (a variant added later runs on it
     too). ``spec``: the file's shared options and variants as last run

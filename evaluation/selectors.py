@@ -24,19 +24,29 @@ from turns.jobs.ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
 
 
-def run_list(*, status: str | None = None, dataset: str | None = None) -> QuerySet[Run]:
-    """Runs, newest first, optionally of one status and/or one dataset name."""
-    qs = Run.objects.select_related("dataset", "started_by", "rescored_from").order_by("-created_at", "-pk")
+def run_list(
+    *, status: str | None = None, dataset: str | None = None, experiment: str | None = None
+) -> QuerySet[Run]:
+    """Runs, newest first, optionally of one status, one dataset name and/or
+    one experiment (by name)."""
+    qs = Run.objects.select_related("dataset", "started_by", "rescored_from", "experiment")
+    qs = qs.order_by("-created_at", "-pk")
     if status:
         qs = qs.filter(status=status)
     if dataset:
         qs = qs.filter(dataset__name=dataset)
+    if experiment:
+        qs = qs.filter(experiment__name=experiment)
     return qs
 
 
 def run_get(*, run_id: str) -> Run:
     """The run with this public ``run_id``; ``NotFound`` otherwise."""
-    run = Run.objects.select_related("dataset", "started_by", "rescored_from").filter(run_id=run_id).first()
+    run = (
+        Run.objects.select_related("dataset", "started_by", "rescored_from", "experiment")
+        .filter(run_id=run_id)
+        .first()
+    )
     if run is None:
         raise NotFound(f"run {run_id!r} not found")
     return run

@@ -16,7 +16,7 @@ The evaluation schedules (``schedules``) are the one editable page: saving
 one writes the beat entry that fires it.
 
 Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
-``schedules``,
+``schedules``, ``experiments`` (an experiment's page is its leaderboard),
 ``turns`` (the turn admin with a run column, field and filter, registered in
 place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
 "Add to dataset…" action: chosen turns become examples).
@@ -25,6 +25,7 @@ place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
 from __future__ import annotations
 
 from evaluation.admin.datasets import DatasetAdmin, ExampleAdmin
+from evaluation.admin.experiments import ExperimentAdmin
 from evaluation.admin.predictions import PredictionAdmin
 from evaluation.admin.runs import RunAdmin
 from evaluation.admin.schedules import EvalScheduleAdmin
@@ -34,6 +35,7 @@ __all__ = [
     "DatasetAdmin",
     "EvalScheduleAdmin",
     "ExampleAdmin",
+    "ExperimentAdmin",
     "PredictionAdmin",
     "RunAdmin",
     "RunFilter",

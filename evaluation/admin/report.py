@@ -86,7 +86,7 @@ class RunReportViews(StaffReadOnlyAdmin):
     def _run(self, request: HttpRequest, pk: int) -> Run:
         if not self.has_view_permission(request):
             raise PermissionDenied
-        run = Run.objects.select_related("dataset", "started_by").filter(pk=pk).first()
+        run = Run.objects.select_related("dataset", "started_by", "experiment").filter(pk=pk).first()
         if run is None:
             raise Http404(f"no run with id {pk}")
         return run

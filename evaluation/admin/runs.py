@@ -48,6 +48,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "status",
         # beside the status: the last columns scroll out of sight on a laptop screen
         "regression_flag",
+        "experiment_variant",
         "model_name",
         "accuracy",
         "total",
@@ -56,8 +57,8 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "duration",
         "started_by",
     )
-    list_select_related = ("dataset", "started_by")
-    list_filter = ("status", RegressionFilter, "schedule", "dataset")
+    list_select_related = ("dataset", "started_by", "experiment")
+    list_filter = ("status", RegressionFilter, "schedule", "experiment", "dataset")
     date_hierarchy = "created_at"
     search_fields = ("run_id", "dataset__name")
     list_per_page = 50
@@ -116,7 +117,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         return (
             super()
             .get_queryset(request)
-            .select_related("dataset", "started_by", "system_user", "schedule", "baseline")
+            .select_related("dataset", "started_by", "system_user", "schedule", "baseline", "experiment")
             .annotate(
                 prediction_count=subquery_count(Prediction, "run_id"),
                 error_count=subquery_count(Prediction, "run_id", error__gt=""),
@@ -134,6 +135,13 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     @admin.display(description="model", ordering="model_name")
     def model_name(self, run: Run) -> str:
         return str((run.config or {}).get("model") or DASH)
+
+    @admin.display(description="experiment / variant", ordering="experiment__name")
+    def experiment_variant(self, run: Run) -> SafeString | str:
+        """The experiment and variant the run is, linked to the leaderboard."""
+        if run.experiment is None:
+            return DASH
+        return admin_link(run.experiment, run.experiment.pk, f"{run.experiment.name} / {run.variant or DASH}")
 
     @admin.display(description="accuracy", ordering="accuracy_value")
     def accuracy(self, run: Run) -> str:

@@ -13,11 +13,10 @@ run shows a non-trivial accuracy.
 
 from __future__ import annotations
 
+from evaluation.datasets.names import DEMO_DATASET_NAME
 from evaluation.datasets.spec import ExampleSpec
 
 __all__ = ["DEMO_DATASET_NAME", "demo_examples"]
-
-DEMO_DATASET_NAME = "demo"
 
 
 def _multiple_choice(external_id: str, stem: str, choices: list[str], answer: str) -> ExampleSpec:

@@ -30,7 +30,7 @@ field           required    rule
                             path that stays inside the dataset's folder once
                             resolved (symlinks included); ``database_path`` is
                             refused (it is derived from ``database_file``)
-``scorer``      no          a name in :data:`evaluation.scoring.SCORERS`
+``scorer``      no          a name in :data:`evaluation.scoring.scorer_names.PURE_SCORER_NAMES`
                             (``null`` = absent)
 anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
                             ``result_rows``, ``ordered``, ``supporting_facts``,
@@ -53,7 +53,7 @@ from typing import Any
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.text import json_safe
 from evaluation.datasets.spec import ExampleSpec, gold_answer, gold_display
-from evaluation.scoring.dispatch import SCORERS
+from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
 
 __all__ = [
     "DatasetFormatError",
@@ -218,8 +218,10 @@ def _scorer(scorer: Any, source: str, line: int | None) -> str | None:
         return None
     if not isinstance(scorer, str):
         raise _fail(f"field 'scorer' must be a string, got {_json_type(scorer)}", source, line)
-    if scorer not in SCORERS:
-        raise _fail(f"unknown scorer {scorer!r} (known: {', '.join(sorted(SCORERS))})", source, line)
+    if scorer not in PURE_SCORER_NAMES:
+        raise _fail(
+            f"unknown scorer {scorer!r} (known: {', '.join(sorted(PURE_SCORER_NAMES))})", source, line
+        )
     return scorer
 
 

@@ -6,7 +6,9 @@ from __future__ import annotations
 import re
 
 from common.errors import BadInput
-from evaluation.datasets.demo import DEMO_DATASET_NAME
+
+#: The project's demo dataset's name (``evaluation.datasets.demo``).
+DEMO_DATASET_NAME = "demo"
 
 #: ``Dataset.source`` of the demo dataset, the only import allowed under its name.
 DEMO_SOURCE = "agentlab demo"

@@ -25,7 +25,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max, Q, QuerySet
 
 from common.errors import BadInput, StateConflict
-from evaluation.datasets.demo import DEMO_DATASET_NAME
+from evaluation.datasets.names import DEMO_DATASET_NAME
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.models import Dataset, DatasetVersion, Example
 

@@ -15,11 +15,10 @@ and ``progress`` (a bar per run, e.g. ``tqdm``).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import secrets
 import shlex
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,11 +30,17 @@ from kombu.exceptions import OperationalError as KombuOperationalError
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
 from evaluation.judge.judge_pass import judge_pass
 from evaluation.models import Dataset, Prediction, Run, RunStatus
-from evaluation.run.exits import RunOutage
-from evaluation.run.inprocess import DatabaseOutage, drive_examples
+from evaluation.run.exits import DatabaseOutage, RunOutage, outage_as_run_outage, run_failure
+from evaluation.run.inprocess import drive_examples
 from evaluation.run.lifecycle import run_finish, run_release
-from evaluation.run.on_workers import BrokerUnavailable, Followed, broker_check, follow_runs, queue_readers
-from evaluation.run.opening import OpenRun, eval_check, run_open
+from evaluation.run.on_workers import (
+    Followed,
+    broker_precheck,
+    follow_runs,
+    queue_readers,
+    queue_warning,
+)
+from evaluation.run.opening import CheckedEval, OpenRun, eval_check, run_open
 from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
 from evaluation.run.sharing import FairShare
@@ -66,22 +71,6 @@ class RunInterrupted(Exception):
         self.left = left
 
 
-def gate_failure(metrics: dict[str, Any], fail_under: float | None) -> str | None:
-    """Why a run's ``metrics`` fail ``--fail-under`` (accuracy below it, or
-    nothing scored: nothing scored cannot pass a bar, not even 0), or ``None``."""
-    if fail_under is None:
-        return None
-    accuracy = metrics.get("accuracy")
-    if accuracy is None:
-        return (
-            f"no example could be scored ({metrics.get('unscored', 0)} unscored of "
-            f"{metrics.get('total', 0)}), so accuracy cannot meet --fail-under {fail_under}"
-        )
-    if accuracy < fail_under:
-        return f"accuracy {accuracy:.3f} is below --fail-under {fail_under}"
-    return None
-
-
 def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: ProgressFactory) -> EvalResult:
     """Evaluate the agent over ``request.dataset`` and return the finished run.
 
@@ -109,7 +98,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     if request.celery:
         broker_precheck(run_id)
     with outage_as_run_outage(run_id):
-        opened = run_open(checked, run_id=run_id, note=note)
+        opened = open_run(checked, run_id=run_id, note=note)
         try:
             run = _drive_and_finish(opened, progress=progress)
         finally:
@@ -117,38 +106,15 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     return EvalResult(run=run, dataset=opened.dataset, gate_failure=run_failure(run, request.fail_under))
 
 
-def broker_precheck(run_id: str) -> None:
-    """The Celery broker answers — checked before the run is written (a
-    broker that is down costs nothing); raises ``RunOutage`` (not written)."""
-    try:
-        broker_check()
-    except BrokerUnavailable as exc:
-        raise RunOutage(
-            run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
-        ) from None
-
-
-@contextlib.contextmanager
-def outage_as_run_outage(run_id: str) -> Iterator[None]:
-    """A database outage inside is raised as ``RunOutage`` for ``run_id``
-    (the same run id resumes the run, or starts it when it was never
-    created); other database errors as they come."""
-    try:
-        yield
-    except (DatabaseOutage, DatabaseError) as exc:
-        if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
-            raise
-        raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
-
-
-def run_failure(run: Run, fail_under: float | None) -> str | None:
-    """Why a finished run fails: cancelled, or below ``fail_under``."""
-    if run.status == RunStatus.CANCELLED:
-        return (
-            f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
-            "run again with --retry-errors"
-        )
-    return gate_failure(run.metrics, fail_under)
+def open_run(checked: CheckedEval, *, run_id: str, note: Callable[[str], None], **variant: Any) -> OpenRun:
+    """``run_open``, then — on Celery — a note when no worker reads the run's
+    queue. ``variant``: ``run_open``'s ``experiment`` and ``variant``."""
+    opened = run_open(checked, run_id=run_id, note=note, **variant)
+    if opened.request.celery:
+        line = queue_warning(queue=opened.request.queue, planned=len(opened.planned))
+        if line:
+            note(line)
+    return opened
 
 
 class Tally:

@@ -10,11 +10,17 @@ Ctrl-C; both print ``resume_command``, quoted for a POSIX shell with
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
+
+from django.db import DatabaseError
+
+from common.db import is_connection_error
+from evaluation.models import Run, RunStatus
 
 #: ``run_eval``'s exit status for a database outage mid-run (sysexits.h ``EX_TEMPFAIL``).
 EXIT_TEMPFAIL = 75
@@ -86,3 +92,58 @@ def _python() -> str:
     executable = sys.executable or "python"
     relative = os.path.relpath(executable) if os.path.isabs(executable) else executable
     return relative if not relative.startswith("..") else executable
+
+
+class DatabaseOutage(Exception):
+    """The database failed while examples were driven (a restart, a network
+    cut). The examples it hit were left unfinished — their turns interrupted,
+    their predictions not completed — and no further example was started, so
+    the same run id resumes them. The message names the first error seen."""
+
+    @classmethod
+    def of(cls, cause: BaseException | str) -> DatabaseOutage:
+        """The outage that ``cause`` (an error, or a message saying it) stands for."""
+        if isinstance(cause, DatabaseOutage):
+            return cause
+        detail = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
+        return cls(f"the database failed mid-run: {' '.join(detail.split())}")
+
+
+@contextlib.contextmanager
+def outage_as_run_outage(run_id: str) -> Iterator[None]:
+    """A database outage inside is raised as ``RunOutage`` for ``run_id``
+    (the same run id resumes the run, or starts it when it was never
+    created; an experiment's name: the same file resumes it); other
+    database errors as they come."""
+    try:
+        yield
+    except (DatabaseOutage, DatabaseError) as exc:
+        if not isinstance(exc, DatabaseOutage) and not is_connection_error(exc):
+            raise
+        raise RunOutage(run_id, str(DatabaseOutage.of(exc))) from exc
+
+
+def gate_failure(metrics: Mapping[str, Any], fail_under: float | None) -> str | None:
+    """Why a run's ``metrics`` fail ``--fail-under`` (accuracy below it, or
+    nothing scored: nothing scored cannot pass a bar, not even 0), or ``None``."""
+    if fail_under is None:
+        return None
+    accuracy = metrics.get("accuracy")
+    if accuracy is None:
+        return (
+            f"no example could be scored ({metrics.get('unscored', 0)} unscored of "
+            f"{metrics.get('total', 0)}), so accuracy cannot meet --fail-under {fail_under}"
+        )
+    if accuracy < fail_under:
+        return f"accuracy {accuracy:.3f} is below --fail-under {fail_under}"
+    return None
+
+
+def run_failure(run: Run, fail_under: float | None) -> str | None:
+    """Why a finished run fails (exit 1): cancelled, or below ``fail_under``."""
+    if run.status == RunStatus.CANCELLED:
+        return (
+            f"run {shlex.quote(run.run_id)} was cancelled (manage.py cancel_run); its cancelled examples "
+            "run again with --retry-errors"
+        )
+    return gate_failure(run.metrics, fail_under)

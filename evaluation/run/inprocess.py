@@ -22,6 +22,7 @@ from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, is_connection_error
+from evaluation.run.exits import DatabaseOutage
 from evaluation.run.extensions import example_subject
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import TurnFinal, prediction_complete, prediction_record
@@ -31,21 +32,6 @@ from turns.jobs.ids import local_job_id
 from turns.models import TurnStatus
 
 logger = logging.getLogger(__name__)
-
-
-class DatabaseOutage(Exception):
-    """The database failed while examples were driven (a restart, a network
-    cut). The examples it hit were left unfinished — their turns interrupted,
-    their predictions not completed — and no further example was started, so
-    the same run id resumes them. The message names the first error seen."""
-
-    @classmethod
-    def of(cls, cause: BaseException | str) -> DatabaseOutage:
-        """The outage that ``cause`` (an error, or a message saying it) stands for."""
-        if isinstance(cause, DatabaseOutage):
-            return cause
-        detail = cause if isinstance(cause, str) else f"{type(cause).__name__}: {cause}"
-        return cls(f"the database failed mid-run: {' '.join(detail.split())}")
 
 
 def _local_eval_job(number: int) -> str:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import shlex
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -45,6 +46,7 @@ from kombu.utils.url import maybe_sanitize_url
 
 from common.errors import StateConflict
 from evaluation.models import Prediction, Run, RunStatus
+from evaluation.run.exits import RunOutage
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import prediction_record
 from turns.jobs.sweep import turns_sweep_stale
@@ -102,6 +104,29 @@ def queue_readers(queue: str, *, timeout_s: float = 1.0) -> int:
     that does not answer within ``timeout_s`` seconds — busy in its only
     slot — is not counted)."""
     return len(workers_reading(queue, current_app.control.inspect(timeout=timeout_s).active_queues() or {}))
+
+
+def broker_precheck(run_id: str) -> None:
+    """The Celery broker answers — checked before the run is written (a
+    broker that is down costs nothing); raises ``RunOutage`` (not written)."""
+    try:
+        broker_check()
+    except BrokerUnavailable as exc:
+        raise RunOutage(
+            run_id, f"{str(exc).rstrip('.')}; the run was not started", what="broker", written=False
+        ) from None
+
+
+def queue_warning(*, queue: str, planned: int) -> str | None:
+    """The line a ``--celery`` run's plan line is followed by when it has
+    examples to send and no worker reads its ``queue`` now, else ``None``."""
+    if not planned or queue_readers(queue):
+        return None
+    return (
+        f"no Celery worker reads queue {queue!r} now: the run waits until one does "
+        f"(celery -A agentlab worker --pool threads -Q {shlex.quote(queue)}); "
+        "Ctrl-C stops waiting"
+    )
 
 
 def _broker_shown() -> str:

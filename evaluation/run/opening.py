@@ -9,7 +9,6 @@ run, ``evaluation.experiments.drive`` several at once.
 
 from __future__ import annotations
 
-import shlex
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -25,7 +24,6 @@ from evaluation.models import Dataset, Experiment, Run
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
 from evaluation.run.notes import plan_line, review_resolved
-from evaluation.run.on_workers import queue_readers
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.request import EvalRequest
 from turns.llm import get_provider
@@ -95,22 +93,9 @@ def run_open(
     from ``run_start`` and the extensions' checks; the lease is stopped then."""
     request, provider, ref = checked.request, checked.provider, checked.ref
     dataset = ref.dataset  # on the version asked for (a new run), else the run's own
-    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
-    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
-    if existing is not None:
-        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
-    if not request.celery:  # on Celery the workers start their own servers
-        mcp_preflight(extensions.mcp_servers)
-    # a resume without --epochs keeps the run's; another number is refused by run_start
-    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
-    request, review_default = review_resolved(request, existing=existing, provider=provider)
-    config = {
-        **run_config(request, provider, dataset),
-        **extensions_snapshot(extensions, dataset=dataset),
-        "epochs": epochs,
-        "judge_model": request.judge_model,
-        **({"variant": variant} if variant is not None else {}),
-    }
+    request, extensions, config, review_default = _setup(checked, run_id=run_id)
+    if variant is not None:
+        config["variant"] = variant
     driver = run_lease_tag()
     run, resumed = run_start(
         run_id=run_id,
@@ -131,7 +116,7 @@ def run_open(
             model=provider.model,
             retry_errors=request.retry_errors,
             max_output_tokens=request.max_output_tokens,
-            epochs=epochs,
+            epochs=int(config["epochs"]),
             live_ok=request.celery,
         )
     except BaseException:
@@ -149,7 +134,7 @@ def run_open(
             review_default=review_default,
         )
     )
-    for line in _warnings(dataset, request, planned=len(planned)):
+    for line in _warnings(dataset):
         note(line)
     return OpenRun(
         run=run,
@@ -162,16 +147,35 @@ def run_open(
     )
 
 
-def _warnings(dataset: Dataset, request: EvalRequest, *, planned: int) -> list[str]:
+def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtensions, dict[str, Any], bool]:
+    """What run ``run_id`` drives with: the request with ``review`` resolved,
+    its extensions (a resumed run's own ``--plugin`` names and ``--mcp``
+    servers, checked; MCP servers started in process), its config snapshot,
+    and whether review is the provider's default."""
+    request, provider, dataset = checked.request, checked.provider, checked.ref.dataset
+    extensions = run_extensions(dataset=dataset, plugins=request.plugins, mcp_servers=request.mcp_servers)
+    existing = Run.objects.filter(run_id=run_id).values_list("config", flat=True).first()
+    if existing is not None:
+        extensions = extensions_resume(extensions, run_id=run_id, config=existing)
+    if not request.celery:  # on Celery the workers start their own servers
+        mcp_preflight(extensions.mcp_servers)
+    # a resume without --epochs keeps the run's; another number is refused by run_start
+    epochs = request.epochs or int((existing or {}).get("epochs") or 1)
+    request, review_default = review_resolved(request, existing=existing, provider=provider)
+    config = {
+        **run_config(request, provider, dataset),
+        **extensions_snapshot(extensions, dataset=dataset),
+        "epochs": epochs,
+        "judge_model": request.judge_model,
+    }
+    return request, extensions, config, review_default
+
+
+def _warnings(dataset: Dataset) -> list[str]:
     """What the plan line is followed by: the task types scored by a
-    fallback scorer, and a Celery queue that no worker reads."""
+    fallback scorer (``evaluation.run.on_workers.queue_warning`` adds the
+    Celery queue that no worker reads, once the run is open)."""
     lines = [fallback_note(dataset_fallback_task_types(dataset=dataset))]
-    if request.celery and planned and not queue_readers(request.queue):
-        lines.append(
-            f"no Celery worker reads queue {request.queue!r} now: the run waits until one does "
-            f"(celery -A agentlab worker --pool threads -Q {shlex.quote(request.queue)}); "
-            "Ctrl-C stops waiting"
-        )
     return [line for line in lines if line]
 
 

@@ -15,6 +15,7 @@ schedule's ``last_error``, and a run that had started is finished with status
 from __future__ import annotations
 
 import logging
+import secrets
 from dataclasses import dataclass, field, replace
 
 from celery import shared_task
@@ -27,10 +28,10 @@ from evaluation.compare.pairing import regressions
 from evaluation.compare.selectors import schedule_previous_run
 from evaluation.compare.services import run_compare
 from evaluation.datasets.jsonl import DatasetFormatError
+from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.experiments.runner import run_experiment
-from evaluation.experiments.spec import experiment_spec
 from evaluation.models import BaselinePolicy, EvalSchedule, Run, RunStatus
-from evaluation.run.evaluate import run_eval
+from evaluation.run.evaluate import drive_and_finish, run_eval
 from evaluation.run.exits import RunOutage
 from evaluation.run.lifecycle import run_regression_record
 from evaluation.schedules.alerts import regression_alert
@@ -131,15 +132,18 @@ def scheduled_run(*, schedule_id: int) -> ScheduledOutcome | None:
 
 def scheduled_experiment(schedule: EvalSchedule) -> ScheduledOutcome:
     """Fire a schedule that runs an experiment file: the file's experiment
-    under a name of its own per firing (``<name> <UTC time>``, so its
+    under a name of its own per firing (``<name> <UTC time> <random>``, so its
     variants make new runs), each variant's run linked to the schedule and
     compared with that variant's previous run of the schedule
     (``scheduled_compare``). The outcome's ``run`` is the first variant's;
     ``variants`` holds every variant's outcome. Raises nothing."""
     try:
         spec = experiment_spec(schedule.experiment_file.strip())
-        spec = replace(spec, name=f"{spec.name[:80]} {timezone.now():%Y-%m-%d %H%M%S}")
-        result = run_experiment(spec, note=_note, progress=lambda run_id, total: _NoProgress())
+        # a name of its own per firing (the random part keeps two firings in one second apart)
+        spec = replace(spec, name=f"{spec.name[:75]} {timezone.now():%Y-%m-%d %H%M%S} {secrets.token_hex(2)}")
+        result = run_experiment(
+            spec, note=_note, progress=lambda run_id, total: _NoProgress(), drive=drive_and_finish
+        )
     except Exception as exc:
         expected = isinstance(exc, ValueError | AgentLabError | DatasetFormatError | RunOutage)
         message = str(exc) or type(exc).__name__

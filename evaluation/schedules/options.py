@@ -13,10 +13,9 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils import timezone
 from django.utils.text import slugify
 
-from agentlab.agent.providers.local import LocalModelUnavailable
 from common.errors import AgentLabError
-from evaluation.datasets.demo import DEMO_DATASET_NAME
-from evaluation.experiments.spec import experiment_spec
+from evaluation.datasets.names import DEMO_DATASET_NAME
+from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, EvalSchedule
 from evaluation.run.request import EvalRequest, baseline_request, eval_request, run_id_check
@@ -156,6 +155,9 @@ def schedule_check(schedule: EvalSchedule) -> EvalRequest | None:
         baseline_request(baseline=None, fail_on_regression=False, alpha=schedule.alpha)
     except ValueError as exc:
         errors["alpha"] = [form_wording(str(exc))]
+    # deferred: app loading imports this module (the admin's form), and no provider module
+    from agentlab.agent.providers.local import LocalModelUnavailable
+
     request = None
     try:
         request = schedule_request(schedule)

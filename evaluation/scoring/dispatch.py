@@ -21,6 +21,7 @@ from typing import Any
 from evaluation.scoring.base import Score, ScorerFn
 from evaluation.scoring.choice import score_choice
 from evaluation.scoring.numeric import score_numeric
+from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
 from evaluation.scoring.sql_result import score_sql_result
 from evaluation.scoring.text import score_contains, score_exact, score_f1
 
@@ -33,6 +34,8 @@ SCORERS: dict[str, ScorerFn] = {
     "contains": score_contains,
     "sql_result": score_sql_result,
 }
+if set(SCORERS) != PURE_SCORER_NAMES:  # one list of names: a scorer added here is added there
+    raise ImportError(f"scorer_names lists {sorted(PURE_SCORER_NAMES)}, not {sorted(SCORERS)}")
 
 #: Scorer used when an example names none. ``sql`` uses ``sql_result`` (not
 #: ``exact``): Spider answers are result values and JSON lists, where numeric

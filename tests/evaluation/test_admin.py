@@ -35,7 +35,7 @@ DATASET_LIST = reverse("admin:evaluation_dataset_changelist")
 EXAMPLE_LIST = reverse("admin:evaluation_example_changelist")
 
 # Pinned query counts (session + user + the page's own); the same for 1 or many rows.
-RUN_LIST_QUERIES = 11  # one of them: the schedules the schedule filter offers
+RUN_LIST_QUERIES = 12  # two of them: the schedules and the experiments the filters offer
 PREDICTION_LIST_QUERIES = 12  # two of them: the review verdicts and the failed checks the filters offer
 
 TASK_TYPES = ("math", "fact", "unit")

@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from evaluation.experiments.spec import run_id_of, slug
+from evaluation.experiments.experiment_file import run_id_of, slug
 from evaluation.run.on_workers import FollowState, _rooms
 from evaluation.run.plan import PlannedExample
 from evaluation.run.sharing import FairShare

@@ -97,7 +97,7 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
     from kombu.exceptions import OperationalError as KombuOperationalError
 
     from evaluation.run import evaluate as run_eval
-    from evaluation.run import opening
+    from evaluation.run import on_workers
     from evaluation.run.worker import eval_example_run
 
     def send_fails(*args, **kwargs):
@@ -106,10 +106,10 @@ def test_a_broker_that_fails_mid_run_is_exit_75_and_the_run_stays_resumable(
     server = StubLLMServer(lambda body: final_answer_reply("1"))
     endpoint(server)
     settings.CELERY_BROKER_URL = BROKER_URL
-    monkeypatch.setattr(run_eval, "broker_check", lambda: None)  # it answered before the run
+    monkeypatch.setattr(on_workers, "broker_check", lambda: None)  # it answered before the run
     monkeypatch.setattr(eval_example_run, "apply_async", send_fails)
     monkeypatch.setattr(run_eval, "queue_readers", lambda queue: 0)  # no worker answers
-    monkeypatch.setattr(opening, "queue_readers", lambda queue: 0)
+    monkeypatch.setattr(on_workers, "queue_readers", lambda queue: 0)
     try:
         with pytest.raises(SystemExit) as exited:
             call_command("run_eval", "demo", "--celery", "--run-id", "cut", "--no-review", "--limit", "2")

@@ -115,32 +115,21 @@ def event_append_claim(
         row = cursor.fetchone()
     if row is None:
         return None
-    (
-        question,
-        context,
-        turn_meta,
-        timings,
-        attempts,
-        max_steps,
-        token,
-        last_seq,
-        max_output,
-        options,
-        fresh,
-    ) = row
+    values = dict(zip((*_CLAIM_COLUMNS, "fresh"), row, strict=True))
+    max_output = values["max_output_tokens"]
     turn = ClaimedTurn(
         id=turn_id,
-        question=question,
-        context=_json_value(context),
-        meta=_json_value(turn_meta),
-        timings=_json_value(timings),
-        attempts=int(attempts),
-        max_steps=int(max_steps),
-        job_id=token,
-        last_seq=int(last_seq),
-        fresh=bool(fresh),
+        question=values["question"],
+        context=_json_value(values["context"]),
+        meta=_json_value(values["meta"]),
+        timings=_json_value(values["timings"]),
+        attempts=int(values["attempts"]),
+        max_steps=int(values["max_steps"]),
+        job_id=values["job_id"],
+        last_seq=int(values["last_seq"]),
+        fresh=bool(values["fresh"]),
         max_output_tokens=int(max_output) if max_output is not None else None,
-        agent_options=_json_value(options) or {},
+        agent_options=_json_value(values["agent_options"]),
     )
     new = list(events(turn))
     events_check(new)

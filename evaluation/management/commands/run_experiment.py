@@ -1,0 +1,130 @@
+"""``manage.py run_experiment FILE.toml`` — one dataset, many variants of the
+agent, each a run driven at once with ``run_eval``'s services; then the
+leaderboard (docs/evaluating.md#experiments).
+
+Exit codes are ``run_eval``'s (docs/exit-codes): 0 done, 1 a gate failed (a
+variant below ``fail_under``, or with ``--fail-on-regression`` a significant
+regression against the file's ``baseline`` variant), 2 bad input (the file,
+a key, the dataset, a changed variant — nothing is written then), 75 the
+database or broker failed mid-run, 130 Ctrl-C; the last two print the
+command that resumes every unfinished variant.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from agentlab.agent.providers.local import LocalModelUnavailable
+from common.commands import database_check, database_errors, json_target_check
+from common.errors import AgentLabError
+from evaluation.datasets.jsonl import DatasetFormatError
+from evaluation.experiments.experiment_file import experiment_spec
+from evaluation.experiments.ranking import leaderboard, leaderboard_json, leaderboard_text
+from evaluation.experiments.runner import ExperimentResult, run_experiment
+from evaluation.run.evaluate import RunInterrupted, drive_and_finish
+from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage
+from evaluation.run.progress import progress_for
+
+
+class Command(BaseCommand):
+    help = "Run every variant of an experiment file (TOML) over its dataset, then print the leaderboard."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "file", help="the experiment file (TOML; its keys: docs/evaluating.md#experiments)"
+        )
+        parser.add_argument(
+            "--fail-on-regression",
+            action="store_true",
+            help="exit 1 when a variant is worse than the file's baseline variant with exact McNemar "
+            "p < alpha overall, or a Holm-adjusted p < alpha in a task type",
+        )
+        parser.add_argument(
+            "--json",
+            dest="json_path",
+            default=None,
+            help="also write the experiment's leaderboard (as manage.py leaderboard --json) to FILE",
+        )
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        path: str = opts["file"]
+        json_path: str | None = opts["json_path"]
+        try:
+            with database_errors():
+                spec = experiment_spec(path)
+                if json_path:
+                    json_target_check(json_path)
+                database_check()
+                progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
+                result = run_experiment(
+                    spec,
+                    note=self.stderr.write,
+                    progress=progress,
+                    drive=drive_and_finish,
+                    fail_on_regression=opts["fail_on_regression"],
+                )
+        except RunInterrupted as exc:
+            self._resume_hint(path, opts, "\n" + _interrupted_words(exc))
+            raise SystemExit(130) from None
+        except RunOutage as exc:
+            self._resume_hint(
+                path, opts, f"\n{exc}\nonce the {exc.what} is back, resume the experiment with:"
+            )
+            raise SystemExit(EXIT_TEMPFAIL) from None
+        except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        self._report(result, json_path)
+
+    def _report(self, result: ExperimentResult, json_path: str | None) -> None:
+        """The leaderboard, the JSON file; exit 1 on a failed gate."""
+        board = leaderboard(result.experiment)
+        self.stdout.write(leaderboard_text(board))
+        for outcome in result.variants:
+            if outcome.baseline is not None and outcome.baseline.regressions:
+                self.stderr.write(
+                    f"variant {outcome.variant.name}: regression against the baseline: "
+                    + "; ".join(outcome.baseline.regressions)
+                )
+        self.stdout.write(
+            f"experiment {result.experiment.name!r}: manage.py leaderboard "
+            f"{shlex.quote(result.experiment.name)} shows it again"
+        )
+        if json_path:
+            document = leaderboard_json(board)
+            try:
+                Path(json_path).write_text(
+                    json.dumps(document, indent=2, ensure_ascii=False), encoding="utf-8"
+                )
+            except OSError as exc:
+                raise CommandError(
+                    f"could not write --json {json_path}: {exc}; the runs are stored "
+                    f"(manage.py leaderboard {shlex.quote(result.experiment.name)} --json FILE writes it)",
+                    returncode=2,
+                ) from exc
+        if result.failures:
+            raise CommandError("; ".join(result.failures), returncode=1)
+
+    def _resume_hint(self, path: str, opts: dict[str, Any], first: str) -> None:
+        """Say how to resume: the same command, which resumes every unfinished variant."""
+        self.stderr.write(first)
+        words = [sys.executable, "manage.py", "run_experiment", path]
+        if opts["fail_on_regression"]:
+            words.append("--fail-on-regression")
+        if opts["json_path"]:
+            words += ["--json", opts["json_path"]]
+        self.stderr.write("  " + " ".join(shlex.quote(word) for word in words))
+        return None
+
+
+def _interrupted_words(exc: RunInterrupted) -> str:
+    """What Ctrl-C left behind, in words."""
+    if exc.turns_keep_running:
+        return f"stopped following the experiment: {exc.left}. To follow it again:"
+    return "interrupted; the same command resumes every unfinished variant:"
