@@ -170,3 +170,22 @@ def test_a_method_a_route_does_not_take_is_405_in_the_api_s_shape(server: dict[s
             "details": None,
         }
         assert response.headers["allow"] == allowed
+
+
+def test_an_experiment_s_leaderboard_edges_answer_in_the_api_s_shape(server: dict[str, Any]) -> None:
+    client: httpx.Client = server["client"]
+    for path, status in (
+        ("/api/experiments/nope", 404),
+        ("/api/experiments/Models%20A/B", 404),  # a name may hold "/"
+        ("/api/experiments/" + "x" * 101, 422),
+        ("/api/experiments/nope?alpha=abc", 422),
+        ("/api/experiments/nope?alpha=2", 422),
+    ):
+        response = client.get(path)
+        assert response.status_code == status, (path, response.text)
+        assert _error(response)["message"], path
+    response = client.post("/api/experiments/nope", json={})
+    assert response.status_code == 405 and response.headers["allow"] == "GET"
+    response = client.post("/api/experiments/nope", data={"a": "b"})  # a form: refused before the route
+    assert response.status_code == 415 and _error(response)["code"] == "unsupported_media_type"
+    assert "Traceback" not in server["log"].read_text()

@@ -172,8 +172,19 @@ def test_the_baseline_gates_every_other_variant(endpoint, gsm40, tmp_path):
         endpoint(server)
         path = experiment_file(tmp_path, THREE, head='baseline = "good"')
         with pytest.raises(CommandError) as excinfo:
-            call_command("run_experiment", str(path), "--fail-on-regression")
+            call_command(
+                "run_experiment", str(path), "--fail-on-regression", "--json", str(tmp_path / "b.json")
+            )
     assert excinfo.value.returncode == 1
+    # the leaderboard is written before the gate's exit
+    board = json.loads((tmp_path / "b.json").read_text(encoding="utf-8"))
+    assert [v["name"] for v in board["variants"]] == ["Strong", "good", "weak"]
+    assert board["top_group"] == ["Strong", "good"]
+    assert {(p["a"], p["b"]) for p in board["pairs"]} == {
+        ("Strong", "good"),
+        ("Strong", "weak"),
+        ("good", "weak"),
+    }
     assert "variant 'weak': significant regression against baseline models-a-b.good" in str(excinfo.value)
     weak, strong = Run.objects.get(run_id="models-a-b.weak"), Run.objects.get(run_id="models-a-b.strong")
     assert (weak.regression, weak.baseline.run_id) == (True, "models-a-b.good")
