@@ -26,9 +26,11 @@ base wrong        ``fixed``           ``both_wrong``
 - :func:`holm_adjust` — Holm's (1979) step-down adjustment of several
   p-values (the per-task-type tests of one comparison).
 
-scipy is imported when a statistic is first computed, not with the module:
-``scipy.stats`` costs about a second of start-up, and every ``manage.py``
-command imports this module through the metrics.
+None of these imports scipy (``scipy.stats`` costs about a second of CPU, and
+every comparison and leaderboard computes them): the binomial tail is summed
+exactly in integers and the normal quantile is the standard library's
+``statistics.NormalDist``; ``tests/evaluation/conformance`` checks both against
+scipy and statsmodels.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from evaluation.metrics.intervals import wilson_interval
 
@@ -82,8 +85,8 @@ def mcnemar_exact_p(*, fixed: int, broken: int) -> float:
     """The two-sided exact McNemar p-value on the discordant pairs: under the
     null hypothesis (both runs equally accurate) each discordant pair is
     ``fixed`` or ``broken`` with probability 1/2, so ``fixed`` is
-    Binomial(``fixed + broken``, 1/2) — ``scipy.stats.binomtest(fixed,
-    fixed + broken, 0.5)`` (McNemar, Q. (1947), Psychometrika 12:153–157;
+    Binomial(``fixed + broken``, 1/2) — the p-value of ``scipy.stats.binomtest(fixed,
+    fixed + broken, 0.5)``, computed exactly in integers (McNemar, Q. (1947), Psychometrika 12:153–157;
     the exact conditional form, Fagerland, Lydersen & Laake (2013), BMC Med.
     Res. Methodol. 13:91). ``1.0`` when there is no discordant pair.
     """
@@ -92,9 +95,11 @@ def mcnemar_exact_p(*, fixed: int, broken: int) -> float:
     discordant = fixed + broken
     if discordant == 0:
         return 1.0
-    from scipy.stats import binomtest  # lazy: see the module docstring
-
-    return float(binomtest(fixed, discordant, 0.5, alternative="two-sided").pvalue)
+    # Binomial(n, 1/2) is symmetric, so the two-sided p (scipy's "probabilities
+    # no larger than the observed's") is twice the smaller tail, at most 1;
+    # summed in integers, so exact for any n
+    tail = sum(math.comb(discordant, i) for i in range(min(fixed, broken) + 1))
+    return min(1.0, 2 * tail / 2**discordant)
 
 
 def _phi(table: PairedTable) -> float:
@@ -190,9 +195,7 @@ def adjusted_difference_interval(
     total = len(differences) + 2
     mean = math.fsum(d * w for d, w in weighted) / total
     variance = math.fsum(w * (d - mean) ** 2 for d, w in weighted) / total
-    from scipy.stats import norm  # lazy: see the module docstring
-
-    half = float(norm.ppf(0.5 + confidence / 2)) * math.sqrt(variance / total)
+    half = NormalDist().inv_cdf(0.5 + confidence / 2) * math.sqrt(variance / total)
     return max(-1.0, mean - half), min(1.0, mean + half)
 
 
