@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
-from django.db import connection
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.models import Experiment, Prediction, Run
 from tests.api_support import ApiClient
+from tests.evaluation.process_support import subprocess_env
 from tests.shared_data import dataset_path
 from turns.models import Turn, TurnEvent
 
@@ -257,26 +257,13 @@ def test_a_missing_file_is_exit_2(tmp_path):
     assert "none.toml: cannot read the experiment file" in str(excinfo.value)
 
 
-def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")}
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        env["AGENTLAB_SQLITE_PATH"] = str(s["NAME"])
-    else:
-        env["DATABASE_URL"] = (
-            f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-        )
-    env.update(AGENTLAB_LLM_BASE_URL=server.base_url, AGENTLAB_LLM_API_KEY="k", AGENTLAB_MODEL="stub-model")
-    return env
-
-
 def test_resume_after_a_kill_mid_experiment_is_exact(gsm40, tmp_path):
     path = experiment_file(tmp_path, THREE)
     done = Prediction.objects.filter(run__experiment__name="Models A/B", completed_at__isnull=False)
     with StubLLMServer(ModelOracle(latency=0.1)) as server:
         cmd = [sys.executable, "manage.py", "run_experiment", str(path)]
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            cmd, cwd=ROOT, env=subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
             deadline = time.monotonic() + 60
@@ -292,7 +279,7 @@ def test_resume_after_a_kill_mid_experiment_is_exact(gsm40, tmp_path):
         # all three variants were under way at once (one budget, shared)
         assert set(done.values_list("run__variant", flat=True)) == {"Strong", "good", "weak"}
         resumed = subprocess.run(
-            cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True, timeout=120
+            cmd, cwd=ROOT, env=subprocess_env(server), capture_output=True, text=True, timeout=120
         )
         assert resumed.returncode == 0, resumed.stderr
         # a request in flight at the kill is asked again; nothing else is

@@ -4,7 +4,6 @@ shared driver, the event log and predictions in the real database."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -23,6 +22,7 @@ from agentlab.testing.stub_llm import (
     text_reply,
 )
 from evaluation.models import Dataset, Example, Prediction, Run
+from tests.evaluation.process_support import subprocess_env
 from tests.shared_data import dataset_path
 from turns.models import RESUMABLE_STATUSES, Turn, TurnEvent, TurnStatus
 
@@ -254,19 +254,6 @@ def test_same_run_id_again_skips_finished_examples(endpoint):
     assert len(run.config["resumes"]) == 2
 
 
-def _subprocess_env(server: StubLLMServer) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "AGENTLAB_SQLITE_PATH")}
-    s = connection.settings_dict
-    if connection.vendor == "sqlite":
-        env["AGENTLAB_SQLITE_PATH"] = str(s["NAME"])
-    else:
-        env["DATABASE_URL"] = (
-            f"postgres://{s['USER']}@{s['HOST'] or '127.0.0.1'}:{s['PORT'] or 5432}/{s['NAME']}"
-        )
-    env.update(AGENTLAB_LLM_BASE_URL=server.base_url, AGENTLAB_LLM_API_KEY="k", AGENTLAB_MODEL="stub-model")
-    return env
-
-
 def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
     gsm = rows(GSM8K, 20)
     with StubLLMServer(oracle(gsm, right=set(range(0, 20, 2)), latency=0.15)) as server:
@@ -284,7 +271,7 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
             "3",
         ]
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            cmd, cwd=ROOT, env=subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
             deadline = time.monotonic() + 60
@@ -309,7 +296,7 @@ def test_resume_after_a_kill_part_way_never_doubles_rows_or_tokens():
         )
 
         resumed = subprocess.run(
-            cmd, cwd=ROOT, env=_subprocess_env(server), capture_output=True, text=True, timeout=120
+            cmd, cwd=ROOT, env=subprocess_env(server), capture_output=True, text=True, timeout=120
         )
         assert resumed.returncode == 0, resumed.stderr
         assert f"{20 - done_before} to do, {done_before} already done (resumed)" in resumed.stderr

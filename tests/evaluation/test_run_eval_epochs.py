@@ -17,7 +17,8 @@ from django.core.management import CommandError, call_command
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.models import Prediction, Run
-from tests.evaluation.test_run_eval import GSM8K, ROOT, _subprocess_env, oracle, rows
+from tests.evaluation.process_support import subprocess_env
+from tests.evaluation.test_run_eval import GSM8K, ROOT, oracle, rows
 from turns.models import Turn
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -147,7 +148,7 @@ def test_resume_mid_epoch_after_a_kill_drives_each_example_epoch_exactly_once():
             "3",
         ]
         proc = subprocess.Popen(
-            cmd, cwd=ROOT, env=_subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            cmd, cwd=ROOT, env=subprocess_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
         )
         try:
             deadline = time.monotonic() + 60
@@ -163,7 +164,7 @@ def test_resume_mid_epoch_after_a_kill_drives_each_example_epoch_exactly_once():
         resumed = subprocess.run(
             [*cmd[:-4], "--concurrency", "3"],  # no --epochs: the run's 3 are kept
             cwd=ROOT,
-            env=_subprocess_env(server),
+            env=subprocess_env(server),
             capture_output=True,
             text=True,
             timeout=120,
