@@ -27,7 +27,7 @@ from common.admin import DASH, StaffReadOnlyAdmin, fmt_cost, fmt_pct, subquery_c
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.admin.report import CHARTJS_VERSION, report_url
-from evaluation.experiments.leaderboard_table import FRONTIER_MARK, TOP_MARK, legend
+from evaluation.experiments.leaderboard_table import FRONTIER_MARK, TOP_MARK, legend, pp_text
 from evaluation.experiments.ranking import (
     Leaderboard,
     PairRow,
@@ -86,7 +86,7 @@ def _cell(pair: PairRow, *, flipped: bool, alpha: float) -> dict[str, Any]:
     as the base (so the comparison's difference is the cell's)."""
     difference = None if pair.difference is None else (-pair.difference if flipped else pair.difference)
     return {
-        "difference": DASH if difference is None else f"{difference * 100:+.1f} pp",
+        "difference": pp_text(difference),
         "sign": 0 if not difference else (1 if difference > 0 else -1),
         "p_holm": DASH if pair.p_holm is None else p_text(pair.p_holm),
         "significant": pair.p_holm is not None and pair.p_holm < alpha,
@@ -147,6 +147,11 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
     list_display = ("name", "dataset_at_version", "variant_count", "best", "updated_at")
     search_fields = ("name",)
     list_per_page = 50
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        """A superuser may delete an experiment (a mistaken or abandoned
+        one); its runs are kept, as plain runs of their dataset."""
+        return bool(request.user.is_active and request.user.is_superuser)
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Experiment]:
         runs = Run.objects.only("pk", "experiment_id", "run_id", "variant", "status", "metrics")

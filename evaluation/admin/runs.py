@@ -88,6 +88,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "rescored_from",
         "schedule",
         "regression_summary",
+        "experiment_variant",
     )
     fieldsets = (
         (
@@ -98,7 +99,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
                     ("dataset", "dataset_version", "model_name"),
                     ("started_by", "system_user"),
                     ("created_at", "finished_at", "duration"),
-                    "rescored_from",
+                    ("rescored_from", "experiment_variant"),
                     ("schedule", "regression_summary"),
                     "browse",
                     "report_links",

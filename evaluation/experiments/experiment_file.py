@@ -143,17 +143,18 @@ class ExperimentSpec:
 
 def experiment_spec(path: str | Path, *, environ: Mapping[str, str] | None = None) -> ExperimentSpec:
     """Read and check the experiment file at ``path``. ``environ``: where
-    ``api_key_env`` is looked up (default ``os.environ``).
+        ``api_key_env`` is looked up (default ``os.environ``).
 
-    Raises ``BadInput`` naming the file and the key: the file missing or not
-    TOML, an unknown key (with the closest known one), a value of the wrong
-    type, no ``name``/``dataset``/variant, a name without an ASCII letter or
-    digit or longer than ``MAX_NAME``, two variants with one name (or one
-    slug), a variant with no override, ``system_prompt`` with
-    ``system_prompt_file`` or a prompt file that cannot be read,
-    ``api_key_env`` without ``base_url`` or naming a variable that is not set,
-    ``baseline`` naming no variant, ``alpha`` outside (0, 1). The values of
-    ``run_eval``'s own options are checked by ``eval_request`` after this.
+        Raises ``BadInput`` naming the file and the key: the file missing or not
+        TOML, an unknown key (with the closest known one), a value of the wrong
+        type, no ``name``/``dataset``/variant, a name without an ASCII letter or
+        digit or longer than ``MAX_NAME``, two variants with one name (or one
+        slug), a variant with no override, ``system_prompt`` with
+        ``system_prompt_file`` or a prompt file that cannot be read,
+        ``api_key_env`` without ``base_url`` or naming a variable that is not set,
+        ``baseline`` naming no variant, ``alpha`` outside (0, 1), an empty string
+    value, a name with a control character. The values of
+        ``run_eval``'s own options are checked by ``eval_request`` after this.
     """
     where = str(path)
     try:
@@ -204,6 +205,8 @@ def _keys_check(table: Mapping[str, Any], known: Mapping[str, Any], *, where: st
                 )
             raise BadInput(f"{where}: {what}: unknown key {key!r}{hint}")
         _type_check(value, known[key], where=f"{where}: {what}: {key}")
+        if known[key] is str and key not in ("baseline", "name") and not value.strip():
+            raise BadInput(f"{where}: {what}: {key} is empty (leave the key out for the default)")
 
 
 def _type_check(value: Any, expected: type | tuple[type, ...], *, where: str) -> None:
@@ -237,6 +240,8 @@ def _name_check(value: Any, *, where: str) -> str:
         raise BadInput(f"{where}: a name is required")
     if len(name) > MAX_NAME:
         raise BadInput(f"{where}: {name[:20]!r}… has {len(name)} characters; at most {MAX_NAME}")
+    if re.search(r"[\x00-\x1f\x7f]", name):
+        raise BadInput(f"{where}: {name!r} holds a control character (a tab, a newline, …)")
     if not slug(name):
         raise BadInput(
             f"{where}: {name!r} needs at least one ASCII letter or digit (run ids are made from it)"

@@ -28,8 +28,13 @@ def _pct(value: float | None) -> str:
     return _DASH if value is None else f"{value * 100:.1f}%"
 
 
-def _pp(value: float | None) -> str:
-    return _DASH if value is None else f"{value * 100:+.1f} pp"
+def pp_text(value: float | None) -> str:
+    """A difference of accuracies in percentage points, ``+2.5 pp``; a tie
+    is ``+0.0 pp``, never ``-0.0 pp``."""
+    if value is None:
+        return _DASH
+    points = value * 100
+    return f"{0.0 if abs(points) < 0.05 else points:+.1f} pp"
 
 
 def _p(value: float | None) -> str:
@@ -39,7 +44,10 @@ def _p(value: float | None) -> str:
 
 
 def _usd(value: float | None) -> str:
-    return _DASH if value is None else f"${value:,.4f}"
+    if value is None:
+        return _DASH
+    # a cost per correct answer of $0.00004 is not "$0.0000"
+    return f"${value:,.4f}" if value >= 0.001 or value == 0 else f"${value:.2g}"
 
 
 def _seconds(value: float | None) -> str:
@@ -132,7 +140,7 @@ def _matrix(board: Mapping[str, Any]) -> Table | None:
                 cells.append("")
                 continue
             star = " *" if pair["p_holm"] is not None and pair["p_holm"] < board["alpha"] else ""
-            cells.append(f"{_pp(pair['difference'])}\np={_p(pair['p_holm'])}{star} n={pair['n']}")
+            cells.append(f"{pp_text(pair['difference'])}\np={_p(pair['p_holm'])}{star} n={pair['n']}")
         table.add_row(a, *cells)
     return table
 

@@ -222,6 +222,10 @@ def _variant_row(run: Run) -> VariantRow:
         accuracy, n = metrics.get("accuracy"), int(metrics.get("scored") or 0)
         (ci_low, ci_high), interval = metrics.get("accuracy_ci") or (None, None), "wilson"
     tokens, latency = metrics.get("tokens") or {}, metrics.get("latency_ms") or {}
+    if run.status != RunStatus.SUCCESS:
+        # an interrupted run's examples not yet driven are stored as errors
+        # until they run: no accuracy is shown for it, only what it used
+        accuracy, ci_low, ci_high = None, None, None
     return VariantRow(
         name=run.variant or run.run_id,
         run_id=run.run_id,

@@ -21,13 +21,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from common.errors import BadInput, StateConflict
 from evaluation.compare.gate import BaselineOutcome, baseline_compare
 from evaluation.experiments.experiment_file import ExperimentSpec, VariantSpec
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.run.exits import outage_as_run_outage, run_failure
+from evaluation.run.extensions import mcp_preflight
 from evaluation.run.lifecycle import run_regression_record
 from evaluation.run.on_workers import broker_precheck, queue_warning
 from evaluation.run.opening import CheckedEval, OpenRun, eval_check, run_open
@@ -100,12 +101,15 @@ class ExperimentResult:
         return found
 
 
-def variant_request(spec: ExperimentSpec, variant: VariantSpec, *, dataset: str) -> EvalRequest:
+def variant_request(
+    spec: ExperimentSpec, variant: VariantSpec, *, dataset: str, retry_errors: bool = False
+) -> EvalRequest:
     """``variant``'s checked ``EvalRequest``: the shared options, the
     variant's over them (plugins: the shared ones, then the variant's), its
     run id, on ``dataset``. Raises ``BadInput`` naming the file and variant."""
     shared, options = spec.shared, variant.options
-    values: dict[str, Any] = {key: shared[key] for key in _SHARED_AS_IS if key in shared}
+    # review None: the provider's default (off for the embedded model), as run_eval without the flag
+    values: dict[str, Any] = {"review": None} | {key: shared[key] for key in _SHARED_AS_IS if key in shared}
     values |= {key: options[key] for key in _VARIANT_AS_IS if key in options}
     plugins = [*shared.get("plugins", []), *options.get("plugins", [])]
     endpoint = None
@@ -117,6 +121,7 @@ def variant_request(spec: ExperimentSpec, variant: VariantSpec, *, dataset: str)
         return eval_request(
             dataset=dataset,
             run_id=spec.run_id(variant),
+            retry_errors=retry_errors,
             plugins=plugins,
             mcp=options.get("mcp", []),
             endpoint=endpoint,
@@ -152,6 +157,8 @@ def experiment_check(spec: ExperimentSpec) -> Experiment | None:
             f"{spec.path}: name: experiment {clash.name!r} already makes run ids starting {spec.slug!r}; "
             "give this one another name"
         )
+    if experiment is not None:
+        _shared_check(spec, experiment)
     stored = {} if experiment is None else {v["name"]: v for v in experiment.spec.get("variants", [])}
     for variant in spec.variants:
         run = Run.objects.filter(run_id=spec.run_id(variant)).first()
@@ -168,6 +175,26 @@ def experiment_check(spec: ExperimentSpec) -> Experiment | None:
                 f"{spec.path}: variant {variant.name!r}: {_changed(before or {}, variant.options)}"
             )
     return experiment
+
+
+#: Shared keys that may change between invocations: how the variants are run
+#: and gated, not what is measured (``limit`` drives more examples, as a
+#: ``run_eval`` resume with a larger ``--limit`` does).
+FREE_SHARED_KEYS = frozenset({"limit", "concurrency", "celery", "queue", "max_in_flight", "fail_under"})
+
+
+def _shared_check(spec: ExperimentSpec, experiment: Experiment) -> None:
+    """Refuse a shared option that changed since the experiment's last run
+    and changes what is measured (``FREE_SHARED_KEYS`` aside)."""
+    before = dict((experiment.spec or {}).get("shared") or {})
+    after = spec.shared
+    keys = sorted(k for k in {*before, *after} if k not in FREE_SHARED_KEYS and before.get(k) != after.get(k))
+    if keys:
+        changes = "; ".join(f"{k} {before.get(k, '(unset)')!r} → {after.get(k, '(unset)')!r}" for k in keys)
+        raise StateConflict(
+            f"{spec.path}: {keys[0]}: the shared options changed since the experiment's runs ({changes}); "
+            "its variants measured the old ones: give the changed experiment a new name"
+        )
 
 
 def _changed(before: dict[str, Any], after: dict[str, Any]) -> str:
@@ -189,6 +216,8 @@ def _dataset_for(spec: ExperimentSpec, experiment: Experiment | None) -> str:
     if experiment is None:
         return spec.dataset
     pinned = f"{experiment.dataset.name}@{experiment.dataset_version}"
+    if spec.dataset == (experiment.spec or {}).get("dataset"):
+        return pinned  # as the file said it before (a .jsonl path too): the experiment's version
     name, _, version = spec.dataset.partition("@")
     if spec.dataset not in (experiment.dataset.name, pinned) and name != experiment.dataset.name:
         raise StateConflict(
@@ -212,20 +241,25 @@ class ExperimentPlan:
     checks: list[tuple[VariantSpec, CheckedEval | None]]
 
 
-def experiment_plan(spec: ExperimentSpec) -> ExperimentPlan:
+def experiment_plan(spec: ExperimentSpec, *, retry_errors: bool = False) -> ExperimentPlan:
     """Every check of the module docstring, nothing written; raises
     ``BadInput`` / ``StateConflict`` / ``DatasetFormatError`` /
     ``LocalModelUnavailable`` naming the file and the variant."""
     experiment = experiment_check(spec)
     dataset = _dataset_for(spec, experiment)
-    requests = [(v, variant_request(spec, v, dataset=dataset)) for v in spec.variants]
+    requests = [
+        (v, variant_request(spec, v, dataset=dataset, retry_errors=retry_errors)) for v in spec.variants
+    ]
     checks: list[tuple[VariantSpec, CheckedEval | None]] = []
     for variant, request in requests:
         if _finished(request):
             checks.append((variant, None))
             continue
         try:
-            checks.append((variant, eval_check(request)))
+            checked = eval_check(request)
+            if not request.celery:  # an MCP server that does not start is bad input, before any write
+                mcp_preflight(request.mcp_servers)
+            checks.append((variant, checked))
         except (BadInput, ValueError) as exc:
             where = "dataset" if "dataset" in str(exc) else f"variant {variant.name!r}"
             raise BadInput(f"{spec.path}: {where}: {exc}") from None
@@ -238,6 +272,10 @@ def _finished(request: EvalRequest) -> bool:
     run = Run.objects.filter(run_id=request.run_id, status=RunStatus.SUCCESS).first()
     if run is None:
         return False
+    if request.retry_errors and (
+        run.predictions.exclude(error="").exists() or run.predictions.filter(stop_reason="cancelled").exists()
+    ):
+        return False  # --retry-errors: its errored examples run again
     config = run.config or {}
     return config.get("limit") == request.limit and (request.epochs or 1) == int(config.get("epochs") or 1)
 
@@ -245,6 +283,19 @@ def _finished(request: EvalRequest) -> bool:
 def _experiment_save(spec: ExperimentSpec, plan: ExperimentPlan) -> Experiment:
     """Create or update the ``Experiment`` row from the file."""
     first = next((check for _, check in plan.checks if check is not None), None)
+    try:
+        return _experiment_write(spec, plan, first)
+    except IntegrityError:
+        if plan.experiment is not None:
+            raise
+        raise StateConflict(
+            f"{spec.path}: experiment {spec.name!r} was just created by another process; "
+            "wait for it to finish, then run the file again to resume"
+        ) from None
+
+
+def _experiment_write(spec: ExperimentSpec, plan: ExperimentPlan, first: CheckedEval | None) -> Experiment:
+    """``_experiment_save``'s write, in one transaction."""
     with transaction.atomic():
         experiment = plan.experiment
         if experiment is None:
@@ -275,13 +326,16 @@ def run_experiment(
     progress: ProgressFactory,
     drive: DriveRuns,
     fail_on_regression: bool = False,
+    retry_errors: bool = False,
 ) -> ExperimentResult:
     """Run every unfinished variant of ``spec`` (see the module docstring)
     and return the outcome per variant. A variant already finished is not
     driven again. With ``spec.baseline``, each other finished variant is
     compared with it (exact McNemar, Holm across task types, as
     ``run_eval --baseline``) and the regression flag stored on its run;
-    ``fail_on_regression`` makes a significant regression a gate failure.
+    ``fail_on_regression`` makes a significant regression a gate failure;
+    ``retry_errors`` runs the errored examples of every variant again
+    (``run_eval --retry-errors``), a finished variant's included.
 
     ``drive``: how the open runs are driven and finished —
     ``evaluation.run.evaluate.drive_and_finish``, given by the caller (a
@@ -295,7 +349,7 @@ def run_experiment(
     """
     if fail_on_regression and not spec.baseline:
         raise BadInput(f'{spec.path}: --fail-on-regression needs baseline = "<variant>" in the file')
-    plan = experiment_plan(spec)
+    plan = experiment_plan(spec, retry_errors=retry_errors)
     todo = [(variant, check) for variant, check in plan.checks if check is not None]
     if todo and todo[0][1] is not None and todo[0][1].request.celery:
         broker_precheck(spec.name)

@@ -3,8 +3,9 @@
 
 ``FairShare(capacity)`` hands out ``capacity`` slots to *lanes* (one per
 run). When a slot frees and several lanes wait, it goes to the waiting lane
-with the fewest slots held — the lane's earliest waiter first, ties to the
-lane that waited longest. So with every lane busy each holds about
+with the fewest slots held — the lane's earliest waiter first; among lanes
+holding as many, the one served longest ago (round robin), so with fewer
+slots than lanes every lane takes its turn. So with every lane busy each holds about
 ``capacity / lanes`` slots; a lane whose calls are slow (a slow endpoint)
 keeps its share but cannot take the others' — their examples keep flowing at
 their own pace — and a lane with nothing left to do leaves its share to the
@@ -63,9 +64,11 @@ class FairShare:
             waiting = [lane for lane in self._lanes if lane._live_waiter()]
             if not waiting:
                 return
-            lane = min(waiting, key=lambda candidate: (candidate.held, candidate._waiters[0][0]))
+            # fewest held first; among equals, the lane served longest ago (round robin)
+            lane = min(waiting, key=lambda candidate: (candidate.held, candidate.served))
             _, future = lane._waiters.popleft()
             lane.held += 1
+            lane.served = next(self._tick)
             self.free -= 1
             future.set_result(None)
 
@@ -82,6 +85,8 @@ class Lane:
     def __init__(self, share: FairShare) -> None:
         self.share = share
         self.held = 0
+        #: when the lane was last given a slot (the share's tick; -1: never)
+        self.served = -1
         self._waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
 
     def _live_waiter(self) -> bool:

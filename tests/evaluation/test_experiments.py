@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from django.core.management import CommandError, call_command
 
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
+from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text
 from evaluation.models import Experiment, Prediction, Run
 from tests.api_support import ApiClient
 from tests.evaluation.process_support import subprocess_env
@@ -229,6 +229,20 @@ BAD = [
     ('name = "x"\ndataset = "gsm40"\nconcurrency = 0\n[[variant]]\nname = "a"\nmodel = "m"\n', "concurrency"),
     ('dataset = "gsm40"\n[[variant]]\nname = "a"\nmodel = "m"\n', "name: a name is required"),
     ('name = "x"\ndataset = "gsm40"\nbaseline = "z"\n[[variant]]\nname = "a"\nmodel = "m"\n', "baseline 'z'"),
+    (
+        'name = "x"\ndataset = "gsm40"\n[[variant]]\nname = "a"\nmax_steps = 99999999999\n',
+        "variant 'a': max_steps must be between 1 and 1000, got 99999999999",
+    ),
+    (
+        'name = "x"\ndataset = "gsm40"\nlimit = 99999999999\n[[variant]]\nname = "a"\nmodel = "m"\n',
+        "limit must be",
+    ),
+    ('name = "x"\ndataset = "gsm40"\n[[variant]]\nname = "a"\nmodel = ""\n', "model is empty"),
+    ('name = "x\\ty"\ndataset = "gsm40"\n[[variant]]\nname = "a"\nmodel = "m"\n', "control character"),
+    (
+        'name = "x"\ndataset = "gsm40"\n[[variant]]\nname = "a"\nmcp = ["calc=/nonexistent/binary"]\n',
+        "variant 'a': MCP server 'calc'",
+    ),
 ]
 
 
@@ -292,3 +306,70 @@ def test_resume_after_a_kill_mid_experiment_is_exact(gsm40, tmp_path):
         for turn in Turn.objects.filter(predictions__run=run):
             seqs = list(TurnEvent.objects.filter(turn=turn).values_list("seq", flat=True))
             assert seqs == list(range(1, len(seqs) + 1))
+
+
+def test_a_changed_shared_option_is_refused_and_a_free_one_is_not(endpoint, gsm40, tmp_path):
+    two = THREE.split('[[variant]]\nname = "weak"')[0]
+    with StubLLMServer(ModelOracle()) as server:
+        endpoint(server)
+        call_command("run_experiment", str(experiment_file(tmp_path, two, head="limit = 10")))
+        with pytest.raises(CommandError) as excinfo:
+            call_command(
+                "run_experiment", str(experiment_file(tmp_path, two, head="limit = 10\nmax_steps = 4"))
+            )
+        assert excinfo.value.returncode == 2
+        assert "experiment.toml: max_steps: the shared options changed since the experiment's runs" in str(
+            excinfo.value
+        )
+        assert server.request_count == 20
+        # more examples change how much is run, not what is measured
+        call_command("run_experiment", str(experiment_file(tmp_path, two, head="limit = 12")))
+        assert server.request_count == 24
+    assert {r.config["max_steps"] for r in Run.objects.all()} == {6}
+
+
+def test_a_jsonl_dataset_resumes_and_review_follows_the_provider_default(endpoint, tmp_path, settings):
+    settings.AGENTLAB_REVIEW = False
+    lines = GSM8K.read_text(encoding="utf-8").splitlines(keepends=True)[:40]
+    (tmp_path / "sums.jsonl").write_text("".join(lines), encoding="utf-8")
+    path = tmp_path / "file.toml"
+    variant = '[[variant]]\nname = "a"\nmodel = "strong"\n'
+    path.write_text(
+        f'name = "File"\ndataset = "{tmp_path / "sums.jsonl"}"\nlimit = 3\n{variant}', encoding="utf-8"
+    )
+    with StubLLMServer(ModelOracle()) as server:
+        endpoint(server)
+        call_command("run_experiment", str(path))
+        call_command("run_experiment", str(path))  # the same path again: the same experiment, nothing to do
+        assert server.request_count == 3
+    run = Run.objects.get(run_id="file.a")
+    # no review key: AGENTLAB_REVIEW's (the file did not turn review on behind the user's back)
+    assert (run.dataset.name, run.config["review"]) == ("sums", False)
+
+
+def test_run_eval_refuses_a_variant_s_run_and_retry_errors_runs_its_errors_again(endpoint, gsm40, tmp_path):
+    oracle = ModelOracle()
+    broken = {"on": True}
+
+    def flaky(body: dict[str, Any]) -> Any:
+        if broken["on"] and last_user_text(body).startswith(oracle_questions()[0]):
+            return error_reply(400, "broken for now", type="invalid_request_error")
+        return oracle(body)
+
+    def oracle_questions() -> list[str]:
+        return [q for q, (i, _) in oracle.by_question.items() if i == 0]
+
+    path = experiment_file(tmp_path, '[[variant]]\nname = "one"\nmodel = "strong"\n', head="limit = 4")
+    with StubLLMServer(flaky) as server:
+        endpoint(server)
+        call_command("run_experiment", str(path))
+        run = Run.objects.get(run_id="models-a-b.one")
+        assert (run.metrics["correct"], run.metrics["errors"]) == (3, 1)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", "gsm40", "--run-id", "models-a-b.one", "--no-review")
+        assert excinfo.value.returncode == 2
+        assert "is variant 'one' of experiment 'Models A/B'" in str(excinfo.value)
+        broken["on"] = False
+        call_command("run_experiment", str(path), "--retry-errors")
+    run.refresh_from_db()
+    assert (run.metrics["correct"], run.metrics["errors"], run.predictions.count()) == (4, 0, 4)

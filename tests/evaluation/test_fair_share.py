@@ -125,3 +125,13 @@ def test_slug_rule(name, expected):
 
 def test_run_id_is_the_two_slugs_joined_by_a_dot():
     assert run_id_of("Models A/B", "Review on") == "models-a-b.review-on"
+
+
+def test_with_fewer_slots_than_lanes_every_lane_takes_its_turn():
+    share = FairShare(3)
+    # five lanes of four jobs each, all started at once: before any lane has
+    # had its second job, every lane has had its first
+    seen, _ = asyncio.run(_run_lanes(share, {f"v{i}": (4, 0.01) for i in range(5)}))
+    first_five = [name for name, _ in seen[:5]]
+    assert sorted(first_five) == ["v0", "v1", "v2", "v3", "v4"]
+    assert share.free == 3

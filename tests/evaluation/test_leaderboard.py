@@ -292,7 +292,14 @@ def test_an_unfinished_variant_is_listed_after_the_ranked_ones_without_significa
     assert board.top_group == ["done", "also done"]  # 3 discordant examples: McNemar p = 0.25
     assert "broken" not in board.top_group and "going" not in board.frontier
     going = board.variants[3]
-    assert (going.accuracy, going.n, going.top_group, going.pareto) == (1.0, 4, False, False)
+    # an unfinished run shows no accuracy: its undriven examples are stored as errors until they run
+    assert (going.accuracy, going.ci_low, going.n, going.top_group, going.pareto) == (
+        None,
+        None,
+        4,
+        False,
+        False,
+    )
     assert "not ranked (not finished): broken (error), going (started)" in leaderboard_text(board)
 
 
@@ -460,7 +467,7 @@ def test_the_experiment_page_is_the_leaderboard(abc, admin_client):
     html = response.content.decode()
     rows = response.context["rows"]
     assert [r["v"].name for r in rows] == ["A", "B", "C", "D"]
-    assert [r["accuracy"] for r in rows] == ["75.0%", "72.5%", "12.5%", "100.0%"]
+    assert [r["accuracy"] for r in rows] == ["75.0%", "72.5%", "12.5%", "—"]  # D has not finished
     # each variant links to its run's report
     for name, run in runs.items():
         assert f'href="{report_url(run.pk)}" class="al-report-link">{name}</a>' in html

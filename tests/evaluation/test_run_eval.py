@@ -606,10 +606,10 @@ def test_max_steps_from_the_environment_is_named_as_such(settings):
     with pytest.raises(CommandError) as excinfo:
         call_command("run_eval", "--no-review", "demo")
     assert excinfo.value.returncode == 2
-    assert str(excinfo.value) == "AGENTLAB_MAX_STEPS must be at least 1, got 0"
+    assert str(excinfo.value) == "AGENTLAB_MAX_STEPS must be between 1 and 1000, got 0"
     with pytest.raises(CommandError) as excinfo:
         call_command("run_eval", "--no-review", "demo", "--max-steps", "0")
-    assert str(excinfo.value) == "--max-steps must be at least 1, got 0"
+    assert str(excinfo.value) == "--max-steps must be between 1 and 1000, got 0"
     assert Run.objects.count() == 0
 
 

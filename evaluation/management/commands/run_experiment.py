@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +48,12 @@ class Command(BaseCommand):
             "p < alpha overall, or a Holm-adjusted p < alpha in a task type",
         )
         parser.add_argument(
+            "--retry-errors",
+            action="store_true",
+            help="run again the examples whose turn ended in an error (a provider outage, say) or was "
+            "cancelled, in every variant, as new attempts",
+        )
+        parser.add_argument(
             "--json",
             dest="json_path",
             default=None,
@@ -65,10 +72,11 @@ class Command(BaseCommand):
                 progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
                 result = run_experiment(
                     spec,
-                    note=self.stderr.write,
+                    note=_once(self.stderr.write),
                     progress=progress,
                     drive=drive_and_finish,
                     fail_on_regression=opts["fail_on_regression"],
+                    retry_errors=opts["retry_errors"],
                 )
         except RunInterrupted as exc:
             self._resume_hint(path, opts, "\n" + _interrupted_words(exc))
@@ -115,12 +123,26 @@ class Command(BaseCommand):
         """Say how to resume: the same command, which resumes every unfinished variant."""
         self.stderr.write(first)
         words = [sys.executable, "manage.py", "run_experiment", path]
-        if opts["fail_on_regression"]:
-            words.append("--fail-on-regression")
+        for flag in ("fail_on_regression", "retry_errors"):
+            if opts[flag]:
+                words.append("--" + flag.replace("_", "-"))
         if opts["json_path"]:
             words += ["--json", opts["json_path"]]
         self.stderr.write("  " + " ".join(shlex.quote(word) for word in words))
         return None
+
+
+def _once(write: Callable[[str], Any]) -> Callable[[str], None]:
+    """``write``, skipping a line written before (a dataset's note is said
+    once, not once per variant)."""
+    seen: set[str] = set()
+
+    def note(line: str) -> None:
+        if line not in seen:
+            seen.add(line)
+            write(line)
+
+    return note
 
 
 def _interrupted_words(exc: RunInterrupted) -> str:
