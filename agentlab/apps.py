@@ -10,14 +10,58 @@ unconfigured default app. The worker (``celery -A agentlab``) imports it
 itself. Celery's own recipe does this in the project package's
 ``__init__.py``; here that package also holds the framework-free agent core
 (``agentlab.agent``), which must import neither Celery nor Django.
+
+``DaphneConfig`` installs daphne as ``daphne.apps`` would, without importing
+its server at app loading (see the class).
 """
 
 from __future__ import annotations
 
-from django.apps import AppConfig
+from typing import Any
+
+from django.apps import AppConfig, apps
+from django.core import checks
+
+
+class DaphneConfig(AppConfig):
+    """daphne as an app: its ``runserver`` command (found in
+    ``daphne/management/commands``) replaces Django's and staticfiles'.
+
+    daphne's own ``daphne.apps.DaphneConfig`` imports ``daphne.server`` —
+    Twisted, 0.15 s — to install Twisted's asyncio reactor before anything
+    imports another; every ``manage.py`` command paid for it (issue 32). The
+    server is imported where it serves: ``runserver`` imports it when the
+    command is loaded, the ``daphne`` program at its start, each before it
+    serves, and nothing else in AgentLab imports Twisted. ``ready`` registers
+    daphne's check that it comes before ``django.contrib.staticfiles``.
+    """
+
+    name = "daphne"
+    verbose_name = "Daphne"
+
+    def ready(self) -> None:
+        checks.register(daphne_check, checks.Tags.staticfiles)
+
+
+def daphne_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """daphne's ``daphne.E001`` (``daphne.checks``): its app must come before
+    ``django.contrib.staticfiles``, or staticfiles' ``runserver`` wins."""
+    for app in apps.get_app_configs():
+        if isinstance(app, DaphneConfig):
+            return []
+        if app.name == "django.contrib.staticfiles":
+            return [
+                checks.Error(
+                    "Daphne must be listed before django.contrib.staticfiles in INSTALLED_APPS.",
+                    id="daphne.E001",
+                )
+            ]
+    return []
 
 
 class AgentLabConfig(AppConfig):
+    """The project's own app: ``ready`` creates the Celery app (see the module docstring)."""
+
     name = "agentlab"
     verbose_name = "AgentLab"
 

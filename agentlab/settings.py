@@ -101,7 +101,8 @@ except ValueError as exc:
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=https_origins(ALLOWED_HOSTS))
 
 INSTALLED_APPS = [
-    "daphne",
+    # daphne's runserver, without importing its server at app loading (agentlab/apps.py)
+    "agentlab.apps.DaphneConfig",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",

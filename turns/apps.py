@@ -3,6 +3,15 @@ from __future__ import annotations
 from django.apps import AppConfig
 
 
+def turn_hand_over(turn_id: int) -> None:
+    """``turns.jobs.handover.turn_hand_over``, imported at the first hand-over:
+    the jobs import the driver, the agent loop and its tools, which app
+    loading — every ``manage.py`` command — must not pay for (issue 32)."""
+    from turns.jobs.handover import turn_hand_over as hand_over  # deferred: see the docstring
+
+    hand_over(turn_id)
+
+
 class TurnsConfig(AppConfig):
     name = "turns"
     default_auto_field = "django.db.models.BigAutoField"
@@ -14,8 +23,7 @@ class TurnsConfig(AppConfig):
         from django.core import checks
 
         from turns.extension_settings import extensions_check
-        from turns.jobs import handover
         from turns.services import enqueue
 
-        enqueue.hand_over_set(handover.turn_hand_over)
+        enqueue.hand_over_set(turn_hand_over)
         checks.register(extensions_check)

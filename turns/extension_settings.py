@@ -5,22 +5,28 @@ turns run with exactly these, evaluation turns with these and whatever their
 dataset and run switch on (``evaluation``). ``extensions_check`` is a Django
 system check: a plugin that cannot be loaded is reported by ``manage.py
 check``, ``runserver`` and ``migrate`` before any turn fails on it.
+
+App loading imports this module for the check, so the agent's extensions and
+plugins (the MCP hub, the tools) are imported by the functions that use them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core import checks
 
-from agentlab.agent.extensions import Extensions
-from agentlab.agent.plugins import PluginError, plugin_set
+if TYPE_CHECKING:
+    from agentlab.agent.extensions import Extensions
 
 
 def settings_extensions() -> Extensions:
     """``AGENTLAB_PLUGINS`` and ``AGENTLAB_MCP_SERVERS`` as ``Extensions``."""
+    # deferred: see the module docstring
+    from agentlab.agent.extensions import Extensions
+
     return Extensions(
         plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
     )
@@ -40,6 +46,8 @@ def extensions_check(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
     loaded or registered."""
     if not settings.AGENTLAB_PLUGINS:
         return []
+    from agentlab.agent.plugins import PluginError, plugin_set
+
     try:
         plugin_set(list(settings.AGENTLAB_PLUGINS))
     except PluginError as exc:

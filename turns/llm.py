@@ -9,7 +9,6 @@ import time
 from django.conf import settings
 
 from agentlab.agent.pricing import Price
-from agentlab.agent.providers import make_provider
 from agentlab.agent.types import LLMProvider
 
 logger = logging.getLogger(__name__)
@@ -37,6 +36,9 @@ def get_provider(
     client is bound to the loop it first ran on (the local model itself is
     loaded once per process).
     """
+    # deferred: the providers are the boundary a turn crosses, never app loading's
+    from agentlab.agent.providers import make_provider
+
     base_url = base_url or settings.AGENTLAB_LLM_BASE_URL
     if base_url:
         return make_provider(
