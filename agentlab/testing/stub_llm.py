@@ -1,8 +1,7 @@
 """A real OpenAI-compatible HTTP server on loopback, for tests and benchmarks.
 
 The LLM is the edge we fake (CONTRIBUTING.md#tests-that-assert), but through real HTTP so the
-official SDK, its error mapping and our retry policy are exercised as in
-production::
+official SDK, its error mapping and our retry policy are exercised as in production::
 
     with StubLLMServer(lambda body: text_reply("18")) as stub:
         provider = OpenAICompatibleProvider(base_url=stub.base_url, api_key="x", model="stub")
@@ -37,6 +36,7 @@ import argparse
 import itertools
 import json
 import re
+import resource
 import signal
 import sys
 import threading
@@ -213,9 +213,7 @@ def context_length_exceeded(max_tokens: int = 8192, requested: int = 9000) -> St
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
-    # 64+ clients connecting at once must not overflow the listen backlog
-    # (socketserver's default of 5 makes the kernel drop SYNs → 1 s stalls).
-    request_queue_size = 1024
+    request_queue_size = 4096  # 1,024 clients at once: socketserver's 5 drops SYNs (1 s stalls)
     allow_reuse_address = True
 
     stub: StubLLMServer
@@ -432,6 +430,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--port", type=int, default=8011)
     parser.add_argument("--latency-ms", type=float, default=50.0)
     args = parser.parse_args(argv)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)  # a socket per client: 1,024 at once
+    if resource.RLIM_INFINITY not in (soft, hard) and soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     server = StubLLMServer(final_answer_handler(args.latency_ms / 1000.0), port=args.port, record=False)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

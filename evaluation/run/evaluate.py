@@ -15,6 +15,8 @@ and ``progress`` (a bar per run, e.g. ``tqdm``).
 from __future__ import annotations
 
 import asyncio
+import logging
+import resource
 import secrets
 import shlex
 import time
@@ -28,6 +30,7 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
+from common.errors import BadInput
 from evaluation.judge.judge_pass import judge_pass
 from evaluation.models import Dataset, Prediction, Run, RunStatus
 from evaluation.run.exits import DatabaseOutage, RunOutage, outage_as_run_outage, run_failure
@@ -45,6 +48,13 @@ from evaluation.run.progress import Progress, ProgressFactory
 from evaluation.run.request import EvalRequest
 from evaluation.run.sharing import FairShare
 from turns.models import TurnStatus
+
+logger = logging.getLogger(__name__)
+
+#: Open files a drive needs besides one LLM connection per turn in flight and
+#: one database connection per pool thread: the process's own (its modules,
+#: its logs, the run's lease, MCP servers' pipes, the event loop's).
+OPEN_FILES_SPARE = 256
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,8 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     (``request.celery``), and finished with its metrics (``run_finish``) —
     on every path, errors included (status ``error``).
 
-    Raises ``RunInterrupted`` on Ctrl-C (the run is finished as
+    Raises ``BadInput`` for the run id of an experiment's variant (its file
+    resumes it); ``RunInterrupted`` on Ctrl-C (the run is finished as
     ``cancelled``; with ``celery`` the turns keep running and the run stays
     ``started``); ``RunOutage`` when the database fails mid-run, and with
     ``celery`` when the broker cannot be reached (checked before the run is
@@ -95,6 +106,13 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     run_id = request.run_id or (
         f"{checked.ref.dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     )
+    variant = Run.objects.filter(run_id=run_id).exclude(experiment=None)
+    for experiment, name in variant.values_list("experiment__name", "variant")[:1]:
+        # its options are the experiment file's: run_eval's could change what it measures
+        raise BadInput(
+            f"run {shlex.quote(run_id)} is variant {name!r} of experiment {experiment!r}: resume it by "
+            "running the experiment's file again (manage.py run_experiment FILE)"
+        )
     if request.celery:
         broker_precheck(run_id)
     with outage_as_run_outage(run_id):
@@ -125,9 +143,12 @@ class Tally:
         self.bar = bar
         self.driven = 0
         self.released = False
+        #: when its last example was done (``time.monotonic()``; ``None``: none yet)
+        self.last: float | None = None
 
     def done(self, *_: Any) -> None:
         self.driven += 1
+        self.last = time.monotonic()
         self.bar.update(1)
 
 
@@ -168,7 +189,9 @@ def drive_and_finish(
         for opened, tally, status in zip(opens, tallies, statuses, strict=True):
             run = opened.run
             if not tally.released:
-                run = _finish(run, status=status, driven=tally.driven, started=started, outage=outage)
+                # a run's own wall time: up to its last example, not the slowest run's
+                ended = tally.last if tally.last is not None else time.monotonic()
+                run = _finish(run, status=status, driven=tally.driven, wall_s=ended - started, outage=outage)
             finished.append(run)
     return finished
 
@@ -271,12 +294,13 @@ def _left_on_workers(run: Run, queue: str) -> str:
     return "; ".join(parts) or "no turn is left on the workers"
 
 
-def _finish(run: Run, *, status: RunStatus, driven: int, started: float, outage: bool) -> Run:
-    """``run_finish``; when the database is still down after an outage the
-    resume finishes the run instead (its metrics are recomputed from the
-    stored rows), so the outage is what is reported, not this."""
+def _finish(run: Run, *, status: RunStatus, driven: int, wall_s: float, outage: bool) -> Run:
+    """``run_finish`` with the run's driving time ``wall_s`` (seconds); when
+    the database is still down after an outage the resume finishes the run
+    instead (its metrics are recomputed from the stored rows), so the outage
+    is what is reported, not this."""
     try:
-        return run_finish(run=run, status=status, driven=driven, wall_s=time.monotonic() - started)
+        return run_finish(run=run, status=status, driven=driven, wall_s=wall_s)
     except DatabaseError as exc:
         if not (outage and is_connection_error(exc)):
             raise
@@ -289,6 +313,9 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
     one database pool; each run's provider is closed at the end."""
     share = FairShare(concurrency)
     threads = min(concurrency, int(settings.AGENTLAB_DB_THREADS_MAX))
+    # a socket to the LLM per turn in flight, a connection per database thread:
+    # more than the usual soft limit of 1024 at --concurrency 1024
+    open_files_allow(concurrency + threads + OPEN_FILES_SPARE)
     with DatabaseThreads(max_workers=threads) as db:
         try:
             outcomes = await asyncio.gather(
@@ -316,3 +343,26 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
+
+
+def open_files_allow(needed: int) -> None:
+    """Raise this process's soft limit on open files (``RLIMIT_NOFILE``) to
+    its hard limit when it is below ``needed``. Each turn in flight holds a
+    socket to the LLM, so ``--concurrency 1024`` needs more than the soft
+    limit most Linux sessions start with (1024), while the hard limit is
+    usually far higher (524288 under systemd): an exhausted limit would fail
+    turns with connection errors the endpoint never caused. Logs a warning
+    when even the hard limit is below ``needed``."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or soft >= needed:
+        return
+    raised = needed if hard == resource.RLIM_INFINITY else hard
+    if raised > soft:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+    if raised < needed:
+        logger.warning(
+            "this drive may need %d open files and the process may open only %d, its hard limit "
+            "(ulimit -Hn): turns may fail to connect",
+            needed,
+            raised,
+        )

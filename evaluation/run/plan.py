@@ -92,7 +92,7 @@ def run_plan(
     """
     if epochs < 1:
         raise ValueError(f"epochs must be at least 1, got {epochs}")
-    examples = list(examples_at(run.dataset_id, run.dataset_version)[: limit if limit else None])
+    examples = _run_examples(run, limit)
     predictions = {(p.example_id, p.epoch): p for p in run.predictions.select_related("turn")}
     planned: list[PlannedExample | None] = []  # None: a fresh example, queued below in batches
     fresh: list[tuple[int, Example, Prediction | None, int]] = []
@@ -145,6 +145,18 @@ def run_plan(
     if resumed:
         turns_set_output_limit(turn_ids=resumed, max_output_tokens=max_output_tokens)
     return result, skipped
+
+
+def _run_examples(run: Run, limit: int | None) -> list[Example]:
+    """The first ``limit`` examples of the run's dataset version, each given
+    the run's one dataset row: scoring a finished turn reads the dataset's
+    scorer (``example_scorer``), a query per example otherwise, inside the
+    terminal event's transaction."""
+    examples = list(examples_at(run.dataset_id, run.dataset_version)[: limit if limit else None])
+    dataset = run.dataset
+    for example in examples:
+        example.dataset = dataset
+    return examples
 
 
 def _is_live(turn: Turn) -> bool:

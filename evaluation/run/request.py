@@ -70,6 +70,17 @@ class EvalRequest:
 
 #: Most epochs ``--epochs`` may ask for.
 MAX_EPOCHS = 100
+#: Most agent steps per example, and output tokens per LLM call, a run may ask
+#: for (columns of 32 bits; far above any model's budget).
+MAX_STEPS = 1000
+MAX_OUTPUT_TOKENS = 1_000_000
+#: The largest ``--limit`` (a PostgreSQL ``integer``).
+MAX_COUNT = 2**31 - 1
+
+#: Most examples ``--concurrency`` may drive at once: a slow endpoint (a
+#: reasoning model at tens of seconds a call) wants hundreds of calls in
+#: flight; each holds a socket (the drive raises the open-files limit for them).
+MAX_CONCURRENCY = 1024
 
 
 def _extensions_check(*, plugins: Sequence[str], mcp: Sequence[str]) -> tuple[MCPServerConfig, ...]:
@@ -129,7 +140,7 @@ def eval_request(
     per million tokens, both or neither.
 
     Raises ``ValueError`` (``BadInput`` for the run id) naming the option:
-    ``--limit`` below 1, ``--concurrency`` outside 1..256, ``--max-steps`` (or
+    ``--limit`` below 1, ``--concurrency`` outside 1..``MAX_CONCURRENCY``, ``--max-steps`` (or
     ``AGENTLAB_MAX_STEPS``) below 1, ``--max-output-tokens`` below 1,
     ``--celery`` without ``CELERY_BROKER_URL`` or with ``--mcp``, ``--queue``
     or ``--max-in-flight`` without ``--celery``, ``--max-in-flight`` below 1,
@@ -140,15 +151,15 @@ def eval_request(
     ``--epochs`` outside 1..``MAX_EPOCHS``, an ``endpoint`` whose base URL is
     not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``.
     """
-    if limit is not None and limit < 1:
-        raise ValueError(f"--limit must be at least 1, got {limit}")
-    if not 1 <= concurrency <= 256:
-        raise ValueError(f"--concurrency must be between 1 and 256, got {concurrency}")
+    if limit is not None and not 1 <= limit <= MAX_COUNT:
+        raise ValueError(f"--limit must be between 1 and {MAX_COUNT}, got {limit}")
+    if not 1 <= concurrency <= MAX_CONCURRENCY:
+        raise ValueError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
     # name where the value came from: the user may never have passed the flag
     max_steps_from = "--max-steps" if max_steps is not None else "AGENTLAB_MAX_STEPS"
     max_steps = max_steps if max_steps is not None else settings.AGENTLAB_MAX_STEPS
-    if max_steps < 1:
-        raise ValueError(f"{max_steps_from} must be at least 1, got {max_steps}")
+    if not 1 <= max_steps <= MAX_STEPS:
+        raise ValueError(f"{max_steps_from} must be between 1 and {MAX_STEPS}, got {max_steps}")
     queue = _celery_check(celery=celery, queue=queue, max_in_flight=max_in_flight, mcp=mcp)
     if epochs is not None and not 1 <= epochs <= MAX_EPOCHS:
         raise ValueError(f"--epochs must be between 1 and {MAX_EPOCHS}, got {epochs}")
@@ -158,8 +169,10 @@ def eval_request(
     max_output_tokens = (
         max_output_tokens if max_output_tokens is not None else int(settings.AGENTLAB_MAX_OUTPUT_TOKENS)
     )
-    if max_output_tokens < 1:
-        raise ValueError(f"--max-output-tokens must be at least 1, got {max_output_tokens}")
+    if not 1 <= max_output_tokens <= MAX_OUTPUT_TOKENS:
+        raise ValueError(
+            f"--max-output-tokens must be between 1 and {MAX_OUTPUT_TOKENS}, got {max_output_tokens}"
+        )
     price = _price_check(price_in, price_out)
     endpoint = _endpoint_check(endpoint)
     options = _agent_options(system_prompt=system_prompt, temperature=temperature)

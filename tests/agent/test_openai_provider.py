@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import resource
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -440,3 +442,30 @@ async def test_a_tool_call_entry_that_is_not_an_object_is_a_call_without_a_name(
     completion = await connect(stub_server([reply])).complete([], None)
     assert [call.name for call in completion.tool_calls] == ["calculator", ""]
     assert completion.tool_calls[1].error == "the tool call has no function name"
+
+
+async def test_a_provider_sets_no_connection_limit_of_its_own(stub_server: Start, connect: Any) -> None:
+    """Its callers bound how many calls they make at once (``run_eval
+    --concurrency`` up to 1024): every one of them is on the wire at once,
+    none queued for a connection — the SDK's pool holds 1,000 (aiohttp's
+    own default, 100). The server answers only once all ``calls`` are in."""
+    calls = 1025
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 3 * calls:  # a socket each end, and the rest of the process
+        if hard != resource.RLIM_INFINITY and hard < 3 * calls:
+            pytest.skip(f"{3 * calls} open files needed, the hard limit is {hard}")
+        resource.setrlimit(resource.RLIMIT_NOFILE, (3 * calls, hard))
+    everyone_in = threading.Barrier(calls, timeout=15)
+
+    def handler(body: dict[str, Any]) -> StubReply:
+        everyone_in.wait()  # BrokenBarrierError (a 500) unless all are in flight together
+        return text_reply("ok")
+
+    provider = connect(stub_server(handler))
+    try:
+        completions = await asyncio.gather(
+            *(provider.complete([{"role": "user", "content": str(i)}], None) for i in range(calls))
+        )
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert [c.text for c in completions] == ["ok"] * calls

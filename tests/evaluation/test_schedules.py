@@ -73,7 +73,7 @@ def test_a_bad_schedule_is_refused_with_errors_on_its_fields(lab):
     errors = caught.value.message_dict
     assert "no dataset named 'nope'" in errors["dataset"][0]
     # said as the form says it: the field, not run_eval's option
-    assert errors["concurrency"][0] == "concurrency must be between 1 and 256, got 0"
+    assert errors["concurrency"][0] == "concurrency must be between 1 and 1024, got 0"
     assert "choose exactly one schedule" in errors["__all__"][0]
     assert errors["alpha"][0].startswith("alpha must be between 0 and 1")
     assert not EvalSchedule.objects.exists() and not PeriodicTask.objects.filter(task=SCHEDULE_TASK).exists()
@@ -119,7 +119,7 @@ def test_the_admin_form_shows_bad_options_on_their_fields_and_saves_good_ones(la
     assert client.get(url).status_code == 200
     # eval_request stops at the first bad option: one form per option
     for values, field, text in [
-        ({"concurrency": "0"}, "concurrency", "concurrency must be between 1 and 256, got 0"),
+        ({"concurrency": "0"}, "concurrency", "concurrency must be between 1 and 1024, got 0"),
         ({"queue": "turns"}, "queue", "queue goes with celery"),
         ({"plugins": "no-such-plugin"}, "plugins", "plugin no-such-plugin"),
         ({"epochs": "1000"}, "epochs", "epochs must be between 1 and 100"),

@@ -146,6 +146,17 @@ def _usage_field(usage: Any, name: str) -> Any:
     return usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
 
 
+#: The connection pool of a provider's own client: no limit of its own
+#: (``max_connections=0`` is aiohttp's "no limit"; ``None`` would be
+#: aiohttp's default of 100), idle connections kept 5 s. The SDK's default
+#: is 1,000 connections: a provider used by more calls at once (``run_eval
+#: --concurrency 1024``, a worker's batches) would queue the rest for a
+#: connection, a wait that counts against the request's timeout, under a
+#: bound nobody set. Its callers bound how many calls they make at once
+#: (``--concurrency``, a worker's threads × ``AGENTLAB_EVAL_BATCH``).
+UNBOUNDED_POOL = httpx2.Limits(max_connections=0, keepalive_expiry=5.0)
+
+
 class _AsyncOpenAI(openai.AsyncOpenAI):
     """``openai.AsyncOpenAI`` that merges a request path with the base URL once
     per path: the SDK parses both into ``httpx.URL`` objects on every request
@@ -222,7 +233,7 @@ class OpenAICompatibleProvider:
             # requests in flight it costs ~2.1 ms of CPU per request against
             # ~3.7 ms for the default httpx pool, whose every request scans
             # all pooled connections (bench/eval_throughput.py, 2026-11-30).
-            http_client=openai.DefaultAioHttpClient(),
+            http_client=openai.DefaultAioHttpClient(limits=UNBOUNDED_POOL),
         )
 
     async def complete(

@@ -32,7 +32,7 @@ from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.progress import progress_for
-from evaluation.run.request import EvalRequest, baseline_request, eval_request
+from evaluation.run.request import MAX_CONCURRENCY, EvalRequest, baseline_request, eval_request
 
 
 class _OnceBoolean(argparse.BooleanOptionalAction):
@@ -53,7 +53,12 @@ def _add_run_options(parser: CommandParser) -> None:
     )
     parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
     parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
-    parser.add_argument("--concurrency", type=int, default=4, help="examples driven at once (default 4)")
+    parser.add_argument(
+        "--concurrency",
+        type=int,
+        default=4,
+        help=f"examples driven at once, 1 to {MAX_CONCURRENCY} (default 4)",
+    )
     parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
     parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
     parser.add_argument(
