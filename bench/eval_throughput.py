@@ -36,6 +36,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from agentlab.testing.databases import ensure_pg_database
@@ -61,12 +62,19 @@ def write_examples(path: Path, n: int) -> None:
 
 
 def start_workers(
-    env: dict[str, str], count: int, concurrency: int, queue: str, logs: Path, batch: int
+    env: dict[str, str],
+    count: int,
+    concurrency: int,
+    queue: str,
+    logs: Path,
+    batch: int,
+    command: Sequence[str] = (sys.executable, "-m", "celery"),
 ) -> list[subprocess.Popen]:
     """``count`` Celery worker processes (threads pool) sharing ``concurrency``
     turns in flight — ``concurrency / count / batch`` threads each, as each
     thread drives a message of ``batch`` examples at once — reading
-    ``queue``, logging to ``logs``; returns once each is ready."""
+    ``queue``, logging to ``logs``; returns once each is ready. ``command``:
+    what runs ``celery`` (``bench/eval_scale.py`` runs it through its probe)."""
     procs = []
     for i in range(count):
         turns = max(1, concurrency // count + (1 if i < concurrency % count else 0))
@@ -76,7 +84,7 @@ def start_workers(
             procs.append(
                 subprocess.Popen(
                     [
-                        *(sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads"),
+                        *(*command, "-A", "agentlab", "worker", "--pool", "threads"),
                         *("--concurrency", str(share), "-Q", queue, "--hostname", f"bench{i}@{queue}"),
                         *("--without-gossip", "--without-mingle", "--loglevel", "INFO"),
                     ],
