@@ -106,9 +106,11 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
     run_id = request.run_id or (
         f"{checked.ref.dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     )
-    variant = Run.objects.filter(run_id=run_id).exclude(experiment=None)
-    for experiment, name in variant.values_list("experiment__name", "variant")[:1]:
+    owner = Run.objects.filter(run_id=run_id).exclude(experiment=None)
+    found = owner.values_list("experiment__name", "variant").first()
+    if found is not None:
         # its options are the experiment file's: run_eval's could change what it measures
+        experiment, name = found
         raise BadInput(
             f"run {shlex.quote(run_id)} is variant {name!r} of experiment {experiment!r}: resume it by "
             "running the experiment's file again (manage.py run_experiment FILE)"
