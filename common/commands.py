@@ -14,10 +14,29 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from django.core.checks import Tags
 from django.core.management.base import CommandError
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections
 
 MIGRATE_HINT = "run `manage.py migrate` first"
+
+#: The tag of AgentLab's own system checks (``turns.extension_settings``).
+AGENTLAB_CHECKS = "agentlab"
+
+#: The system checks a command that serves no page runs before it starts
+#: (``BaseCommand.requires_system_checks``): the models', the settings' and
+#: AgentLab's own. Not the URL, admin, template, static-file or security
+#: checks: the URL check alone imports every API router, view and admin page
+#: (about 0.3 s of CPU) for a command that serves none; ``manage.py check``
+#: and every server's start run them all.
+BATCH_COMMAND_CHECKS: list[str] = [
+    Tags.models,
+    Tags.compatibility,
+    Tags.caches,
+    Tags.signals,
+    Tags.async_support,
+    AGENTLAB_CHECKS,
+]
 
 
 def pending_migrations(*, using: str = DEFAULT_DB_ALIAS) -> list[str]:

@@ -111,3 +111,35 @@ def test_manage_py_check_reports_a_plugin_of_the_setting_that_cannot_be_loaded(t
     assert bad.returncode == 1
     assert "(agentlab.E001) AGENTLAB_PLUGINS: no plugin 'no_such_plugin'" in bad.stderr
     assert good.returncode == 0, good.stderr
+
+
+def test_a_batch_command_runs_the_plugin_check_but_not_the_url_check(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    # run_eval serves no page: it runs the models' and AgentLab's checks
+    # (BATCH_COMMAND_CHECKS), not the URL check that imports every API router
+    bad = _manage(tmp_path, "compare_runs", "a", "b", AGENTLAB_PLUGINS="example, no_such_plugin")
+    probe = (
+        "import sys, django; from django.core.management import call_command; django.setup(); "
+        "from evaluation.management.commands.compare_runs import Command; "
+        "Command().check(tags=Command.requires_system_checks); "
+        "print(sorted(m for m in sys.modules if m in ('agentlab.api', 'agentlab.urls', 'turns.api')))"
+    )
+    root = Path(__file__).resolve().parents[1]
+    env = {
+        **os.environ,
+        "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.sqlite3"),
+        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+    }
+    env.pop("DATABASE_URL", None)
+    imported = subprocess.run(
+        [sys.executable, "-c", probe], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+
+    assert bad.returncode == 1
+    assert "(agentlab.E001) AGENTLAB_PLUGINS: no plugin 'no_such_plugin'" in bad.stderr
+    assert imported.returncode == 0, imported.stderr
+    assert imported.stdout.strip() == "[]"

@@ -22,8 +22,9 @@ class TurnsConfig(AppConfig):
         plugins of ``AGENTLAB_PLUGINS`` (``turns.extension_settings``)."""
         from django.core import checks
 
+        from common.commands import AGENTLAB_CHECKS
         from turns.extension_settings import extensions_check
         from turns.services import enqueue
 
         enqueue.hand_over_set(turn_hand_over)
-        checks.register(extensions_check)
+        checks.register(extensions_check, AGENTLAB_CHECKS)

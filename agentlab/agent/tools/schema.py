@@ -20,7 +20,6 @@ import re
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, ClassVar
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, model_validator
 from pydantic_core import PydanticCustomError
 
@@ -67,6 +66,8 @@ def schema_parameters(schema: Mapping[str, Any], *, name: str) -> type[SchemaArg
     Raises ``ValueError`` naming ``name`` when ``schema`` is not a valid JSON
     schema or does not describe an object.
     """
+    import jsonschema  # deferred: only a tool built from a JSON schema needs it (its import is ~0.1 s)
+
     schema = dict(schema)
     if schema.get("type", "object") != "object":
         raise ValueError(

@@ -14,12 +14,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.run.cancel import run_cancel
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Cancel a run's remaining turns (queued ones at once, running ones within seconds)."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -15,13 +15,14 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors, json_target_check
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.services import run_compare_ids
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = (
         "Compare a candidate run with a baseline run on the same dataset: paired accuracy with a 95% "
         "interval and exact McNemar p, overall and per task type; fixed and broken examples; deltas."

@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets.export import (
     dataset_export_jsonl,
@@ -25,6 +25,7 @@ from evaluation.datasets.export import (
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Write a dataset version's examples (NAME: the latest, NAME@2: version 2) as JSONL."
 
     def add_arguments(self, parser: CommandParser) -> None:

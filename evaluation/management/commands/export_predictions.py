@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.datasets.export import file_replacing, out_path_check
 from evaluation.run.prediction_export import prediction_rows, write_csv, write_jsonl
@@ -25,6 +25,7 @@ from evaluation.selectors import run_get
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Write a run's predictions as CSV or JSON lines (by --out's suffix)."
 
     def add_arguments(self, parser: CommandParser) -> None:

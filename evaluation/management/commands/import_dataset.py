@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from common.errors import AgentLabError, BadInput
 from evaluation.datasets.csvfile import parse_column_map, parse_csv
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
@@ -26,6 +26,7 @@ from evaluation.datasets.spec import ExampleSpec
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Import a JSONL or CSV dataset (question_id, question, answer, task_type, …) under a name."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import database_check, database_errors, json_target_check
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json, leaderboard_text
 
@@ -39,6 +39,7 @@ def alpha_option(text: str | None) -> float | None:
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = (
         "Print an experiment's leaderboard: its variants best first with accuracy and interval, cost, "
         "latency; every pair compared (exact McNemar, Holm-adjusted); the top group and the frontier."

@@ -16,7 +16,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from common.errors import AgentLabError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.rescoring import rescore
@@ -24,6 +24,7 @@ from evaluation.scoring.dispatch import KNOWN_SCORERS
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Score a finished run's predictions again with another scorer, into a new run."
 
     def add_arguments(self, parser: CommandParser) -> None:

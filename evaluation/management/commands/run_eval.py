@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import database_check, database_errors, json_target_check
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck
@@ -231,6 +231,7 @@ EMBEDDED_MODEL_NOTE = (
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Run the agent over a dataset (registered name, 'demo', or a .jsonl file) and record predictions."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -23,7 +23,7 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import database_check, database_errors, json_target_check
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.experiments.experiment_file import experiment_spec
@@ -35,6 +35,7 @@ from evaluation.run.progress import progress_for
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Run every variant of an experiment file (TOML) over its dataset, then print the leaderboard."
 
     def add_arguments(self, parser: CommandParser) -> None:

@@ -10,11 +10,12 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
-from common.commands import database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
 from turns.jobs.sweep import turns_sweep
 
 
 class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
     help = (
         "Mark running or waiting turns whose heartbeat is older than TURN_STALE_S as interrupted, and hand "
         "chat turns queued for longer than that to a job again."
