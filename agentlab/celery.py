@@ -71,6 +71,8 @@ def _close_mcp_sessions(**kwargs: Any) -> None:
 def _preload_model(**kwargs: Any) -> None:
     """Load the embedded model on a thread when the worker is ready, if it is
     the configured provider, so the first turn does not wait for it."""
+    from agentlab.telemetry import telemetry_start
     from turns.llm import preload_configured_model
 
+    telemetry_start()  # the tracer and metrics, before the first turn needs them
     threading.Thread(target=preload_configured_model, name="agentlab-preload", daemon=True).start()

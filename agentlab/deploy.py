@@ -75,3 +75,20 @@ def admins_setting(entries: list[str]) -> list[tuple[str, str]]:
             )
         admins.append((name or address.split("@", 1)[0], address))
     return admins
+
+
+def allow_list(entries: list[str], *, name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The networks of an allow-list setting (``name``, for the error): each
+    entry an address (``10.0.0.5``, ``::1``) or a network (``10.0.0.0/24``).
+    Raises ``ValueError`` naming the entry that is neither."""
+    networks = []
+    for entry in (e.strip() for e in entries):
+        if not entry:
+            continue
+        try:
+            networks.append(ipaddress.ip_network(entry, strict=False))
+        except ValueError:
+            raise ValueError(
+                f"{name}: {entry!r} is not an IP address or network (e.g. 10.0.0.5 or 10.0.0.0/24)"
+            ) from None
+    return networks

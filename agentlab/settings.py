@@ -19,7 +19,14 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from agentlab.agent.mcp.config import MCPConfigError, parse_servers
-from agentlab.deploy import admins_setting, https_origins, is_deployment, proxy_ssl_header, public_hosts
+from agentlab.deploy import (
+    admins_setting,
+    allow_list,
+    https_origins,
+    is_deployment,
+    proxy_ssl_header,
+    public_hosts,
+)
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -83,7 +90,7 @@ if DEPLOYMENT and SECRET_KEY == DEVELOPMENT_SECRET_KEY:
         "'import secrets; print(secrets.token_urlsafe(50))')"
     )
 SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=DEPLOYMENT)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]  # probes on the private network speak plain HTTP
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$", r"^metrics$"]  # private-network probes, scrapers
 SECURE_HSTS_SECONDS = env_number("SECURE_HSTS_SECONDS", 31_536_000 if DEPLOYMENT else 0, minimum=0)
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env.bool("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=DEPLOYMENT)
 SECURE_HSTS_PRELOAD = env.bool("SECURE_HSTS_PRELOAD", default=False)
@@ -331,6 +338,19 @@ if AGENTLAB_API_KEY_RATE and not re.fullmatch(
 if REDIS_URL:
     # shared by every process, so a key's rate is one count, not one per daphne
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+
+# --- telemetry (docs/production.md#metrics) ---------------------------------------------
+#: /metrics in a deployment: a bearer token a scraper sends (Authorization: Bearer …)
+#: and/or the addresses or networks it may come from; neither set: /metrics is refused.
+#: Outside a deployment /metrics is open unless a token is set. The OTEL_* variables and
+#: AGENTLAB_METRICS / AGENTLAB_OTEL_CAPTURE_CONTENT are read by agentlab.telemetry itself.
+AGENTLAB_METRICS_TOKEN = env.str("AGENTLAB_METRICS_TOKEN", default="").strip()
+try:
+    AGENTLAB_METRICS_ALLOW = allow_list(
+        env.list("AGENTLAB_METRICS_ALLOW", default=[]), name="AGENTLAB_METRICS_ALLOW"
+    )
+except ValueError as exc:
+    raise ImproperlyConfigured(str(exc)) from None
 
 # --- e-mail -------------------------------------------------------------------------
 #: Who is told of a significant regression in a scheduled evaluation (and of

@@ -49,8 +49,10 @@ def server_start() -> None:
             from turns.jobs.handover import inline_executor
 
             inline_executor()
+        from agentlab.telemetry import telemetry_start
         from turns.llm import preload_configured_model
 
+        telemetry_start()  # the tracer and metrics, before the first turn needs them
         preload_configured_model()  # the embedded model, when it is the provider
     except Exception:
         logger.exception("server start tasks failed")

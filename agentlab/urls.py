@@ -1,5 +1,5 @@
 """URL routes: the admin, the HTTP API, log in/out, the health check, the
-site icon and the chat pages."""
+Prometheus metrics, the site icon and the chat pages."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET
 
 from agentlab.api import api
 from agentlab.health import healthz, readyz
+from agentlab.metrics_endpoint import metrics_endpoint
 from turns.sse import turn_stream
 
 _FAVICON = Path(__file__).resolve().parent / "static" / "agentlab" / "favicon.ico"
@@ -35,5 +36,6 @@ urlpatterns = [
     path("accounts/", include("django.contrib.auth.urls")),
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
+    path("metrics", metrics_endpoint, name="metrics"),
     path("", include("turns.urls")),
 ]

@@ -22,8 +22,17 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The agent stack's heavy imports: the OpenAI SDK's types, the MCP SDK, aiohttp,
-#: daphne's server (Twisted), scipy, the local model's bindings.
-HEAVY = ("openai", "mcp", "aiohttp", "daphne.server", "scipy", "llama_cpp")
+#: daphne's server (Twisted), scipy, the local model's bindings, the telemetry SDKs.
+HEAVY = (
+    "openai",
+    "mcp",
+    "aiohttp",
+    "daphne.server",
+    "scipy",
+    "llama_cpp",
+    "opentelemetry",
+    "prometheus_client",
+)
 
 COMMANDS = (["help"], ["compare_runs", "--help"])
 

@@ -34,6 +34,7 @@ from urllib.parse import parse_qs
 from channels.consumer import get_handler_name
 from channels.generic.websocket import AsyncWebsocketConsumer
 
+from agentlab.telemetry import subscribers_changed
 from turns.doorbell import turn_group
 from turns.live import (
     TurnStream,
@@ -91,6 +92,7 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
         await self.channel_layer.group_add(turn_group(self.turn_id), self.channel_name)
         self._joined = True
         self.stream = TurnStream(turn_id=self.turn_id, after=after, transport=self, read=read_frames)
+        subscribers_changed("websocket", 1)
         await self.stream.start(status=status, last_seq=last_seq)
         if not self.stream.ended:
             stream_ticker().add(self)
@@ -103,6 +105,7 @@ class TurnStreamConsumer(AsyncWebsocketConsumer):
     async def disconnect(self, code: int) -> None:
         if self.stream is not None:
             self.stream.stop()
+            subscribers_changed("websocket", -1)
         stream_ticker().discard(self)
         if self._joined:
             self._joined = False

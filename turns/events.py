@@ -26,6 +26,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from agentlab.agent.text import json_safe, safe_fields
+from agentlab.telemetry import events_appended
 from common.db import column_assignments, column_of, concrete_field, pk_column
 from common.errors import StateConflict
 from turns.doorbell import ring_turn
@@ -204,6 +205,7 @@ def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
     # before the commit would read nothing and wait for the next tick.
     for turn_id, turn_frames in frames.items():
         transaction.on_commit(functools.partial(ring_turn, turn_id, turn_frames))
+    events_appended(len(rows))  # a metric (agentlab.telemetry)
     return rows
 
 

@@ -42,6 +42,7 @@ from django.http import HttpRequest, JsonResponse, StreamingHttpResponse
 from django.http.response import HttpResponseBase
 from django.views.decorators.http import require_GET
 
+from agentlab.telemetry import subscribers_changed
 from apikeys.auth import API_KEY_HEADER
 from apikeys.services import apikey_authenticate
 from common.api import error_body
@@ -119,6 +120,7 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
     channel = await layer.new_channel()
     transport = SSETransport()
     stream = TurnStream(turn_id=turn_id, after=after, transport=transport, read=read_frames)
+    subscribers_changed("sse", 1)
     ticks = _Ticks(stream)
     # Join before reading (turns.live): a doorbell rung after the replay's
     # read is queued on our channel, and whatever it repeats is dropped by seq.
@@ -146,6 +148,7 @@ async def _frames(turn_id: int, after: int, *, status: str, last_seq: int) -> As
         if getter is not None:
             getter.cancel()  # a client that left mid-wait: the read must not outlive the stream
         stream.stop()
+        subscribers_changed("sse", -1)
         stream_ticker().discard(ticks)
         ticks.cancel()
         pump.cancel()

@@ -27,6 +27,7 @@ from tenacity import (
 from agentlab.agent.streaming import CompletionDelta
 from agentlab.agent.text import json_body_safe
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
+from agentlab.telemetry import llm_call
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ async def complete_with_retries(
     max_delay: float = 8.0,
     response_schema: dict[str, Any] | None = None,
     stream: Callable[[int, CompletionDelta], None] | None = None,
+    role: str = "agent",
 ) -> Completion:
     """Call ``provider.complete`` up to ``attempts`` times in all
     (``response_schema``: see ``LLMProvider``).
@@ -67,6 +69,10 @@ async def complete_with_retries(
     the last ``ProviderError`` when attempts run out, a permanent
     ``ProviderError`` at once, and any other exception unchanged. Cancelling
     the calling task interrupts a backoff sleep.
+
+    Each try is timed, counted and traced as a ``chat`` span of the current
+    turn by ``agentlab.telemetry.llm_call`` in ``role`` (``agent``,
+    ``review``, ``judge``).
     """
     retrying = AsyncRetrying(
         stop=stop_after_attempt(max(1, attempts)),
@@ -81,22 +87,29 @@ async def complete_with_retries(
     tools = json_body_safe(tools) if tools is not None else None
     streams = stream is not None and bool(getattr(provider, "streaming", False))
     async for attempt in retrying:
-        with attempt:
+        with (
+            attempt,
+            llm_call(provider, messages, role=role, max_tokens=max_tokens, temperature=temperature) as call,
+        ):
             if not streams:
-                return await provider.complete(
+                return call.done(
+                    await provider.complete(
+                        messages,
+                        tools,
+                        max_tokens=max_tokens,
+                        temperature=temperature,
+                        response_schema=response_schema,
+                    )
+                )
+            assert stream is not None
+            return call.done(
+                await provider.complete(  # type: ignore[call-arg]
                     messages,
                     tools,
                     max_tokens=max_tokens,
                     temperature=temperature,
                     response_schema=response_schema,
+                    on_delta=functools.partial(stream, attempt.retry_state.attempt_number),
                 )
-            assert stream is not None
-            return await provider.complete(  # type: ignore[call-arg]
-                messages,
-                tools,
-                max_tokens=max_tokens,
-                temperature=temperature,
-                response_schema=response_schema,
-                on_delta=functools.partial(stream, attempt.retry_state.attempt_number),
             )
     raise AssertionError("unreachable: tenacity either returns or reraises")  # pragma: no cover

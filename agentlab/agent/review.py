@@ -246,6 +246,7 @@ async def review_answer(
         max_tokens=max_tokens,
         temperature=0.0,
         response_schema=REVIEW_SCHEMA if constrained else None,
+        role="review",
     )
     if completion.truncated:
         # cut by the token limit: whatever verdict it began is not a review

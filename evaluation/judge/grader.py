@@ -205,6 +205,7 @@ async def judge(
             max_tokens=max_tokens,
             temperature=0.0,
             response_schema=JUDGE_SCHEMA if constrained else None,
+            role="judge",
         )
     except ProviderError as exc:
         return Score.unscored(JUDGE, f"the judge failed: {exc}"), None

@@ -29,6 +29,7 @@ from django.db import DatabaseError
 from django.utils import timezone
 from kombu.exceptions import OperationalError as KombuOperationalError
 
+from agentlab.telemetry import telemetry_start
 from common.db import DatabaseThreads, connections_retire_broken, is_connection_error
 from common.errors import BadInput
 from evaluation.judge.judge_pass import judge_pass
@@ -117,6 +118,7 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
         )
     if request.celery:
         broker_precheck(run_id)
+    telemetry_start()  # the tracer and metrics set up before the first turn (agentlab.telemetry)
     with outage_as_run_outage(run_id):
         opened = open_run(checked, run_id=run_id, note=note)
         try:

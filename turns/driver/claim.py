@@ -43,6 +43,10 @@ class ClaimedTurn:
     max_output_tokens: int | None = None
     #: ``Turn.agent_options``: ``system_prompt``, ``temperature`` when set
     agent_options: dict[str, Any] = field(default_factory=dict)
+    #: for its trace and metrics (``agentlab.telemetry``): its conversation and
+    #: when it was created (a datetime, or text on SQLite)
+    conversation_id: int | None = None
+    created_at: Any = None
 
 
 _CLAIM_COLUMNS = (
@@ -56,6 +60,8 @@ _CLAIM_COLUMNS = (
     "last_seq",
     "max_output_tokens",
     "agent_options",
+    "conversation",
+    "created_at",
 )
 
 
@@ -130,6 +136,8 @@ def event_append_claim(
         fresh=bool(values["fresh"]),
         max_output_tokens=int(max_output) if max_output is not None else None,
         agent_options=_json_value(values["agent_options"]),
+        conversation_id=values["conversation"],
+        created_at=values["created_at"],
     )
     new = list(events(turn))
     events_check(new)

@@ -37,6 +37,7 @@ from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
+from agentlab.telemetry import turn_trace
 from common.db import DatabaseThreads
 from turns.driver.claim import ClaimedTurn, turn_claim
 from turns.driver.extensions import (
@@ -126,9 +127,9 @@ async def drive_turn(
     fails the turn (stop reason ``error``).
     """
     started = time.monotonic()
-    turn = await db.run(turn_claim, turn_id=turn_id, job_id=job_id)
-    if turn is None:
+    if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
         return None
+    trace = turn_trace(turn, kind=policy.name, subject=subject)  # its spans and metrics: ends with it
     drive = await TurnDrive.begin(
         turn,
         policy=policy,
@@ -142,11 +143,11 @@ async def drive_turn(
     )
     try:
         result = await drive.act_and_review()
-        return await drive.finish(result)
+        return trace.end(await drive.finish(result))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
-        return await drive.fail(exc)
+        return trace.end(await drive.fail(exc))
     finally:
         await drive.close()
 

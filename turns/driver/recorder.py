@@ -10,6 +10,7 @@ from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, Tool
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
+from agentlab.telemetry import attempt_begins, tool_report
 from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
@@ -67,6 +68,7 @@ class Recorder:
         self.usage = usage
         self.steps = steps
         self.deltas: DeltaCoalescer | None = None
+        attempt_begins(attempt)  # the attempt's span (agentlab.telemetry)
 
     def stream_deltas(self) -> DeltaCoalescer:
         """Start streaming this attempt's text as ``llm.delta`` events."""
@@ -92,6 +94,7 @@ class Recorder:
         """Record ``report``: its events appended with the turn's fields, or
         held back (``pending``) when it belongs to a tool call that ends the
         turn, to be written with the terminal event."""
+        tool_report(report)  # a tool call's span and counts (agentlab.telemetry)
         if isinstance(report, CompletionReport):
             events, fields, hold = await self._completion(report)
         elif isinstance(report, ToolStartReport):
