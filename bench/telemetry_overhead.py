@@ -239,7 +239,7 @@ def main() -> int:
         chat_child(args.chat_child, args.sample)
         return 0
     tmp = Path(tempfile.mkdtemp(prefix="telemetry-bench-"))
-    args.dataset = tmp / "bench.jsonl"
+    args.dataset = tmp / f"telemetry-{args.examples}.jsonl"  # the dataset is named after the file
     write_examples(args.dataset, args.examples)
     stub, base_url = start_stub(args.latency_ms)
     receiver = OTLPReceiver().start()

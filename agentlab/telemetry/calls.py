@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
-from agentlab.telemetry.metrics import metrics
+from agentlab.telemetry.metrics import child, metrics
 from agentlab.telemetry.spans import TurnTrace, content_json, current_trace
 from agentlab.telemetry.switches import switches
 from agentlab.telemetry.tracing import tracer
@@ -56,13 +56,13 @@ class LLMCall:
         usage = c.usage
         if switches().metrics:
             m = metrics()
-            m.llm_duration.labels(_provider_name(self.provider), self.role).observe(
+            child(m.llm_duration, _provider_name(self.provider), self.role).observe(
                 time.perf_counter() - self.started
             )
             if usage.input_tokens:
-                m.tokens.labels(model, self.role, "input").inc(usage.input_tokens)
+                child(m.tokens, model, self.role, "input").inc(usage.input_tokens)
             if usage.output_tokens:
-                m.tokens.labels(model, self.role, "output").inc(usage.output_tokens)
+                child(m.tokens, model, self.role, "output").inc(usage.output_tokens)
         if self.span is not None:
             attributes: dict[str, Any] = {"gen_ai.response.model": model}
             if usage.input_tokens is not None:
@@ -88,8 +88,8 @@ class LLMCall:
             if switches().metrics:
                 m = metrics()
                 provider = _provider_name(self.provider)
-                m.llm_errors.labels(provider, error).inc()
-                m.llm_duration.labels(provider, self.role).observe(time.perf_counter() - self.started)
+                child(m.llm_errors, provider, error).inc()
+                child(m.llm_duration, provider, self.role).observe(time.perf_counter() - self.started)
             if self.span is not None:
                 from opentelemetry.trace import Status, StatusCode
 
@@ -187,9 +187,9 @@ def _tool_result(trace: TurnTrace | None, report: Any, now: int) -> None:
     call, result = report.call, report.result
     if switches().metrics:
         m = metrics()
-        m.tool_calls.labels(call.name).inc()
+        child(m.tool_calls, call.name).inc()
         if result.is_error:
-            m.tool_errors.labels(call.name).inc()
+            child(m.tool_errors, call.name).inc()
     if trace is None or trace.span is None:
         return
     span = trace.tools.pop(call.id, None) or _tool_span(trace, call, trace.mark)
@@ -213,4 +213,4 @@ def events_appended(count: int) -> None:
 def subscribers_changed(transport: str, delta: int) -> None:
     """A stream of ``transport`` (``websocket``, ``sse``) opened (+1) or closed (-1)."""
     if switches().metrics:
-        metrics().subscribers.labels(transport).inc(delta)
+        child(metrics().subscribers, transport).inc(delta)

@@ -22,7 +22,7 @@ from contextvars import ContextVar, Token
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
-from agentlab.telemetry.metrics import metrics
+from agentlab.telemetry.metrics import child, metrics
 from agentlab.telemetry.switches import switches
 from agentlab.telemetry.tracing import tracer
 
@@ -89,7 +89,11 @@ def _seconds_since(created_at: Any) -> float | None:
 
 class TurnTrace:
     """One drive of one turn: its root span (``None`` with tracing off), the
-    current attempt's span, the tool spans open, and its counts."""
+    current attempt's span, the tool spans open, and its counts.
+
+    A drive that is cancelled (``asyncio.CancelledError``: its process is
+    stopping; the sweeper marks the turn interrupted) never calls ``end``:
+    its spans are not exported and it is not counted as finished."""
 
     def __init__(self, turn: ClaimedLike, *, kind: str, subject: SubjectLike | None) -> None:
         self.kind = kind
@@ -98,14 +102,15 @@ class TurnTrace:
         self.span: Any = None
         self.attempt_span: Any = None
         self.attempt_number: int | None = None
+        self.context: Any = None  # the attempt's span as a parent context, made once
         self.tools: dict[str, Any] = {}
         self.content = False
         if switches().metrics:
             m = metrics()
-            m.turns_started.labels(kind).inc()
+            child(m.turns_started, kind).inc()
             waited = _seconds_since(turn.created_at) if turn.fresh else None
             if waited is not None:
-                m.queue_wait.labels(kind).observe(waited)
+                child(m.queue_wait, kind).observe(waited)
         active = tracer()
         if active is not None:
             self.content = switches().capture_content
@@ -126,13 +131,16 @@ class TurnTrace:
                 context=trace.set_span_in_context(self.span),
                 attributes={"agentlab.attempt.number": number},
             )
+            self.context = trace.set_span_in_context(self.attempt_span)
         self.attempt_number = number
 
     def parent(self) -> Any:
         """The context a call's span is a child of: the attempt's, else the turn's."""
-        from opentelemetry import trace
+        if self.context is None:
+            from opentelemetry import trace
 
-        return trace.set_span_in_context(self.attempt_span or self.span)
+            self.context = trace.set_span_in_context(self.attempt_span or self.span)
+        return self.context
 
     def _end_attempt(self) -> None:
         for span in self.tools.values():
@@ -141,16 +149,17 @@ class TurnTrace:
         if self.attempt_span is not None:
             self.attempt_span.end()
             self.attempt_span = None
+        self.context = None
 
     def end(self, result: R) -> R:
         """The turn reached its terminal event with ``result``: count it, end
         its spans and stop being the task's current trace. Returns ``result``."""
         if switches().metrics:
             m = metrics()
-            m.turns_finished.labels(self.kind, result.outcome).inc()
-            m.turn_duration.labels(self.kind).observe(time.perf_counter() - self.started)
+            child(m.turns_finished, self.kind, result.outcome).inc()
+            child(m.turn_duration, self.kind).observe(time.perf_counter() - self.started)
             if self.kind == "evaluation":
-                m.examples.labels(result.outcome).inc()
+                child(m.examples, result.outcome).inc()
         if self.span is not None:
             self._end_attempt()
             self.span.set_attributes(
