@@ -104,6 +104,7 @@ def chat_child(turns: int, sample: bool) -> None:
 
     import django
 
+    sys.path.insert(0, str(ROOT))  # the project's apps, as manage.py finds them
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
     django.setup()
     from django.contrib.auth import get_user_model
