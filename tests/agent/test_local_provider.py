@@ -189,6 +189,26 @@ async def test_schema_decoding_turns_the_calculator_question_into_a_calculator_c
 
 
 @pytest.mark.local_model
+async def test_the_same_prompt_again_gives_the_same_greedy_completion(gguf: Path) -> None:
+    # the context then holds the whole prompt: it must decode as a fresh one does
+    from agentlab.agent.protocol import step_schema, system_prompt
+    from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.tools import ToolContext
+
+    tools = default_registry().offered(ToolContext())
+    messages = [
+        {"role": "system", "content": system_prompt(tools, native_tools=False)},
+        {"role": "user", "content": "What is 17 * 23? Use the calculator."},
+    ]
+    provider = LocalGGUFProvider()
+    first = await provider.complete(messages, response_schema=step_schema(tools))
+    again = await provider.complete(messages, response_schema=step_schema(tools))
+
+    assert (again.text, again.finish_reason) == (first.text, first.finish_reason)
+    assert first.finish_reason == "stop"
+
+
+@pytest.mark.local_model
 async def test_schema_decoded_review_always_has_a_verdict(gguf: Path) -> None:
     import json
 

@@ -312,6 +312,14 @@ class LocalGGUFProvider:
                     kind="context_overflow",
                 )
             limit = min(max_tokens or self.max_tokens, room)
+            if llama.n_tokens >= len(tokens) and llama.input_ids[: len(tokens)].tolist() == tokens:
+                # A prompt the context already holds whole (the same request
+                # again: a retry, a repeated question) is decoded by
+                # llama-cpp-python 0.3 from a state that is not the fresh
+                # one — greedy decoding then gave another, broken completion.
+                # Such a prompt starts afresh; one that extends what is held
+                # (a turn's next step) keeps the shared prefix.
+                llama.reset()
             try:
                 response = llama.create_completion(
                     prompt=tokens,
