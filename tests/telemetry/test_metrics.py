@@ -5,6 +5,7 @@ may read it in a deployment."""
 from __future__ import annotations
 
 import ipaddress
+import json
 import os
 import subprocess
 import sys
@@ -145,3 +146,38 @@ def test_an_allow_list_entry_that_is_no_address_is_named():
     ]
     with pytest.raises(ValueError, match=r"X: 'prometheus.local' is not an IP address or network"):
         allow_list(["10.0.0.5", "prometheus.local"], name="X")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("stream_settings")
+async def test_the_subscribers_gauge_follows_an_open_websocket(owner, db_threads):
+    from channels.testing import WebsocketCommunicator
+
+    from tests.turns.conftest import ws_app
+    from turns.services import turn_create
+
+    def open_sockets() -> float:
+        return value(
+            samples(exposition(None)[0].decode()), "agentlab_stream_subscribers", transport="websocket"
+        )
+
+    before = open_sockets()
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    communicator = WebsocketCommunicator(ws_app(owner), f"/ws/turns/{turn.pk}/")
+    assert (await communicator.connect(timeout=5))[0]
+    assert json.loads(await communicator.receive_from(timeout=5))["type"] == "turn.queued"
+    assert open_sockets() == before + 1
+    await communicator.disconnect()
+    assert open_sockets() == before
+
+
+def test_a_bad_allow_list_stops_manage_py_naming_the_entry():
+    env = {**os.environ, "AGENTLAB_METRICS_ALLOW": "10.0.0.1,prometheus.local"}
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines()[-1] == (
+        "configuration error: AGENTLAB_METRICS_ALLOW: 'prometheus.local' is not an IP address or network "
+        "(e.g. 10.0.0.5 or 10.0.0.0/24)"
+    )
