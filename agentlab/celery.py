@@ -27,7 +27,7 @@ import threading
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_ready, worker_shutdown
+from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
 
@@ -65,6 +65,15 @@ def _close_mcp_sessions(**kwargs: Any) -> None:
     from agentlab.agent.mcp.hub import mcp_hub_close
 
     mcp_hub_close()
+
+
+@worker_process_shutdown.connect
+def _metrics_process_gone(pid: int | None = None, **kwargs: Any) -> None:
+    """A prefork child exits: its live gauges leave the multiprocess sum
+    (``agentlab.telemetry.metrics.process_gone``)."""
+    from agentlab.telemetry.metrics import process_gone
+
+    process_gone(pid)
 
 
 @worker_ready.connect

@@ -12,6 +12,7 @@ tool name, a role), so no series grows with the traffic.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -122,3 +123,16 @@ def exposition(environ_dir: str | None) -> tuple[bytes, str]:
         registry = CollectorRegistry()
         multiprocess.MultiProcessCollector(registry, path=environ_dir)
     return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+def process_gone(pid: int | None = None) -> None:
+    """Process ``pid`` (``None``: this one) has exited: with
+    ``PROMETHEUS_MULTIPROC_DIR`` set, its files of live gauges are removed, so
+    the stream subscribers it held are no longer summed (the library's
+    ``mark_process_dead``). Without the directory: nothing."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return
+    from prometheus_client import multiprocess
+
+    multiprocess.mark_process_dead(pid if pid is not None else os.getpid(), directory)

@@ -83,20 +83,44 @@ async def test_llm_errors_are_counted_by_provider_and_kind_and_examples_by_outco
 
 
 CHILD = """
+import os
 from agentlab.telemetry.metrics import metrics
 m = metrics()
 m.turns_started.labels("chat").inc(3)
+m.subscribers.labels("sse").inc()
+print(os.getpid())
 """
 
 
-def test_the_multiprocess_mode_sums_what_every_process_counted(tmp_path):
+def test_the_multiprocess_mode_sums_what_every_process_counted(tmp_path, monkeypatch):
+    from agentlab.telemetry.metrics import process_gone
+
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
-    for _ in range(2):
-        subprocess.run([sys.executable, "-c", CHILD], cwd=ROOT, env=env, check=True, timeout=60)
+    pids = [
+        int(
+            subprocess.run(
+                [sys.executable, "-c", CHILD],
+                cwd=ROOT,
+                env=env,
+                check=True,
+                timeout=60,
+                capture_output=True,
+                text=True,
+            ).stdout
+        )
+        for _ in range(2)
+    ]
     text, content_type = exposition(str(tmp_path))
     assert content_type.startswith("text/plain")
     parsed = samples(text.decode())
     assert value(parsed, "agentlab_turns_started_total", kind="chat") == 6
+    assert value(parsed, "agentlab_stream_subscribers", transport="sse") == 2
+    # a Celery child that exits is marked gone (worker_process_shutdown): its live gauge leaves the sum
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    process_gone(pids[0])
+    parsed = samples(exposition(str(tmp_path))[0].decode())
+    assert value(parsed, "agentlab_stream_subscribers", transport="sse") == 1
+    assert value(parsed, "agentlab_turns_started_total", kind="chat") == 6  # counters stay
 
 
 def test_metrics_off_is_a_404(client, telemetry_env):
