@@ -49,6 +49,9 @@ from agentlab.testing.otlp_receiver import OTLPReceiver, ReceivedSpan
 
 ROOT = Path(__file__).resolve().parent.parent
 MODES = ("off", "on")
+#: OTLP's span kinds and status codes by number (opentelemetry-proto's trace.proto)
+KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+STATUSES = {0: "unset", 1: "ok", 2: "error"}
 
 
 def parse_args() -> argparse.Namespace:
@@ -166,7 +169,7 @@ def format_trace(spans: list[ReceivedSpan]) -> str:
             ms = (span.end_ns - span.start_ns) / 1e6
             lines.append(
                 f"{pad}{span.name}  span_id={span.span_id} parent_id={span.parent_id or '-'} "
-                f"kind={span.kind} status={span.status_code} {ms:.1f} ms"
+                f"kind={KINDS.get(span.kind, span.kind)} status={STATUSES.get(span.status_code)} {ms:.1f} ms"
             )
             for key, value in sorted(span.attributes.items()):
                 lines.append(f"{pad}    {key} = {value!r}")
