@@ -182,3 +182,16 @@ def test_a_turn_finishes_while_the_exporter_is_blocked(owner, settings, tracing,
     tracing.release()
     wait_for_spans(tracing, 12)
     assert len(tracing.by_name("agentlab.turn")) == 2
+
+
+def test_the_tracer_is_set_up_once_per_process(tracing, telemetry_env):
+    from agentlab.telemetry import telemetry_start
+    from agentlab.telemetry.tracing import tracer
+
+    telemetry_start()  # daphne's start, a Celery worker's ready, run_eval's start
+    first = tracer()
+    telemetry_start()
+    assert first is not None and tracer() is first
+    telemetry_env["OTEL_SDK_DISABLED"] = "true"  # the standard switch turns it off
+    reset_tracing()
+    assert tracer() is None
