@@ -124,6 +124,8 @@ INSTALLED_APPS = [
     "django_celery_beat",
     "turns",
     "evaluation",
+    # online evaluation of chat turns: above evaluation (it uses its scorers and judge)
+    "monitoring",
     "apikeys",
     # The project itself: its ready() creates the Celery app (agentlab/apps.py).
     "agentlab.apps.AgentLabConfig",

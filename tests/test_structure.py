@@ -18,7 +18,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("agentlab", "common", "apikeys", "turns", "evaluation")
+PACKAGES = ("agentlab", "common", "apikeys", "turns", "evaluation", "monitoring")
 MAX_LINES = 450
 #: A function's body, its docstring not counted: one screen.
 MAX_FUNCTION_LINES = 60

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from django.conf import settings
+from django.db import transaction
 
 from agentlab.agent.loop import ApprovalDecision
 from agentlab.agent.types import ToolCall
@@ -19,6 +20,7 @@ from common.db import DatabaseThreads
 from turns.driver import watch
 from turns.models import ApprovalStatus
 from turns.services.approvals import approval_open, approval_poll, approval_running_again
+from turns.signals import chat_turn_finished_send
 
 
 class TurnPolicy:
@@ -99,6 +101,12 @@ class ChatPolicy(TurnPolicy):
 
     name = "chat"
     streams = True
+
+    def on_finish(self, *, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
+        """Tell the layers above (``turns.signals.chat_turn_finished``) once
+        the terminal event has committed: online evaluation starts from there,
+        off the turn's own path."""
+        transaction.on_commit(lambda: chat_turn_finished_send(turn_id))
 
     def review_wait_s(self) -> float | None:
         return float(settings.REVIEW_WAIT_S)
