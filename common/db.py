@@ -135,10 +135,13 @@ class DatabaseThreads:
         self.close()
 
 
+@functools.cache
 def concrete_field(model: type[Model], name: str) -> Field[Any, Any]:
     """The field ``name`` of ``model`` that has a column of its own (a foreign key
     counts, by its ``…_id`` column). Raises ``FieldDoesNotExist`` for an unknown
-    name and ``TypeError`` for a reverse relation or a many-to-many field."""
+    name and ``TypeError`` for a reverse relation or a many-to-many field.
+    Kept per (model, name): models do not change while the process runs, and
+    the hot path's statements ask for the same fields for every example."""
     field = model._meta.get_field(name)
     if not isinstance(field, Field) or not field.column:
         raise TypeError(f"{model.__name__}.{name} has no column of its own")
@@ -166,13 +169,23 @@ def column_assignments(
     name → value) of ``model``, each value prepared by its field's
     ``get_db_prep_save`` as the ORM's own ``UPDATE`` would. Raises
     ``FieldDoesNotExist`` for an unknown field name."""
-    qn = connection.ops.quote_name
-    fragments, params = [], []
-    for name, value in values.items():
-        field = concrete_field(model, name)
-        fragments.append(f"{qn(column_of(model, name))} = %s")
-        params.append(field.get_db_prep_save(value, connection))
-    return fragments, params
+    key = (model, tuple(values), connection.vendor)
+    found = _assignments.get(key)
+    if found is None:
+        # the statement's text is the same for every example: made once per
+        # (model, fields, database vendor); a race makes it twice, alike
+        qn = connection.ops.quote_name
+        fragments = tuple(f"{qn(column_of(model, name))} = %s" for name in key[1])
+        found = _assignments[key] = (fragments, tuple(concrete_field(model, name) for name in key[1]))
+    fragments, fields = found
+    pairs = zip(fields, values.values(), strict=True)
+    params = [field.get_db_prep_save(value, connection) for field, value in pairs]
+    return list(fragments), params
+
+
+_assignments: dict[
+    tuple[type[Model], tuple[str, ...], str], tuple[tuple[str, ...], tuple[Field[Any, Any], ...]]
+] = {}
 
 
 def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
