@@ -19,6 +19,31 @@
     rejected: "rgba(142, 68, 173, 0.6)",
   };
 
+  // Each window's Wilson interval as a whisker too: the band alone is invisible for a lone window.
+  const whiskers = {
+    id: "agentlabWhiskers",
+    afterDatasetsDraw(chart) {
+      const rows = chart.config.options.agentlabRows || [];
+      const meta = chart.getDatasetMeta(2);
+      const y = chart.scales.y;
+      const ctx = chart.ctx;
+      ctx.save();
+      ctx.strokeStyle = "rgba(32, 122, 32, 0.8)";
+      ctx.lineWidth = 1.5;
+      meta.data.forEach((point, i) => {
+        const row = rows[i];
+        if (!row || row.low === null || row.high === null) return;
+        const top = y.getPixelForValue(row.high), bottom = y.getPixelForValue(row.low);
+        ctx.beginPath();
+        ctx.moveTo(point.x, top); ctx.lineTo(point.x, bottom);
+        ctx.moveTo(point.x - 4, top); ctx.lineTo(point.x + 4, top);
+        ctx.moveTo(point.x - 4, bottom); ctx.lineTo(point.x + 4, bottom);
+        ctx.stroke();
+      });
+      ctx.restore();
+    },
+  };
+
   function scoreChart(data) {
     const canvas = document.getElementById("chart-score");
     if (!canvas) return;
@@ -39,7 +64,9 @@
             backgroundColor: "rgba(60, 60, 60, 0.25)", yAxisID: "count" },
         ],
       },
+      plugins: [whiskers],
       options: {
+        agentlabRows: data.rows,
         responsive: true, maintainAspectRatio: false, animation: false,
         scales: {
           y: { min: 0, max: 1, title: { display: true, text: "pass rate" } },
