@@ -22,7 +22,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 
 #: The agent stack's heavy imports: the OpenAI SDK's types, the MCP SDK, aiohttp,
-#: daphne's server (Twisted), scipy, the local model's bindings, the telemetry SDKs.
+#: daphne's server (Twisted), scipy, the local model's bindings, the telemetry SDKs;
+#: numpy (through rank_bm25), jsonschema and rich, which only some tools and the
+#: printed tables use.
 HEAVY = (
     "openai",
     "mcp",
@@ -32,9 +34,13 @@ HEAVY = (
     "llama_cpp",
     "opentelemetry",
     "prometheus_client",
+    "numpy",
+    "rank_bm25",
+    "jsonschema",
+    "rich",
 )
 
-COMMANDS = (["help"], ["compare_runs", "--help"])
+COMMANDS = (["help"], ["compare_runs", "--help"], ["leaderboard", "--help"])
 
 
 @dataclass(frozen=True)

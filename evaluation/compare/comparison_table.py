@@ -6,11 +6,16 @@ Presentation only: the numbers are ``evaluation.compare.pairing.Comparison``'s.
 
 from __future__ import annotations
 
-from rich.table import Table
+from typing import TYPE_CHECKING
 
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.shapes import Comparison, Delta, ExamplePair, PairedAccuracy
-from evaluation.metrics.metrics_table import text_console
+
+if TYPE_CHECKING:
+    # rich is imported where a table is built: the admin's pages import this
+    # module for accuracy_rows and delta_sections, and every command loads
+    # the admin (rich is about a tenth of a command's start-up)
+    from rich.table import Table
 
 __all__ = ["format_comparison"]
 
@@ -64,6 +69,8 @@ def _accuracy_row(label: str, s: PairedAccuracy, *, holm: bool) -> list[str]:
 
 
 def _delta_table(title: str) -> Table:
+    from rich.table import Table
+
     table = Table(title=title)
     table.add_column("")
     for name in ("base", "candidate", "difference"):
@@ -72,6 +79,8 @@ def _delta_table(title: str) -> Table:
 
 
 def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
+    from rich.table import Table
+
     table = Table(title=f"{title} ({len(pairs)})")
     for name in ("example", "task type", "gold", "base", "candidate", "turns (base, candidate)"):
         table.add_column(name)
@@ -95,6 +104,8 @@ def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
 
 def _runs_table(comparison: Comparison) -> Table:
     """The two runs: id, dataset version, status, model, code version, review, own accuracy."""
+    from rich.table import Table
+
     runs = Table(title=f"Comparison on dataset {comparison['dataset']}")
     for name in ("", "run id", "version", "status", "model", "code version", "review", "own accuracy"):
         runs.add_column(name)
@@ -114,6 +125,8 @@ def _runs_table(comparison: Comparison) -> Table:
 
 def _accuracy_table(comparison: Comparison) -> Table:
     """Paired accuracy overall and per task type, the counts in its caption."""
+    from rich.table import Table
+
     bootstrap = "method" in comparison  # epochs or partial credit: evaluation.compare.over_epochs
     confidence = f"{comparison['confidence']:.0%} CI, pp ({'Agresti–Min' if bootstrap else 'Newcombe'})"
     accuracy = Table(title="Paired accuracy (examples both runs scored)")
@@ -235,6 +248,8 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
         _pair_table("Broken: right → wrong", comparison["broken"]),
         _pair_table("Errored in either run", comparison["errored"]),
     ]
+    from evaluation.metrics.metrics_table import text_console
+
     console, buffer = text_console(width)
     for table in tables:
         console.print(table)

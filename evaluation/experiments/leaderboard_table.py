@@ -10,11 +10,12 @@ and what is written with ``--json`` are the same figures.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
-
-from evaluation.metrics.metrics_table import text_console
+if TYPE_CHECKING:
+    # rich is imported where a table is built: the admin's leaderboard page
+    # imports this module for its marks and legend at every command's start
+    from rich.table import Table
 
 __all__ = ["FRONTIER_MARK", "TOP_MARK", "format_leaderboard", "legend"]
 
@@ -74,6 +75,8 @@ def _pass_at_k(v: Mapping[str, Any]) -> str:
 
 def _variants_table(board: Mapping[str, Any]) -> Table:
     """One row per variant, best first, the unranked after."""
+    from rich.table import Table
+
     epochs = max((v["epochs"] for v in board["variants"]), default=1)
     title = (
         f"Leaderboard · {board['experiment']} · dataset {board['dataset']}@{board['dataset_version']}"
@@ -104,6 +107,8 @@ def _variants_table(board: Mapping[str, Any]) -> Table:
 
 def _task_type_table(variants: Sequence[Mapping[str, Any]]) -> Table | None:
     """Accuracy per task type: a row per variant, a column per task type."""
+    from rich.table import Table
+
     task_types = sorted({t for v in variants for t in v["per_task_type"]})
     if not task_types:
         return None
@@ -123,6 +128,8 @@ def _task_type_table(variants: Sequence[Mapping[str, Any]]) -> Table | None:
 def _matrix(board: Mapping[str, Any]) -> Table | None:
     """Row − column accuracy on the examples both scored, with its
     Holm-adjusted p; the upper triangle, rows and columns in rank order."""
+    from rich.table import Table
+
     ranked = [v["name"] for v in board["variants"] if v["rank"] is not None]
     if len(ranked) < 2:
         return None
@@ -180,6 +187,8 @@ def format_leaderboard(board: Mapping[str, Any], *, width: int = 150) -> str:
     (``▲ top``) and the frontier (``◆``) marked, accuracy per task type, the
     pairwise matrix, notes (unranked variants, unknown costs) and the legend."""
     tables = [_variants_table(board), _task_type_table(board["variants"]), _matrix(board)]
+    from evaluation.metrics.metrics_table import text_console
+
     console, buffer = text_console(width)
     for table in tables:
         if table is not None:
