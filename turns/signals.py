@@ -24,10 +24,8 @@ chat_turn_finished = Signal()
 
 def chat_turn_finished_send(turn_id: int) -> None:
     """Send :data:`chat_turn_finished` for ``turn_id``; a receiver that raises
-    is logged at ERROR and does not reach the caller. Costs one empty loop
-    when nothing is connected."""
-    if not chat_turn_finished.has_listeners():
-        return
+    is logged at ERROR and does not reach the caller. Costs tens of
+    microseconds with ``monitoring``'s receiver and no evaluator."""
     for _receiver, result in chat_turn_finished.send_robust(sender=None, turn_id=turn_id):
         if isinstance(result, Exception):
             logger.error("a chat_turn_finished receiver failed for turn %s: %r", turn_id, result)
