@@ -1,0 +1,82 @@
+"""What the review page shows of one queue item (``evaluation.admin.annotation``).
+
+The automatic score (scorer, score, correct, the judge's grade and
+explanation) is in the context only once ``user`` has labelled the item —
+the hidden-score rule: a reviewer who sees the judge's grade first is
+anchored by it. A pairwise item shows its two answers in the item's hidden
+order, without their runs' names.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib.auth.models import User
+
+from evaluation.annotation.labelling import label_history
+from evaluation.datasets.spec import gold_display
+from evaluation.models import AnnotationQueue, Prediction, QueueItem
+from turns.models import TurnEvent
+
+__all__ = ["item_context"]
+
+STEP_TYPES = ("tool.call", "tool.result")
+
+
+def _steps(prediction: Prediction) -> list[dict[str, Any]]:
+    if prediction.turn_id is None:
+        return []
+    events = TurnEvent.objects.filter(turn_id=prediction.turn_id, type__in=STEP_TYPES).order_by("seq")
+    return [{"seq": e.seq, "type": e.type, "data": e.data} for e in events[:200]]
+
+
+def _score_text(prediction: Prediction) -> str:
+    grade = (prediction.judgement or {}).get("grade")
+    verdict = "unscored" if prediction.correct is None else ("correct" if prediction.correct else "wrong")
+    return f"Automatic score: {prediction.scorer or '—'} said {grade or verdict} (score {prediction.score})."
+
+
+def item_context(queue: AnnotationQueue, item: QueueItem, user: User) -> dict[str, Any]:
+    """The review page's context for ``item``: ``item``, ``example``,
+    ``gold``, ``answers`` (one, or two for pairwise: ``{"side", "text",
+    "evidence", "reasoning", "steps"}``), ``history``, ``mine`` (the
+    reviewer's current label or ``None``), ``held_by`` (another reviewer
+    holding it, or ``None``), ``previous``/``next`` positions, and —
+    after ``user`` labelled it — ``score`` and ``score_text``."""
+    prediction = Prediction.objects.select_related("example").get(pk=item.prediction_id)
+    history = label_history(item)
+    username = user.get_username()
+    mine = next((h for h in history if h["reviewer"] == username and h["current"]), None)
+    sides = [prediction]
+    if queue.kind == "pairwise" and item.other_prediction_id:
+        other = Prediction.objects.get(pk=item.other_prediction_id)
+        sides = [other, prediction] if item.swapped else [prediction, other]
+    names = ["left", "right"] if len(sides) == 2 else ["answer"]
+    answers = [
+        {
+            "side": name,
+            "text": p.prediction,
+            "evidence": p.evidence,
+            "reasoning": p.reasoning,
+            "steps": _steps(p),
+        }
+        for name, p in zip(names, sides, strict=True)
+    ]
+    last = queue.items.order_by("-position").values_list("position", flat=True).first() or 0
+    held = item.claimed_by if item.claimed_by_id and item.claimed_by_id != user.pk else None
+    labelled = mine is not None
+    return {
+        "queue": queue,
+        "item": item,
+        "example": prediction.example,
+        "gold": gold_display(prediction.gold_answer),
+        "answers": answers,
+        "history": history,
+        "mine": mine,
+        "held_by": held.get_username() if held else None,
+        "previous": item.position - 1 if item.position > 1 else None,
+        "next": item.position + 1 if item.position < last else None,
+        "score": prediction if labelled and queue.kind == "single" else None,
+        "score_text": _score_text(prediction) if labelled and queue.kind == "single" else "",
+        "shortcuts": [(i, label) for i, label in enumerate(queue.label_set, start=1)],
+    }

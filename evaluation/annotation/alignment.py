@@ -1,0 +1,196 @@
+"""Human labels beside automatic scores (docs/architecture.md#annotation-queues).
+
+- :func:`human_accuracy`: a run's human-verified accuracy over its labelled
+  predictions, with the automatic accuracy on the same subset and the
+  failure-tag counts;
+- :func:`judge_report`: how the run's automatic verdicts (the judge's grade,
+  or any scorer's correct / incorrect) agree with the human labels —
+  agreement, Cohen's κ with its 95 % interval, the confusion matrix, the
+  disagreements — per (judge model, rubric) and overall, and the agreement
+  between reviewers where several labelled the same predictions;
+- :func:`pairwise_queue_result`: a pairwise queue's win rates and sign test.
+
+A prediction labelled by several reviewers (in any single-run queue of the
+run) counts once, by the label most of them gave (a tie: the latest label).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from typing import Any
+
+from evaluation.annotation.agreement import cohen_kappa, confusion_table, fleiss_kappa, pairwise_result
+from evaluation.metrics.intervals import wilson_interval
+from evaluation.models import AnnotationQueue, HumanLabel, Prediction, Run
+
+__all__ = ["human_accuracy", "judge_report", "pairwise_queue_result", "run_labels"]
+
+#: The order of the classes in a confusion matrix (others follow, sorted).
+CLASS_ORDER = ("correct", "partial", "incorrect", "unscored")
+
+
+def run_labels(run: Run) -> dict[int, list[HumanLabel]]:
+    """The current labels of ``run``'s predictions (single-run queues), by
+    prediction id, oldest first."""
+    rows = HumanLabel.objects.filter(
+        current=True, item__queue__run=run, item__queue__kind="single"
+    ).select_related("reviewer", "item")
+    labels: dict[int, list[HumanLabel]] = defaultdict(list)
+    for row in rows.order_by("created_at", "pk"):
+        labels[row.item.prediction_id].append(row)
+    return labels
+
+
+def _consensus(rows: list[HumanLabel]) -> str:
+    counts = Counter(row.label for row in rows)
+    best = max(counts.values())
+    return next(row.label for row in reversed(rows) if counts[row.label] == best)
+
+
+def automatic_verdict(prediction: Prediction) -> str:
+    """The scorer's verdict as a class: the judge's grade when it gave one,
+    else ``correct`` / ``incorrect`` from ``correct``, ``unscored`` when ``None``."""
+    grade = (prediction.judgement or {}).get("grade")
+    if grade in ("correct", "partial", "incorrect"):
+        return str(grade)
+    if prediction.correct is None:
+        return "unscored"
+    return "correct" if prediction.correct else "incorrect"
+
+
+def human_accuracy(run: Run) -> dict[str, Any]:
+    """``{"labelled", "human_correct", "human_accuracy", "human_ci",
+    "auto_scored", "auto_correct", "auto_accuracy", "auto_ci", "tags"}``:
+    human-verified accuracy (label ``correct`` over labelled predictions,
+    95 % Wilson interval), the automatic accuracy on the same predictions
+    (those of them scored), and the failure-tag counts (most first)."""
+    labels = run_labels(run)
+    predictions = Prediction.objects.filter(pk__in=labels).only("pk", "correct")
+    human = [_consensus(rows) for rows in labels.values()]
+    human_correct = sum(1 for label in human if label == "correct")
+    scored = [p.correct for p in predictions if p.correct is not None]
+    tags = Counter(tag for rows in labels.values() for row in rows for tag in row.tags)
+    return {
+        "labelled": len(human),
+        "human_correct": human_correct,
+        "human_accuracy": human_correct / len(human) if human else None,
+        "human_ci": wilson_interval(human_correct, len(human)),
+        "auto_scored": len(scored),
+        "auto_correct": sum(scored),
+        "auto_accuracy": sum(scored) / len(scored) if scored else None,
+        "auto_ci": wilson_interval(sum(scored), len(scored)),
+        "tags": dict(tags.most_common()),
+    }
+
+
+def _classes(values: set[str]) -> list[str]:
+    return [c for c in CLASS_ORDER if c in values] + sorted(values - set(CLASS_ORDER))
+
+
+def _alignment(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Agreement, κ and confusion of ``rows`` (each with ``automatic`` and ``human``)."""
+    classes = _classes({r["automatic"] for r in rows} | {r["human"] for r in rows})
+    table = confusion_table([(r["automatic"], r["human"]) for r in rows], classes)
+    kappa = cohen_kappa(table)
+    agree = sum(1 for r in rows if r["automatic"] == r["human"])
+    return {
+        "items": len(rows),
+        "agreement": agree / len(rows) if rows else None,
+        "agreement_ci": wilson_interval(agree, len(rows)),
+        "kappa": kappa["kappa"],
+        "kappa_ci_low": kappa["low"],
+        "kappa_ci_high": kappa["high"],
+        "confusion": {"rows": "automatic", "columns": "human", "classes": classes, "table": table},
+    }
+
+
+def reviewer_agreement(labels: dict[int, list[HumanLabel]]) -> dict[str, Any] | None:
+    """Inter-annotator agreement over predictions with two or more
+    reviewers: Cohen's κ (with its interval) when exactly two reviewers
+    labelled them all, else Fleiss' κ over the items with the most common
+    number of reviewers. ``None`` when no prediction has two reviewers."""
+    shared = {pk: rows for pk, rows in labels.items() if len(rows) >= 2}
+    if not shared:
+        return None
+    reviewers = {row.reviewer.get_username() for rows in shared.values() for row in rows}
+    classes = _classes({row.label for rows in shared.values() for row in rows})
+    if len(reviewers) == 2:
+        first, second = sorted(reviewers)
+        pairs = []
+        for rows in shared.values():
+            by = {row.reviewer.get_username(): row.label for row in rows}
+            pairs.append((by[first], by[second]))
+        kappa = cohen_kappa(confusion_table(pairs, classes))
+        return {"method": "Cohen's kappa", "reviewers": [first, second], "items": len(pairs), **kappa}
+    size = Counter(len(rows) for rows in shared.values()).most_common(1)[0][0]
+    counts = [
+        [sum(1 for row in rows if row.label == c) for c in classes]
+        for rows in shared.values()
+        if len(rows) == size
+    ]
+    return {
+        "method": "Fleiss' kappa",
+        "reviewers": sorted(reviewers),
+        "items": len(counts),
+        "kappa": fleiss_kappa(counts),
+        "low": None,
+        "high": None,
+    }
+
+
+def judge_report(run: Run) -> dict[str, Any]:
+    """The run's automatic verdicts against its human labels: the overall
+    :func:`_alignment` (``items``, ``agreement``, ``kappa``,
+    ``kappa_ci_low``/``high``, ``confusion``) plus ``run``, ``groups`` (the
+    same per (judge model, rubric)), ``disagreements`` (``prediction_id``,
+    ``question_id``, ``automatic``, ``human``, ``notes``) and
+    ``reviewers`` (:func:`reviewer_agreement`)."""
+    labels = run_labels(run)
+    predictions = Prediction.objects.filter(pk__in=labels).select_related("example").order_by("pk")
+    rubric = (run.dataset.rubric and "dataset rubric") or "default rubric"
+    rows = []
+    for p in predictions:
+        model = (p.judgement or {}).get("model") or f"scorer {p.scorer or '?'}"
+        rows.append({
+            "prediction_id": p.pk,
+            "question_id": p.example.external_id,
+            "judge": model,
+            "rubric": ((p.example.metadata or {}).get("rubric") and "example rubric") or rubric,
+            "automatic": automatic_verdict(p),
+            "human": _consensus(labels[p.pk]),
+            "notes": [row.note for row in labels[p.pk] if row.note],
+        })  # fmt: skip
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+    for row in rows:
+        groups[(str(row["judge"]), str(row["rubric"]))].append(row)
+    return {
+        "run": run.run_id,
+        **_alignment(rows),
+        "groups": [
+            {"judge": judge, "rubric": rub, **_alignment(members)}
+            for (judge, rub), members in sorted(groups.items())
+        ],
+        "disagreements": [
+            {k: row[k] for k in ("prediction_id", "question_id", "automatic", "human", "notes")}
+            for row in rows
+            if row["automatic"] != row["human"]
+        ],
+        "reviewers": reviewer_agreement(labels),
+    }
+
+
+def pairwise_queue_result(queue: AnnotationQueue) -> dict[str, Any]:
+    """A pairwise queue's result (:func:`~evaluation.annotation.agreement.pairwise_result`,
+    A = ``queue.run``, B = ``queue.other_run``) over its current labels, each
+    ``left``/``right`` mapped back through the item's hidden order; with
+    ``run_a`` and ``run_b``."""
+    wins_a = wins_b = ties = 0
+    for row in HumanLabel.objects.filter(item__queue=queue, current=True).select_related("item"):
+        if row.label == "equal":
+            ties += 1
+        elif (row.label == "left") != row.item.swapped:
+            wins_a += 1
+        else:
+            wins_b += 1
+    other = queue.other_run.run_id if queue.other_run else None
+    return {"run_a": queue.run.run_id, "run_b": other, **pairwise_result(wins_a, wins_b, ties)}

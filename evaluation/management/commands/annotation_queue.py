@@ -1,0 +1,81 @@
+"""``manage.py annotation_queue create RUN --name Q --filter F [--sample N --seed S] [--overlap K]``
+and ``manage.py annotation_queue import Q FILE.csv`` (issue 30; docs/architecture.md#annotation-queues).
+
+``create`` makes a queue from a run's predictions (``--pairwise OTHER_RUN``:
+a pairwise queue of the two runs); ``import`` records labels from a CSV file,
+checked whole first. Exit codes: 0 done, 2 bad input (an unknown run or
+queue, a bad filter, sample or rubric, a bad CSV row — nothing written).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.errors import AgentLabError
+from evaluation.annotation.label_import import import_labels
+from evaluation.annotation.labelling import progress
+from evaluation.annotation.queues import FILTERS, create_pairwise_queue, create_queue
+
+
+def _names(raw: str) -> list[str]:
+    return [part.strip() for part in raw.split(",") if part.strip()]
+
+
+class Command(BaseCommand):
+    requires_system_checks = BATCH_COMMAND_CHECKS
+    help = "Make an annotation queue from a run's predictions, or import labels into one from CSV."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        sub = parser.add_subparsers(dest="action", required=True)
+        create = sub.add_parser("create", help="make a queue from a run's predictions")
+        create.add_argument("run", help="run id")
+        create.add_argument("--name", required=True, help="the queue's name (unique)")
+        create.add_argument("--filter", dest="filter_name", default="all", choices=FILTERS)
+        create.add_argument("--sample", type=int, default=None, help="a random sample of N predictions")
+        create.add_argument("--seed", type=int, default=None, help="the sample's seed (reproducible)")
+        create.add_argument("--overlap", type=int, default=1, help="reviewers per item (default 1)")
+        create.add_argument("--labels", default="", help="the label set, comma-separated")
+        create.add_argument("--tags", default="", help="the failure-tag taxonomy, comma-separated")
+        create.add_argument("--instructions", default="", help="what reviewers are to do")
+        create.add_argument("--pairwise", metavar="OTHER_RUN", default=None, help="pair with another run")
+        imp = sub.add_parser("import", help="record labels from a CSV file")
+        imp.add_argument("queue", help="queue name")
+        imp.add_argument("file", help="CSV: question_id, reviewer, label[, tags, note]")
+
+    def handle(self, *args: Any, **opts: Any) -> None:
+        try:
+            with database_errors():
+                database_check()
+                if opts["action"] == "import":
+                    count = import_labels(opts["queue"], Path(opts["file"]))
+                    self.stdout.write(f"{count} label(s) imported into queue {opts['queue']}")
+                    return
+                queue = self._create(opts)
+        except (AgentLabError, ValueError) as exc:
+            raise CommandError(str(exc), returncode=2) from exc
+        self.stdout.write(
+            f"queue {queue.name} (id {queue.pk}): {progress(queue)['items']} item(s) from run "
+            f"{queue.run.run_id}, filter {queue.filter}, overlap {queue.overlap}"
+        )
+
+    def _create(self, opts: dict[str, Any]) -> Any:
+        if opts["pairwise"]:
+            return create_pairwise_queue(
+                opts["run"], opts["pairwise"], name=opts["name"], seed=opts["seed"],
+                overlap=opts["overlap"], instructions=opts["instructions"],
+            )  # fmt: skip
+        return create_queue(
+            opts["run"],
+            name=opts["name"],
+            filter_name=opts["filter_name"],
+            sample=opts["sample"],
+            seed=opts["seed"],
+            overlap=opts["overlap"],
+            labels=_names(opts["labels"]) or None,
+            instructions=opts["instructions"],
+            tags=_names(opts["tags"]),
+        )
