@@ -43,7 +43,7 @@ def confusion_table(pairs: Sequence[tuple[str, str]], classes: Sequence[str]) ->
 
 def cohen_kappa(table: Sequence[Sequence[int]], *, confidence: float = 0.95) -> dict[str, float | None]:
     """Cohen's κ of a square agreement table (rater 1 rows × rater 2
-    columns, counts) with its interval: ``{"kappa", "low", "high"}``
+    columns, counts) with its interval, clipped to [-1, 1]: ``{"kappa", "low", "high"}``
     (``None`` each when the table has fewer than two observations, or κ is
     undefined because chance agreement is 1 — one class only)."""
     n = sum(sum(row) for row in table)

@@ -1,0 +1,69 @@
+"""The annotation pages of the admin (issue 30): the review page hides the
+automatic score until the reviewer has labelled the item, labels through a
+POST, refuses a label outside the rubric (nothing written), and the
+judge-alignment page shows the confusion matrix."""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+from django.urls import reverse
+
+from evaluation.annotation.queues import create_queue
+from evaluation.models import HumanLabel
+from tests.evaluation.annotation_support import make_dataset, make_run, staff
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def queue():
+    dataset = make_dataset(n=3)
+    make_run(dataset, "hq-judge", right={0}, judge={0: "correct", 1: "correct", 2: "incorrect"})
+    return create_queue("hq-judge", name="Q")
+
+
+def test_the_score_is_hidden_until_labelled_then_shown(queue):
+    staff("ann")
+    client = Client()
+    client.login(username="ann", password="pw-ann-123")
+    review = reverse("admin:evaluation_annotationqueue_review", args=[queue.pk])
+    page = client.get(review + "?item=2").content.decode()
+    assert "Which city is capital number 1?" in page and "city 1" in page  # question, gold
+    assert "review-score-hidden" in page and "judge said" not in page and 'review-score"' not in page
+    response = client.post(review, {"item": "2", "label": "incorrect", "note": "town, not city"})
+    assert response.status_code == 302
+    assert HumanLabel.objects.get().label == "incorrect"
+    page = client.get(review + "?item=2").content.decode()
+    assert 'id="review-score"' in page and "judge said correct" in page
+    assert "0 of 3 labelled" not in page and "1 of 3 labelled" in page
+
+
+def test_a_label_outside_the_rubric_by_post_is_an_error_and_writes_nothing(queue):
+    staff("ann")
+    client = Client()
+    client.login(username="ann", password="pw-ann-123")
+    review = reverse("admin:evaluation_annotationqueue_review", args=[queue.pk])
+    response = client.post(review, {"item": "1", "label": "superb"}, follow=True)
+    page = response.content.decode()
+    assert "superb" in page and "is not in the rubric" in page
+    assert client.post(review, {"item": "x", "label": "correct"}).status_code == 400
+    assert client.get(review + "?item=99").status_code == 404
+    assert HumanLabel.objects.count() == 0
+
+
+def test_the_alignment_page_shows_the_confusion_matrix(queue):
+    ann = staff("ann")
+    from evaluation.annotation.labelling import give_label
+
+    for item, label in zip(
+        queue.items.order_by("position"), ["correct", "incorrect", "incorrect"], strict=True
+    ):
+        give_label(item, ann, label)
+    client = Client()
+    client.login(username="ann", password="pw-ann-123")
+    page = client.get(reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk])).content.decode()
+    assert 'id="confusion-matrix"' in page and "<th>correct</th><td>1</td><td>1</td>" in page
+    assert "q1</a>: automatic correct, human incorrect" in page
+    listing = client.get(reverse("admin:evaluation_annotationqueue_changelist")).content.decode()
+    assert "3 of 3 labelled" in listing

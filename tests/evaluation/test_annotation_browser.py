@@ -1,0 +1,66 @@
+"""The review page in headless Chromium (issue 30): a reviewer labels three
+items of a queue with the keyboard (keys 1–3, no mouse), the automatic score
+hidden before each label; then the judge-alignment page shows the confusion
+matrix. Screenshots go to ``/work/notes/shots/`` (``/tmp`` when that is missing).
+
+The live daphne comes from ``tests/test_browser.py``, the browser page from
+``tests/evaluation/test_report_browser.py``."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from evaluation.annotation.queues import create_queue
+from evaluation.models import HumanLabel
+from tests.evaluation.annotation_support import make_dataset, make_run, staff
+from tests.evaluation.test_report_browser import admin_log_in, desktop_page  # noqa: F401 - a fixture
+from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
+
+SHOTS = "/work/notes/shots" if os.path.isdir("/work/notes/shots") else "/tmp"
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(
+        not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)"
+    ),
+]
+
+
+def test_three_items_labelled_with_the_keyboard_then_the_confusion_matrix(live_server_url, desktop_page):
+    dataset = make_dataset(n=3)
+    make_run(dataset, "hq-judge", right={0}, judge={0: "correct", 1: "correct", 2: "incorrect"})
+    queue = create_queue("hq-judge", name="Capitals", tags=["hallucinated evidence"])
+    staff("ann")
+    page = desktop_page
+    admin_log_in(page, live_server_url, "ann", "pw-ann-123")
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/review/")
+    for n, key in enumerate(["1", "3", "3"]):  # correct, incorrect, incorrect
+        page.wait_for_selector("#review-form")
+        assert page.locator("#review-progress").inner_text() == f"{n} of 3 labelled"
+        assert (
+            page.locator("#review-score-hidden").count() == 1 and page.locator("#review-score").count() == 0
+        )
+        if n == 0:
+            page.screenshot(path=f"{SHOTS}/annotation-review.png", full_page=True)
+        page.locator("body").press(key)
+        page.wait_for_function(
+            f"document.querySelector('#review-progress').innerText === '{n + 1} of 3 labelled'"
+        )
+    assert page.locator("#review-done").count() == 1
+    assert sorted(HumanLabel.objects.values_list("item__position", "label")) == [
+        (1, "correct"),
+        (2, "incorrect"),
+        (3, "incorrect"),
+    ]
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/review/?item=1")
+    page.locator("body").press("j")  # next
+    page.wait_for_url("**?item=2")
+    assert "judge said correct" in page.locator("#review-score").inner_text()  # shown once labelled
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/alignment/")
+    matrix = page.locator("#confusion-matrix")
+    assert matrix.locator("tbody tr").nth(0).inner_text().split() == ["correct", "1", "1"]
+    assert matrix.locator("tbody tr").nth(1).inner_text().split() == ["incorrect", "0", "1"]
+    page.screenshot(path=f"{SHOTS}/annotation-alignment.png", full_page=True)
