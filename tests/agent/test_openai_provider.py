@@ -333,11 +333,21 @@ async def test_cancel_in_the_middle_of_an_http_call(
 ) -> None:
     server = stub_server([final_answer_reply("late", delay=30)])
     cancel = asyncio.Event()
-    asyncio.get_running_loop().call_later(0.3, cancel.set)
-    started = time.monotonic()
+    cancelled_at: list[float] = []
+
+    async def cancel_once_the_request_is_in() -> None:
+        # the middle of the call: the server has the request (a fixed delay
+        # raced the request's start on a busy machine)
+        while server.request_count < 1:
+            await asyncio.sleep(0.01)
+        cancelled_at.append(time.monotonic())
+        cancel.set()
+
+    watcher = asyncio.ensure_future(cancel_once_the_request_is_in())
     result = await _loop(connect(server), registry).run(QUESTION, cancel=cancel)
+    await watcher
     assert result.stop_reason == "cancelled"
-    assert time.monotonic() - started < 1.0
+    assert time.monotonic() - cancelled_at[0] < 1.0  # not the reply's 30 s
     assert server.request_count == 1
     assert result.steps_used == 0
 
