@@ -13,7 +13,7 @@ from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
 from evaluation.datasets.spec import gold_display
-from evaluation.models import Example, Prediction, Run, RunStatus
+from evaluation.models import Example, HumanLabel, Prediction, Run, RunStatus
 from evaluation.selectors import predictions_failing, run_check_names
 from turns.admin import status_badge
 from turns.admin.display import review_text, stop_reason_text, usage_html
@@ -86,6 +86,38 @@ class FailedCheckFilter(admin.SimpleListFilter):
         return queryset if not value else predictions_failing(queryset, check=value)
 
 
+class HumanLabelFilter(admin.SimpleListFilter):
+    """Predictions with a current human label (annotation queues, issue 30) of the chosen value."""
+
+    title = "human label"
+    parameter_name = "human_label"
+    field = "label"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        rows = HumanLabel.objects.filter(current=True)
+        if self.field == "label":
+            values = set(rows.values_list("label", flat=True).distinct())
+        else:
+            values = {tag for tags in rows.values_list("tags", flat=True) for tag in tags}
+        return [(v, v) for v in sorted(values)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[Prediction]) -> QuerySet[Prediction]:
+        value = self.value()
+        if not value:
+            return queryset
+        rows = HumanLabel.objects.filter(current=True)
+        rows = rows.filter(label=value) if self.field == "label" else rows.filter(tags__contains=[value])
+        return queryset.filter(pk__in=rows.values("item__prediction_id"))
+
+
+class FailureTagFilter(HumanLabelFilter):
+    """Predictions a reviewer gave the chosen failure tag."""
+
+    title = "failure tag"
+    parameter_name = "failure_tag"
+    field = "tags"
+
+
 @admin.register(Prediction)
 class PredictionAdmin(StaffReadOnlyAdmin):
     list_display = (
@@ -130,6 +162,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         FailedCheckFilter,
         "review_verdict",
         "turn__status",
+        HumanLabelFilter,
+        FailureTagFilter,
     )
     search_fields = ("example__external_id", "prediction", "gold_answer")
     search_help_text = "Example id, prediction or gold answer."

@@ -28,6 +28,7 @@ from django.utils.safestring import SafeString
 from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
+from evaluation.annotation.alignment import human_accuracy
 from evaluation.compare.charts import comparison_chart_data
 from evaluation.compare.comparison_table import accuracy_rows, delta_sections
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
@@ -103,7 +104,8 @@ class RunReportViews(StaffReadOnlyAdmin):
     def report_view(self, request: HttpRequest, object_id: int) -> HttpResponse:
         """The run's report: accuracy per task type with Wilson intervals,
         latency histogram, tokens and cost per model, stop reasons, review
-        (first attempt vs final), and the dataset's accuracy over time."""
+        (first attempt vs final), the dataset's accuracy over time, and
+        human-verified accuracy beside the automatic one on the labelled predictions."""
         run = self._run(request, object_id)
         metrics = run_stored_metrics(run=run)
         trend = [
@@ -121,6 +123,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             run_url=reverse("admin:evaluation_run_change", args=[run.pk]),
             previous=previous,
             previous_compare_url=compare_url(previous.pk, run.pk) if previous else None,
+            human=human_accuracy(run),
         )
         return TemplateResponse(request, "admin/evaluation/run/report.html", context)
 

@@ -67,3 +67,28 @@ def test_the_alignment_page_shows_the_confusion_matrix(queue):
     assert "q1</a>: automatic correct, human incorrect" in page
     listing = client.get(reverse("admin:evaluation_annotationqueue_changelist")).content.decode()
     assert "3 of 3 labelled" in listing
+
+
+def test_the_predictions_list_filters_by_label_and_tag_and_the_report_shows_human_accuracy(queue):
+    from evaluation.annotation.labelling import give_label
+
+    ann = staff("ann")
+    queue.tag_set = ["format"]
+    queue.save(update_fields=["tag_set"])
+    items = list(queue.items.order_by("position").select_related("prediction__example"))
+    give_label(items[0], ann, "correct")
+    give_label(items[1], ann, "incorrect", tags=["format"])
+    client = Client()
+    client.login(username="ann", password="pw-ann-123")
+    listing = reverse("admin:evaluation_prediction_changelist")
+    by_label = client.get(listing + "?human_label=incorrect").content.decode()
+    by_tag = client.get(listing + "?failure_tag=format").content.decode()
+    correct = client.get(listing + "?human_label=correct").content.decode()
+    assert "q1</a>" in by_label and "q0</a>" not in by_label and "q2</a>" not in by_label
+    assert "q1</a>" in by_tag and "q0</a>" not in by_tag
+    assert "q0</a>" in correct and "q1</a>" not in correct
+    report = client.get(reverse("admin:evaluation_run_report", args=[queue.run.pk])).content.decode()
+    assert 'id="human-review"' in report and "human-verified accuracy <strong>1/2</strong>" in report
+    assert (
+        "automatic accuracy on the same predictions <strong>2/2</strong>" in report and "format 1" in report
+    )
