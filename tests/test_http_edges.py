@@ -11,7 +11,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +18,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentlab.testing.net import free_port, port_open
 from tests.api_support import session_script
+from tests.daphne_support import daphne_running
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -58,32 +57,14 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
         timeout=60,
     )
     setup = json.loads(out.stdout.strip().splitlines()[-1])
-    port = free_port()
     log = tmp / "daphne.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while not port_open("127.0.0.1", port):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        base = f"http://127.0.0.1:{port}"
-        with httpx.Client(base_url=base, timeout=30) as client:
-            client.cookies.set("sessionid", setup["session"])
-            client.get("/")  # sets the csrftoken cookie
-            token = client.cookies.get("csrftoken")
-            assert token
-            client.headers["X-CSRFToken"] = token
-            yield {"client": client, "conversation": setup["conversation"], "log": log, "base": base}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with daphne_running(env, log) as base, httpx.Client(base_url=base, timeout=30) as client:
+        client.cookies.set("sessionid", setup["session"])
+        client.get("/")  # sets the csrftoken cookie
+        token = client.cookies.get("csrftoken")
+        assert token
+        client.headers["X-CSRFToken"] = token
+        yield {"client": client, "conversation": setup["conversation"], "log": log, "base": base}
 
 
 def _error(response: httpx.Response) -> dict[str, Any]:

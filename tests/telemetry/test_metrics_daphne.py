@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlab.testing.net import free_port, port_open
+from tests.daphne_support import daphne_running
 
 ROOT = Path(__file__).resolve().parent.parent.parent
 TOKEN = "metrics-token-for-the-test"
@@ -45,26 +44,9 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
     for name in ("DATABASE_URL", "REDIS_URL", "CELERY_BROKER_URL"):
         env.pop(name, None)
     subprocess.run([sys.executable, "-c", COUNT], cwd=ROOT, env=env, check=True, timeout=60)
-    port = free_port()
     log = tmp / "daphne.log"
-    with log.open("w") as fh:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
-            cwd=ROOT,
-            env=env,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-        )
-    try:
-        deadline = time.monotonic() + 30
-        while not port_open("127.0.0.1", port):
-            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=30) as client:
-            yield {"client": client, "log": log}
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
+    with daphne_running(env, log) as base, httpx.Client(base_url=base, timeout=30) as client:
+        yield {"client": client, "log": log}
 
 
 def test_a_deployment_refuses_metrics_without_the_token(deployment):
