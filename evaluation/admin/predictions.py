@@ -106,8 +106,11 @@ class HumanLabelFilter(admin.SimpleListFilter):
         if not value:
             return queryset
         rows = HumanLabel.objects.filter(current=True)
-        rows = rows.filter(label=value) if self.field == "label" else rows.filter(tags__contains=[value])
-        return queryset.filter(pk__in=rows.values("item__prediction_id"))
+        if self.field == "label":
+            return queryset.filter(pk__in=rows.filter(label=value).values("item__prediction_id"))
+        # a JSON list's membership in Python: SQLite has no ``contains`` lookup on a JSONField
+        tagged = [pk for pk, tags in rows.values_list("item__prediction_id", "tags") if value in (tags or [])]
+        return queryset.filter(pk__in=tagged)
 
 
 class FailureTagFilter(HumanLabelFilter):

@@ -36,7 +36,8 @@ EXAMPLE_LIST = reverse("admin:evaluation_example_changelist")
 
 # Pinned query counts (session + user + the page's own); the same for 1 or many rows.
 RUN_LIST_QUERIES = 12  # two of them: the schedules and the experiments the filters offer
-PREDICTION_LIST_QUERIES = 12  # two of them: the review verdicts and the failed checks the filters offer
+#: four of them: the review verdicts, failed checks, human labels and failure tags the filters offer
+PREDICTION_LIST_QUERIES = 14
 
 TASK_TYPES = ("math", "fact", "unit")
 
