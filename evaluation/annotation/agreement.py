@@ -18,6 +18,7 @@ when the app starts (tests/test_startup_imports.py).
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -45,7 +46,8 @@ def cohen_kappa(table: Sequence[Sequence[int]], *, confidence: float = 0.95) -> 
     """Cohen's κ of a square agreement table (rater 1 rows × rater 2
     columns, counts) with its interval, clipped to [-1, 1]: ``{"kappa", "low", "high"}``
     (``None`` each when the table has fewer than two observations, or κ is
-    undefined because chance agreement is 1 — one class only)."""
+    undefined because chance agreement is 1 — one class only; the interval
+    ``None`` when its asymptotic variance is undefined or 0)."""
     n = sum(sum(row) for row in table)
     if n < 2:
         return {"kappa": None, "low": None, "high": None}
@@ -58,12 +60,12 @@ def cohen_kappa(table: Sequence[Sequence[int]], *, confidence: float = 0.95) -> 
     with warnings.catch_warnings():  # its z-test under the null divides by 0 on a perfect table
         warnings.simplefilter("ignore", RuntimeWarning)
         result = sm_cohens_kappa([list(row) for row in table])
-    half = NormalDist().inv_cdf(0.5 + confidence / 2) * float(result.std_kappa)
-    return {
-        "kappa": float(result.kappa),
-        "low": float(result.kappa) - half,
-        "high": float(result.kappa) + half,
-    }
+    kappa, half = float(result.kappa), NormalDist().inv_cdf(0.5 + confidence / 2) * float(result.std_kappa)
+    if not math.isfinite(half) or half <= 0:
+        # the asymptotic variance is undefined or 0 on a degenerate table: no
+        # interval rather than NaN (which is not JSON) or a width of 0
+        return {"kappa": kappa if math.isfinite(kappa) else None, "low": None, "high": None}
+    return {"kappa": kappa, "low": max(-1.0, kappa - half), "high": min(1.0, kappa + half)}
 
 
 def fleiss_kappa(counts: Sequence[Sequence[int]]) -> float | None:

@@ -82,6 +82,7 @@ def test_bad_commands_exit_2_and_write_nothing(judged):
             ["annotation_queue", "create", "hq-judge", "--name", "Q", "--sample", "0"],
             "--sample must be at least 1",
         ),
+        (["annotation_queue", "create", "hq-judge", "--name", "Q", "--labels", ",,"], "names no label"),
         (["annotation_queue", "import", "nope", "x.csv"], "no annotation queue named 'nope'"),
         (["judge_report", "nope"], "no run with id 'nope'"),
         (["judge_report", "hq-judge"], "has no human label"),

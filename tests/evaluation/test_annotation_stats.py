@@ -108,3 +108,18 @@ def test_the_pairwise_win_rate_and_sign_test_on_known_counts():
     assert result["sign_test_p"] == pytest.approx(expected) == pytest.approx(0.041389, abs=1e-6)
     assert pairwise_result(0, 0, 4)["sign_test_p"] is None
     assert pairwise_result(3, 3, 0)["sign_test_p"] == pytest.approx(1.0)
+
+
+def test_a_degenerate_table_has_no_kappa_interval_rather_than_nan():
+    # the judge said "correct" to all three, the reviewer "incorrect": the
+    # asymptotic variance is NaN there, and a NaN would not be JSON
+    import json
+
+    from evaluation.annotation.agreement import cohen_kappa
+
+    degenerate = cohen_kappa([[0, 3], [0, 0]])
+    assert degenerate == {"kappa": 0.0, "low": None, "high": None}
+    json.dumps(degenerate, allow_nan=False)
+    real = cohen_kappa([[1, 13], [0, 16]])
+    assert real["low"] is not None and real["high"] is not None
+    assert -1.0 <= real["low"] < real["kappa"] < real["high"] <= 1.0

@@ -25,6 +25,17 @@ def _names(raw: str) -> list[str]:
     return [part.strip() for part in raw.split(",") if part.strip()]
 
 
+def _label_set(raw: str | None) -> list[str] | None:
+    """``--labels``' names (``None``: not given, the default set); ``ValueError``
+    when it was given but names no label (``--labels ",,"``)."""
+    if raw is None:
+        return None
+    names = _names(raw)
+    if not names:
+        raise ValueError(f"--labels {raw!r} names no label: give them comma-separated, e.g. good,bad")
+    return names
+
+
 class Command(BaseCommand):
     requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Make an annotation queue from a run's predictions, or import labels into one from CSV."
@@ -38,7 +49,7 @@ class Command(BaseCommand):
         create.add_argument("--sample", type=int, default=None, help="a random sample of N predictions")
         create.add_argument("--seed", type=int, default=None, help="the sample's seed (reproducible)")
         create.add_argument("--overlap", type=int, default=1, help="reviewers per item (default 1)")
-        create.add_argument("--labels", default="", help="the label set, comma-separated")
+        create.add_argument("--labels", default=None, help="the label set, comma-separated")
         create.add_argument("--tags", default="", help="the failure-tag taxonomy, comma-separated")
         create.add_argument("--instructions", default="", help="what reviewers are to do")
         create.add_argument("--pairwise", metavar="OTHER_RUN", default=None, help="pair with another run")
@@ -75,7 +86,7 @@ class Command(BaseCommand):
             sample=opts["sample"],
             seed=opts["seed"],
             overlap=opts["overlap"],
-            labels=_names(opts["labels"]) or None,
+            labels=_label_set(opts["labels"]),
             instructions=opts["instructions"],
             tags=_names(opts["tags"]),
         )
