@@ -97,6 +97,6 @@ class ApiBodyMiddleware:
             return _error(413, f"the request body is over the limit of {limit:,} bytes")
         media_type = request.content_type or ""
         if _carries_data(body, media_type) and not _is_json(media_type):
-            shown = media_type or "no Content-Type"
+            shown = media_type or "a body without a Content-Type"
             return _error(415, f"the API takes a JSON body (Content-Type: application/json), not {shown}")
         return None

@@ -86,6 +86,9 @@ def test_a_multipart_or_form_post_to_a_json_endpoint_is_415_not_500(server: dict
     )
     form = client.post("/api/conversations", data={"title": "x"})
     assert (form.status_code, _error(form)["code"]) == (415, "unsupported_media_type")
+    bare = client.post("/api/conversations", content=b'{"title": "x"}')  # no Content-Type at all
+    assert bare.status_code == 415
+    assert _error(bare)["message"].endswith(", not a body without a Content-Type")
     anonymous = httpx.post(f"{server['base']}/api/conversations", data={"title": "x"})
     assert anonymous.status_code == 415
     assert "RawPostDataException" not in server["log"].read_text()
