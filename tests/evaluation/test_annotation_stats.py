@@ -121,5 +121,6 @@ def test_a_degenerate_table_has_no_kappa_interval_rather_than_nan():
     assert degenerate == {"kappa": 0.0, "low": None, "high": None}
     json.dumps(degenerate, allow_nan=False)
     real = cohen_kappa([[1, 13], [0, 16]])
-    assert real["low"] is not None and real["high"] is not None
-    assert -1.0 <= real["low"] < real["kappa"] < real["high"] <= 1.0
+    low, kappa, high = real["low"], real["kappa"], real["high"]
+    assert low is not None and kappa is not None and high is not None
+    assert -1.0 <= low < kappa < high <= 1.0
