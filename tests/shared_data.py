@@ -1,26 +1,23 @@
-"""Where the tests find the real datasets of ``shared/datasets`` (see its README).
+"""Where the tests find the real datasets: ``datasets/`` in the repository.
 
-``AGENTLAB_DATASETS_DIR`` wins; otherwise the ``shared/`` folder laid beside
-the checkout (as on developer machines and in CI). A missing file is an error,
-not a skip: a suite that silently stops testing on real data is worse than a
-red one.
+The subsets of GSM8K, ARC, CommonsenseQA, HotpotQA and Spider live in the
+repository (``datasets/README.md`` says how each was drawn, ``datasets/NOTICE``
+their licenses), so the suite passes from a plain clone with nothing beside it.
+A missing file is an error, not a skip: a suite that silently stops testing on
+real data is worse than a red one.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASETS = Path(os.environ.get("AGENTLAB_DATASETS_DIR") or ROOT.parent / "shared" / "datasets")
+DATASETS = ROOT / "datasets"
 
 
 def dataset_path(name: str) -> Path:
-    """The path of a shared dataset file; ``FileNotFoundError`` says where it looked."""
+    """The path of a dataset file under ``datasets/``; ``FileNotFoundError`` says where it looked."""
     path = DATASETS / name
     if not path.is_file():
-        raise FileNotFoundError(
-            f"shared dataset {name} not found in {DATASETS}; lay shared/ beside the checkout "
-            "or set AGENTLAB_DATASETS_DIR"
-        )
+        raise FileNotFoundError(f"dataset {name} not found in {DATASETS}")
     return path

@@ -1,7 +1,7 @@
 """A tiny demo dataset, written for AgentLab (no third-party text, no licence to carry).
 
 Eight examples in the same shapes as the shared benchmark subsets
-(shared/datasets): 3 ``math`` word problems with integer answers (scored
+(datasets/): 3 ``math`` word problems with integer answers (scored
 ``numeric``), 3 ``multiple_choice`` questions laid out like
 ``arc-challenge-test-100.jsonl`` (stem, blank line, ``A. ...`` one option per
 line; answer a letter; scored ``choice``), and 2 ``document_qa`` questions whose

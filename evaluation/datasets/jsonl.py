@@ -6,7 +6,7 @@ returns writes the Dataset and Example rows. The whole file is validated before
 anything is returned, so a bad line means nothing is written (docs/architecture.md#evaluation-semantics:
 "a bad line is a clear error naming the line, and nothing is written").
 
-Line format (one JSON object per line; layout of shared/datasets/README.md):
+Line format (one JSON object per line; layout of datasets/README.md):
 
 =============== =========== ==================================================
 field           required    rule
