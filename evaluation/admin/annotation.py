@@ -27,6 +27,7 @@ from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError, NotFound, StateConflict
 from evaluation.admin.review_item import item_context
 from evaluation.annotation.alignment import human_accuracy, judge_report, pairwise_queue_result
+from evaluation.annotation.corrected import judge_corrected_accuracy
 from evaluation.annotation.corrections import corrections_to_version
 from evaluation.annotation.labelling import claim, give_label, next_item, progress, queue_item
 from evaluation.models import AnnotationQueue, QueueItem
@@ -182,6 +183,7 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
             report=report,
             matrix_rows=rows,
             human=human_accuracy(queue.run),
+            corrected=judge_corrected_accuracy(queue.run),
         )
 
     def corrections_view(self, request: HttpRequest, pk: int) -> HttpResponse:

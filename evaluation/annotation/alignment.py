@@ -23,7 +23,7 @@ from evaluation.annotation.agreement import cohen_kappa, confusion_table, fleiss
 from evaluation.metrics.intervals import wilson_interval
 from evaluation.models import AnnotationQueue, HumanLabel, Prediction, Run
 
-__all__ = ["human_accuracy", "judge_report", "pairwise_queue_result", "run_labels"]
+__all__ = ["consensus_label", "human_accuracy", "judge_report", "pairwise_queue_result", "run_labels"]
 
 #: The order of the classes in a confusion matrix (others follow, sorted).
 CLASS_ORDER = ("correct", "partial", "incorrect", "unscored")
@@ -41,7 +41,9 @@ def run_labels(run: Run) -> dict[int, list[HumanLabel]]:
     return labels
 
 
-def _consensus(rows: list[HumanLabel]) -> str:
+def consensus_label(rows: list[HumanLabel]) -> str:
+    """The label most of ``rows`` (one prediction's current labels, oldest
+    first) give; a tie goes to the latest of the tied labels."""
     counts = Counter(row.label for row in rows)
     best = max(counts.values())
     return next(row.label for row in reversed(rows) if counts[row.label] == best)
@@ -66,7 +68,7 @@ def human_accuracy(run: Run) -> dict[str, Any]:
     (those of them scored), and the failure-tag counts (most first)."""
     labels = run_labels(run)
     predictions = Prediction.objects.filter(pk__in=labels).only("pk", "correct")
-    human = [_consensus(rows) for rows in labels.values()]
+    human = [consensus_label(rows) for rows in labels.values()]
     human_correct = sum(1 for label in human if label == "correct")
     scored = [p.correct for p in predictions if p.correct is not None]
     tags = Counter(tag for rows in labels.values() for row in rows for tag in row.tags)
@@ -157,7 +159,7 @@ def judge_report(run: Run) -> dict[str, Any]:
             "judge": model,
             "rubric": ((p.example.metadata or {}).get("rubric") and "example rubric") or rubric,
             "automatic": automatic_verdict(p),
-            "human": _consensus(labels[p.pk]),
+            "human": consensus_label(labels[p.pk]),
             "notes": [row.note for row in labels[p.pk] if row.note],
         })  # fmt: skip
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)

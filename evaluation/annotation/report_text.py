@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["format_judge_report"]
+__all__ = ["corrected_text", "format_judge_report"]
 
 
 def _pct(value: float | None) -> str:
@@ -65,4 +65,26 @@ def format_judge_report(report: dict[str, Any], human: dict[str, Any]) -> str:
         note = f" — {d['notes'][0]}" if d["notes"] else ""
         lines.append(f"  {d['question_id']} (prediction {d['prediction_id']}): automatic {d['automatic']}, "
                      f"human {d['human']}{note}")  # fmt: skip
+    return "\n".join(lines) + "\n"
+
+
+def _ci(ci: tuple[float, float] | list[float] | None) -> str:
+    return f" (95% CI {ci[0]:.1%}–{ci[1]:.1%})" if ci else ""
+
+
+def corrected_text(corrected: dict[str, Any]) -> str:
+    """The judge-corrected accuracy (``evaluation.annotation.corrected``) as
+    lines: the three accuracies side by side, then what each means."""
+    if not corrected["available"]:
+        return f"judge-corrected accuracy: not available — {corrected['reason']}\n"
+    c = corrected
+    lines = [
+        f"Accuracy three ways (random queue(s) {', '.join(c['queues'])}; {c['labelled']} human labels, "
+        f"{c['unlabelled']} unlabelled predictions, {c['unscored']} unscored left out):",
+        f"  judge's accuracy:        {_pct(c['judge_accuracy'])}{_ci(c['judge_ci'])}",
+        f"  human-verified accuracy: {_pct(c['human_accuracy'])}{_ci(c['human_ci'])}",
+        f"  judge-corrected (PPI):   {_pct(c['estimate'])}{_ci((c['ci_low'], c['ci_high']))}, lambda "
+        f"{c['lam']:.2f}; {c['method']}",
+        *(f"  - {text}" for text in c["meanings"].values()),
+    ]
     return "\n".join(lines) + "\n"

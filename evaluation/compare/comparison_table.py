@@ -145,6 +145,7 @@ def _accuracy_table(comparison: Comparison) -> Table:
         f"{counts['unscored']}, changed {counts['changed']}, only in base {counts['only_base']}, only in "
         f"candidate {counts['only_candidate']}; errored in either {counts['errored']} (counted as wrong)"
         + (f"; {comparison['method']}; fixed/broken by majority vote" if bootstrap else "")
+        + (f"\noverall: {comparison['detectable']['note']}" if "detectable" in comparison else "")
     )
     return accuracy
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from common.errors import BadInput
 from evaluation.compare.pairing import regressions
 from evaluation.compare.selectors import run_previous
-from evaluation.compare.services import run_compare
+from evaluation.compare.services import comparison_detectable, run_compare
 from evaluation.compare.shapes import Comparison
 from evaluation.datasets.versions import dataset_ref
 from evaluation.models import Dataset, Run, RunStatus
@@ -95,6 +95,8 @@ def baseline_compare(*, run: Run, request: BaselineRequest) -> BaselineOutcome:
     else:
         baseline = run_get(run_id=request.baseline)
     comparison = run_compare(base=baseline, candidate=run)
+    # what the gate could have caught, at the gate's own alpha
+    comparison["detectable"] = comparison_detectable(comparison, alpha=request.alpha)
     found = regressions(comparison, alpha=request.alpha)
     failure = None
     if request.fail_on_regression and found:

@@ -139,3 +139,24 @@ def run_previous_on_dataset(*, run: Run) -> Run | None:
         .order_by("-created_at", "-pk")
         .first()
     )
+
+
+def run_plan_inputs(*, run: Run) -> tuple[float | None, float | None, str]:
+    """What ``plan_eval --run`` reads from ``run``: its accuracy (``correct /
+    scored`` over its first epoch, ``None`` when nothing was scored), the
+    discordance between its first two epochs (the share of examples scored in
+    both whose verdicts differ: how often two runs of the same agent
+    disagree — ``None`` for a run without a second epoch), and a sentence
+    saying where both came from."""
+    verdicts: dict[int, dict[int, bool]] = {}
+    rows = Prediction.objects.filter(run=run, epoch__lte=2, correct__isnull=False)
+    for example_id, epoch, correct in rows.values_list("example_id", "epoch", "correct"):
+        verdicts.setdefault(example_id, {})[epoch] = bool(correct)
+    first = [v[1] for v in verdicts.values() if 1 in v]
+    accuracy = sum(first) / len(first) if first else None
+    both = [v for v in verdicts.values() if len(v) == 2]
+    discordance = sum(1 for v in both if v[1] != v[2]) / len(both) if both else None
+    source = f"run {run.run_id}: accuracy {sum(first)}/{len(first)} scored (epoch 1)"
+    if discordance is not None:
+        source += f"; discordance between its epochs 1 and 2 over {len(both)} examples"
+    return accuracy, discordance, source

@@ -15,7 +15,7 @@ from common.errors import BadInput
 from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
-from evaluation.compare.shapes import CONFIDENCE, Comparison, RunSide
+from evaluation.compare.shapes import CONFIDENCE, Comparison, Detectable, RunSide
 from evaluation.datasets.versions import versions_compared
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
 from evaluation.models import Prediction, Run
@@ -82,11 +82,31 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
         comparison = apply_bootstrap(comparison, base_epochs, candidate_epochs, continuous=continuous)
     else:
         comparison = compare_rows(run_compared_rows(run=base), run_compared_rows(run=candidate), **sides)
+    comparison["detectable"] = comparison_detectable(comparison)
     if base.dataset_version != candidate.dataset_version:
         comparison["version_diff"] = versions_compared(
             base.dataset_id, base.dataset_version, candidate.dataset_version
         )
     return comparison
+
+
+def comparison_detectable(comparison: Comparison, *, alpha: float = 0.05, pairs: int = 1) -> Detectable:
+    """The smallest difference ``comparison``'s overall paired accuracy could
+    have detected at 80 % power (``evaluation.compare.power``): from its
+    paired examples and discordant ones (with epochs, the majority votes'),
+    at ``alpha`` over ``pairs`` Holm-adjusted pairs."""
+    # scipy is imported when a comparison is made, not when a command or the admin loads
+    from evaluation.compare.power import detectable_summary
+
+    overall = comparison["overall"]
+    return detectable_summary(
+        examples=overall["examples"],
+        fixed=overall["fixed"],
+        broken=overall["broken"],
+        p_value=overall["p_value"],
+        alpha=alpha,
+        pairs=pairs,
+    )
 
 
 def run_compare_ids(*, base_run_id: str, candidate_run_id: str) -> Comparison:

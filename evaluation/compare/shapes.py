@@ -135,6 +135,22 @@ class PairCounts(TypedDict):
     errored: int
 
 
+class Detectable(TypedDict):
+    """What a comparison could have detected (``evaluation.compare.power``):
+    ``difference``, the smallest paired difference (0..1, read as ``±``) the
+    exact McNemar test on ``examples`` paired examples with ``discordant``
+    of them discordant detects with probability ``power`` at ``alpha``
+    (``None``: no difference up to 100 pp could be); ``note``, that said in
+    a sentence, with whether the comparison was significant."""
+
+    difference: float | None
+    examples: int
+    discordant: int
+    power: float
+    alpha: float
+    note: str
+
+
 class Comparison(TypedDict):
     """A baseline run compared with a candidate on the same dataset.
 
@@ -177,6 +193,9 @@ class Comparison(TypedDict):
     #: exact McNemar and Newcombe: runs with epochs or partial credit
     #: compare per-example means (``evaluation.compare.over_epochs``)
     method: NotRequired[str]
+    #: the smallest difference the comparison could have detected at 80 %
+    #: power (issue 43): ``evaluation.compare.power.detectable_difference``
+    detectable: NotRequired[Detectable]
 
 
 @dataclass(frozen=True)

@@ -147,7 +147,9 @@ def _matrix(board: Mapping[str, Any]) -> Table | None:
                 cells.append("")
                 continue
             star = " *" if pair["p_holm"] is not None and pair["p_holm"] < board["alpha"] else ""
-            cells.append(f"{pp_text(pair['difference'])}\np={_p(pair['p_holm'])}{star} n={pair['n']}")
+            reach = pair.get("detectable_difference")
+            could = f"\n±{reach * 100:.1f} pp" if reach is not None else "\n± —"
+            cells.append(f"{pp_text(pair['difference'])}\np={_p(pair['p_holm'])}{star} n={pair['n']}{could}")
         table.add_row(a, *cells)
     return table
 
@@ -160,8 +162,9 @@ def legend(board: Mapping[str, Any]) -> str:
         f"{TOP_MARK}: not significantly worse than the best (Holm-adjusted p ≥ {board['alpha']:g}, or not "
         f"worse); {FRONTIER_MARK}: Pareto frontier, no other variant at least as accurate for at most the "
         f"cost; pairs: {test} on the examples both scored (McNemar 1947; with epochs the paired bootstrap), "
-        f"p Holm (1979)-adjusted across all {len(board['pairs'])} pairs, * below alpha; intervals: 95% "
-        "Wilson (with epochs: bootstrap)."
+        f"p Holm (1979)-adjusted across all {len(board['pairs'])} pairs, * below alpha; ± the smallest "
+        "difference the pair could detect with 80% power (exact McNemar at alpha over the pairs); "
+        "intervals: 95% Wilson (with epochs: bootstrap)."
     )
 
 

@@ -120,6 +120,9 @@ class PairRow:
     test: str
     a_pk: int
     b_pk: int
+    #: the smallest difference (0..1, ±) the pair could have detected at 80 %
+    #: power, Holm's first step over all the pairs (``evaluation.compare.power``)
+    detectable: float | None = None
 
 
 @dataclass
@@ -264,9 +267,12 @@ def _variant_runs(experiment: Experiment) -> list[Run]:
     return list(runs.values())
 
 
-def _pairs(ranked: list[VariantRow], runs: dict[int, Run]) -> list[PairRow]:
+def _pairs(ranked: list[VariantRow], runs: dict[int, Run], alpha: float) -> list[PairRow]:
     """Every two ranked variants compared (``a`` above ``b``), the p-values
-    then Holm-adjusted across all the pairs."""
+    then Holm-adjusted across all the pairs; each with its smallest
+    detectable difference at ``alpha`` over the pairs."""
+    from evaluation.compare.power import detectable_difference  # scipy: see compare.services
+
     found = []
     for i, a in enumerate(ranked):
         for b in ranked[i + 1 :]:
@@ -285,6 +291,12 @@ def _pairs(ranked: list[VariantRow], runs: dict[int, Run]) -> list[PairRow]:
             test=test,
             a_pk=a.run_pk,
             b_pk=b.run_pk,
+            detectable=detectable_difference(
+                overall["examples"],
+                discordant=overall["fixed"] + overall["broken"],
+                alpha=alpha,
+                pairs=len(found),
+            ),
         )
         for (a, b, overall, test), p_holm in zip(found, adjusted, strict=True)
     ]
@@ -334,7 +346,7 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
         key=lambda v: _rank_key(v.accuracy, v.cost, v.name),
     )
     unranked = sorted((v for v in rows if v.status != RunStatus.SUCCESS), key=lambda v: v.name)
-    pairs = _pairs(ranked, runs)
+    pairs = _pairs(ranked, runs, level)
     top_group = _top_group(ranked, pairs, level)
     frontier, cost_unknown = _frontier(ranked)
     for rank, v in enumerate(ranked, start=1):
@@ -405,7 +417,8 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``cost_per_correct``, ``top_group``, ``pareto``, ``per_task_type``,
     ``tokens``, ``latency_p50_s``, ``latency_p95_s``, ``errors``,
     ``stop_reasons``), ``pairs`` (each ``a``, ``b``, ``difference``,
-    ``p_value``, ``p_holm``, ``n``, ``test``), ``top_group``, ``frontier``
+    ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
+    smallest difference detectable at 80 % power), ``top_group``, ``frontier``
     (ascending cost) and ``cost_unknown`` (names)."""
     return {
         "experiment": board.experiment,
@@ -415,7 +428,7 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "variants": [_variant_json(v) for v in board.variants],
         "pairs": [
             {"a": p.a, "b": p.b, "difference": p.difference, "p_value": p.p_value, "p_holm": p.p_holm}
-            | {"n": p.n, "test": p.test}
+            | {"n": p.n, "test": p.test, "detectable_difference": p.detectable}
             for p in board.pairs
         ],
         "top_group": list(board.top_group),

@@ -1,11 +1,14 @@
-"""``manage.py judge_report RUN [--json FILE]`` — how a run's automatic
+"""``manage.py judge_report RUN [--queue NAME] [--json FILE]`` — how a run's automatic
 verdicts agree with its human labels (issue 30; docs/architecture.md#annotation-queues).
 
 Prints agreement, Cohen's κ with its 95 % interval, the confusion matrix
 (automatic verdict × human label), human-verified accuracy beside the
 automatic accuracy on the same items, and the disagreements. ``--json``
-writes ``alignment.judge_report`` with ``human`` (``human_accuracy``).
-Exit codes: 0 done, 2 bad input (an unknown run, no label on the run, an
+writes ``alignment.judge_report`` with ``human`` (``human_accuracy``) and
+``corrected`` (the judge-corrected accuracy by prediction-powered inference,
+``evaluation.annotation.corrected``; ``--queue NAME`` picks the random queue
+it rests on). Exit codes: 0 done, 2 bad input (an unknown run or queue, no
+label on the run, a ``--queue`` that is not a uniform random sample, an
 unwritable ``--json``).
 """
 
@@ -20,7 +23,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError, BadInput, NotFound
 from evaluation.annotation.alignment import human_accuracy, judge_report
-from evaluation.annotation.report_text import format_judge_report
+from evaluation.annotation.corrected import judge_corrected_accuracy
+from evaluation.annotation.report_text import corrected_text, format_judge_report
 from evaluation.models import Run
 
 
@@ -31,6 +35,12 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run", help="run id")
         parser.add_argument("--json", dest="json_path", default=None, help="also write the report as JSON")
+        parser.add_argument(
+            "--queue",
+            default=None,
+            help="the randomly drawn queue (--filter all) the judge-corrected accuracy rests on "
+            "(default: every such queue of the run)",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
@@ -46,9 +56,10 @@ class Command(BaseCommand):
                 if not report["items"]:
                     raise BadInput(f"run {run.run_id!r} has no human label: label it in a queue first")
                 report["human"] = human_accuracy(run)
+                report["corrected"] = judge_corrected_accuracy(run, opts["queue"])
         except (AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        self.stdout.write(format_judge_report(report, report["human"]))
+        self.stdout.write(format_judge_report(report, report["human"]) + corrected_text(report["corrected"]))
         if json_path:
             try:
                 Path(json_path).write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
