@@ -259,6 +259,10 @@ class LeaderboardPairOut(Schema):
     p_holm: float | None = Field(description="Holm-adjusted across all the pairs")
     n: int = Field(description="paired examples")
     test: str
+    detectable_difference: float | None = Field(
+        description="± the smallest difference this pair could detect with 80% power (exact McNemar at "
+        "alpha over the pairs, Holm's first step); null when too few examples for any"
+    )
 
 
 class LeaderboardOut(Schema):
