@@ -33,8 +33,8 @@ def test_plan_eval_prints_the_exact_plan_and_writes_it(tmp_path, capsys):
     assert plan["examples"] == 377 and plan["pairs"] == 1 and plan["alpha_per_pair"] == 0.05
 
     call_command(
-        "plan_eval", "--baseline-accuracy", "0.6", "--detect", "0.1", "--discordance", "0.2", "--variants", "4",
-        "--epochs", "3",
+        "plan_eval", "--baseline-accuracy", "0.6", "--detect", "0.1", "--discordance", "0.2",
+        "--variants", "4", "--epochs", "3",
     )  # fmt: skip
     text = capsys.readouterr().out
     four = plan_sample_size(difference=0.1, discordance=0.2, variants=4)
