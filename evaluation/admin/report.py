@@ -33,7 +33,7 @@ from evaluation.compare.charts import comparison_chart_data
 from evaluation.compare.comparison_table import accuracy_rows, delta_sections
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.selectors import run_previous_on_dataset
-from evaluation.compare.services import run_compare
+from evaluation.compare.services import run_compare, run_slices
 from evaluation.compare.shapes import ExamplePair, PairSide
 from evaluation.metrics.report_data import run_report_data
 from evaluation.models import Run
@@ -147,6 +147,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             charts=comparison_chart_data(comparison),
             delta_sections=delta_sections(comparison),
             accuracy_rows=accuracy_rows(comparison),
+            slices=run_slices(base=base, candidate=candidate),
             swap_url=compare_url(candidate.pk, base.pk),
             unfinished=unfinished_warning(comparison),
             few_examples=few_examples_warning(comparison),

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.shapes import Comparison, Delta, ExamplePair, PairedAccuracy
+from evaluation.compare.slices import SliceReport
 
 if TYPE_CHECKING:
     # rich is imported where a table is built: the admin's pages import this
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     # the admin (rich is about a tenth of a command's start-up)
     from rich.table import Table
 
-__all__ = ["format_comparison"]
+__all__ = ["format_comparison", "format_slices"]
 
 _DASH = "—"
 
@@ -231,6 +232,33 @@ def _delta_tables(comparison: Comparison) -> list[Table]:
             table.add_row(*row)
         tables.append(table)
     return tables
+
+
+def format_slices(report: SliceReport, *, width: int = 120) -> str:
+    """The regression slices (``evaluation.compare.slices``) as a table: each
+    slice where the candidate is worse below the FDR, with its counts,
+    accuracies, difference, p and q; the number of slices tested under it."""
+    from rich.table import Table
+
+    table = Table(title=f"Regression slices: candidate worse, Benjamini–Hochberg q < {report['fdr']:g}")
+    for name in ("slice", "examples", "base", "candidate", "difference", "fixed", "broken", "p", "q"):
+        table.add_column(name, justify="left" if name == "slice" else "right")
+    for r in report["regressions"]:
+        table.add_row(
+            r["slice"], str(r["examples"]), _pct(r["base_accuracy"]), _pct(r["candidate_accuracy"]),
+            _pp(r["difference"]), str(r["fixed"]), str(r["broken"]), _p(r["p_value"]), _p(r["q_value"]),
+        )  # fmt: skip
+    found = len(report["regressions"])
+    table.caption = (
+        f"{report['tested']} slices tested, {found} with the candidate worse at q < {report['fdr']:g}"
+        + ("" if found else " (none)")
+        + f"; {report['method']}"
+    )
+    from evaluation.metrics.metrics_table import text_console
+
+    console, buffer = text_console(width)
+    console.print(table)
+    return buffer.getvalue()
 
 
 def format_comparison(comparison: Comparison, *, width: int = 120) -> str:

@@ -196,6 +196,8 @@ class Comparison(TypedDict):
     #: the smallest difference the comparison could have detected at 80 %
     #: power (issue 43): ``evaluation.compare.power.detectable_difference``
     detectable: NotRequired[Detectable]
+    #: with ``compare_runs --slices``: ``evaluation.compare.slices.SliceReport``
+    slices: NotRequired[Any]
 
 
 @dataclass(frozen=True)

@@ -1,24 +1,44 @@
-"""``manage.py compare_runs BASE CANDIDATE [--json FILE]`` — compare two runs
+"""``manage.py compare_runs BASE CANDIDATE [--slices [--fdr Q]] [--json FILE]`` — compare two runs
 on one dataset, paired by example (issue 15).
 
 Prints the comparison's tables (``evaluation.compare.comparison_table``) and writes
 the ``Comparison`` as JSON with ``--json``. Exit codes: 0 done, 2 bad input
 (an unknown run id, runs on different datasets, an unwritable ``--json``, a
-database that cannot be read).
+database that cannot be read, an ``--fdr`` outside (0, 1) or without
+``--slices``). ``--slices`` adds the regression slices
+(``evaluation.compare.slices``; ``slices`` in the JSON).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
-from common.errors import AgentLabError
-from evaluation.compare.comparison_table import format_comparison
-from evaluation.compare.services import run_compare_ids
+from common.errors import AgentLabError, BadInput
+from evaluation.compare.comparison_table import format_comparison, format_slices
+from evaluation.compare.services import run_compare_ids, run_slices_ids
+from evaluation.compare.slices import DEFAULT_FDR
+
+
+def _fdr(text: str | None, *, slices: bool) -> float | None:
+    """``--fdr`` as a number in (0, 1) when ``--slices`` is given (default
+    0.1), ``None`` without ``--slices``; ``BadInput`` otherwise."""
+    if text is None:
+        return DEFAULT_FDR if slices else None
+    if not slices:
+        raise BadInput("--fdr applies to --slices: give --slices too")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value < 1:  # NaN fails too
+        raise BadInput(f"--fdr must be a number in (0, 1), e.g. 0.1; got {text!r}")
+    return value
 
 
 class Command(BaseCommand):
@@ -34,18 +54,34 @@ class Command(BaseCommand):
         parser.add_argument(
             "--json", dest="json_path", default=None, help="also write the comparison as JSON to FILE"
         )
+        parser.add_argument(
+            "--slices",
+            action="store_true",
+            help="test every slice (task type, metadata, tools, scorer, question length, pairs of them) "
+            "and list those where the candidate is worse (Benjamini-Hochberg)",
+        )
+        parser.add_argument(
+            "--fdr", default=None, help="the false discovery rate of --slices, in (0, 1) (default 0.1)"
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
         try:
+            fdr = _fdr(opts["fdr"], slices=opts["slices"])
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
             with database_errors():
                 database_check()
                 comparison = run_compare_ids(base_run_id=opts["base"], candidate_run_id=opts["candidate"])
+                if fdr is not None:
+                    comparison["slices"] = run_slices_ids(
+                        base_run_id=opts["base"], candidate_run_id=opts["candidate"], fdr=fdr
+                    )
         except (AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_comparison(comparison))
+        if "slices" in comparison:
+            self.stdout.write(format_slices(comparison["slices"]))
         if json_path:
             try:
                 Path(json_path).write_text(
