@@ -32,8 +32,9 @@ def _runs():
     dataset = Dataset.objects.create(name="sliced")
     Example.objects.bulk_create(
         Example(
-            dataset=dataset, external_id=f"q{i}", position=i, question="What is " + "very " * (i % 7) + f"{i}?",
-            answer=str(i), task_type="math", metadata={"source": _source(i), "level": ["easy", "hard"][i % 2]},
+            dataset=dataset, external_id=f"q{i}", position=i,
+            question="What is " + "very " * (i % 7) + f"{i}?", answer=str(i), task_type="math",
+            metadata={"source": _source(i), "level": ["easy", "hard"][i % 2]},
         )
         for i in range(N)
     )  # fmt: skip
