@@ -1,5 +1,5 @@
 """A run's judge-corrected accuracy from its randomly drawn annotation queues
-(issue 43; docs/annotation.md#judge-corrected-accuracy): the rows are loaded
+(issue 43; docs/evaluating.md#judge-corrected-accuracy): the rows are loaded
 here, the estimate is ``evaluation.annotation.prediction_powered.ppi_mean``.
 
 A queue is a uniform random sample of the run's predictions when it was made

@@ -1,5 +1,5 @@
 """Judge-corrected accuracy by prediction-powered inference (issue 43;
-docs/annotation.md#judge-corrected-accuracy).
+docs/evaluating.md#judge-corrected-accuracy).
 
 A run's judge (or any automatic scorer) gives a verdict on every prediction;
 humans label a uniform random sample of them. Three accuracies follow:

@@ -1,6 +1,6 @@
 """Power of the paired comparison: how many examples a comparison needs, and
 the smallest difference a comparison of given counts could have detected
-(issue 43; docs/evaluating.md#how-many-examples).
+(issue 43; docs/comparing.md#how-many-examples).
 
 The test is the comparison's own: the two-sided **exact McNemar test**
 (``evaluation.compare.statistics.mcnemar_exact_p``; reject when its p-value

@@ -1,6 +1,6 @@
 """Where a candidate regresses: the paired difference tested in every slice of
 the examples, with the false discovery rate controlled (issue 43;
-docs/evaluating.md#regression-slices). Pure functions over plain values.
+docs/comparing.md#regression-slices). Pure functions over plain values.
 
 A **slice** is the paired examples sharing one value of a feature (task
 type, a metadata key with at most :data:`MAX_VALUES` distinct values, the

@@ -1,5 +1,5 @@
 """Stopping an experiment early, validly: a confidence sequence for the paired
-difference in accuracy of two variants (issue 43; docs/evaluating.md#stopping-early).
+difference in accuracy of two variants (issue 43; docs/comparing.md#stopping-early).
 
 A p-value looked at after every batch, with the experiment stopped as soon as
 it dips below 0.05, rejects a true null far more often than 5 % of the time

@@ -1,7 +1,7 @@
 """``manage.py plan_eval --baseline-accuracy P --detect D [--discordance Q]
 [--variants K] [--alpha A] [--power 0.8] [--epochs E] [--run RUN] [--json FILE]``
 — how many examples a paired comparison needs (issue 43;
-docs/evaluating.md#how-many-examples).
+docs/comparing.md#how-many-examples).
 
 The test planned for is the one ``compare_runs`` and the leaderboard apply:
 the two-sided exact McNemar test, with Holm's adjustment over the
