@@ -6,7 +6,9 @@ A **slice** is the paired examples sharing one value of a feature (task
 type, a metadata key with at most :data:`MAX_VALUES` distinct values, the
 tools the base run used, the scorer, the question's length quartile) or one
 pair of values of two features, kept when it holds at least
-:data:`MIN_CELL` paired examples. In each slice the one-sided exact McNemar
+:data:`MIN_CELL` paired examples. Slices holding exactly the same examples
+(a scorer that goes with a task type) are one test, named preferably by the
+task type. In each slice the one-sided exact McNemar
 test asks whether the candidate is worse: the p-value is
 ``P(Binomial(fixed + broken, ½) ≥ broken)`` (summed exactly in integers, as
 ``evaluation.compare.statistics.mcnemar_exact_p``). Searching many slices
@@ -120,7 +122,8 @@ def bh_adjust(p_values: Sequence[float]) -> list[float]:
 
 def _cells(examples: Sequence[SliceExample]) -> dict[str, list[SliceExample]]:
     """Every slice: one feature's values (any size), and two features'
-    value pairs holding at least :data:`MIN_CELL` examples."""
+    value pairs holding at least :data:`MIN_CELL` examples; of slices holding
+    the same examples, one (one test: see the comment)."""
     single: dict[str, list[SliceExample]] = defaultdict(list)
     double: dict[str, list[SliceExample]] = defaultdict(list)
     names = sorted({name for e in examples for name in e.features})
@@ -131,7 +134,13 @@ def _cells(examples: Sequence[SliceExample]) -> dict[str, list[SliceExample]]:
         for a, b in combinations(names, 2):
             if a in e.features and b in e.features:
                 double[f"{a} = {e.features[a]} & {b} = {e.features[b]}"].append(e)
-    return {**single, **{k: v for k, v in double.items() if len(v) >= MIN_CELL}}
+    found = {**single, **{k: v for k, v in double.items() if len(v) >= MIN_CELL}}
+    # two names for one set of examples (a scorer per task type, say) are one test: the name kept is
+    # the one-feature one, else the task type's, else the shorter
+    kept: dict[tuple[str, ...], str] = {}
+    for name in sorted(found, key=lambda k: (" & " in k, "task type" not in k, len(k), k)):
+        kept.setdefault(tuple(sorted(e.example_id for e in found[name])), name)
+    return {name: found[name] for name in kept.values()}
 
 
 def _row(name: str, members: list[SliceExample]) -> dict[str, Any]:
