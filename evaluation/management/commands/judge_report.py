@@ -5,8 +5,9 @@ Prints agreement, Cohen's κ with its 95 % interval, the confusion matrix
 (automatic verdict × human label), human-verified accuracy beside the
 automatic accuracy on the same items, and the disagreements. ``--json``
 writes ``alignment.judge_report`` with ``human`` (``human_accuracy``).
-Exit codes: 0 done, 2 bad input (an unknown run, no label on the run, an
-unwritable ``--json``).
+Exit codes: 0 done, 2 bad input (an unknown run, no label on the run, a
+queue of the run with its own labels and no ``--label-map``, an unwritable
+``--json``).
 """
 
 from __future__ import annotations
