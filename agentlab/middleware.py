@@ -15,7 +15,8 @@ server (Django's test client hides both):
 Both answer in the API's one error shape (``common.api.error_body``), as
 does a method a route does not take: django-ninja answers it with a plain
 text "Method not allowed"; it becomes **405** in the error shape, with the
-``Allow`` header kept.
+``Allow`` header kept. So does a path under ``/api/`` that no route matches:
+Django's HTML "Not Found" page becomes **404** in the error shape.
 """
 
 from __future__ import annotations
@@ -70,11 +71,11 @@ class ApiBodyMiddleware:
             if refused is not None:
                 return refused
         response = self.get_response(request)
-        if (
-            api
-            and response.status_code == 405
-            and not response.get("Content-Type", "").startswith("application/json")
-        ):
+        if not api or response.get("Content-Type", "").startswith("application/json"):
+            return response
+        if response.status_code == 404:
+            return _error(404, f"no API route at {request.path!r}; see /api/docs for the routes")
+        if response.status_code == 405:
             # in a stable order (django-ninja's follows a set's)
             allowed = ", ".join(sorted(m.strip() for m in response.get("Allow", "").split(",") if m.strip()))
             shaped = _error(

@@ -3,8 +3,10 @@
 
 ``online_score_turn`` is what the Celery task, the inline pool and the
 backfill call. It is idempotent per (turn, evaluator): a score that exists is
-left alone, and two deliveries racing to write the same one meet the unique
-constraint — the second writes nothing. It reads the turn after its terminal
+left alone; a delivery claims the pair (``monitoring.score_claim``) before it
+scores, so a duplicate delivery at the same moment makes no judge call
+(``claimed``); and two deliveries racing to write the same one anyway meet
+the unique constraint — the second writes nothing. It reads the turn after its terminal
 event committed and never writes to the turn: the turn's ``usage`` stays the
 agent's, the judge's usage goes on the score under role ``judge``.
 """
@@ -20,6 +22,7 @@ from agentlab.agent.text import safe_fields
 from monitoring.judging import judge_turn
 from monitoring.models import OnlineEvaluator, OnlineScore
 from monitoring.sampling import finished_chat_turns, sampled, turn_matches
+from monitoring.score_claim import score_claim
 from monitoring.scorers import (
     ScorerResult,
     answered_score,
@@ -36,7 +39,8 @@ logger = logging.getLogger("monitoring")
 @dataclass(frozen=True)
 class ScoringOutcome:
     """What one call did: ``status`` is ``scored`` (``score`` is the new
-    row), ``exists`` (scored before: ``score`` is that row), ``not sampled``,
+    row), ``exists`` (scored before: ``score`` is that row), ``claimed``
+    (another delivery is scoring it right now), ``not sampled``,
     ``filtered``, ``not finished`` (no such finished chat turn) or
     ``no evaluator`` (missing or disabled)."""
 
@@ -94,6 +98,19 @@ def online_score_turn(*, turn_id: int, evaluator_id: int, ignore_sampling: bool 
         return ScoringOutcome("not finished")
     if not turn_matches(evaluator, turn_id):
         return ScoringOutcome("filtered")
+    with score_claim(turn_id=turn_id, evaluator_id=evaluator_id) as held:
+        if not held:
+            return ScoringOutcome("claimed")
+        return _score(evaluator, turn)
+
+
+def _score(evaluator: OnlineEvaluator, turn: Turn) -> ScoringOutcome:
+    """Score ``turn`` (claimed by this delivery) unless a delivery that held
+    the claim before wrote its score already."""
+    turn_id, evaluator_id = turn.pk, evaluator.pk
+    existing = OnlineScore.objects.filter(turn_id=turn_id, evaluator_id=evaluator_id).first()
+    if existing is not None:
+        return ScoringOutcome("exists", existing)
     results, usage = turn_results(evaluator, turn)
     value, passed = combine(results)
     fields = safe_fields(

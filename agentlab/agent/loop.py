@@ -372,8 +372,8 @@ class AgentLoop:
         ends = tool.ends_turn if tool is not None else None
         if ends == "final":
             args = call.arguments
-            answer = as_text(args.get("answer")).strip()
-            if not answer:  # "" or whitespace (or null) is no answer
+            answer = as_text(args.get("answer"))  # stored as given (a leading tab is the model's)
+            if not answer.strip():  # "" or whitespace (or null) is no answer
                 return _Outcome("empty_answer")
             return _Outcome(
                 "final",

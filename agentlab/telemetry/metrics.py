@@ -115,14 +115,37 @@ def exposition(environ_dir: str | None) -> tuple[bytes, str]:
     every family from the start."""
     from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
-    metrics()
+    own = metrics()
     registry: Any = REGISTRY
     if environ_dir:
+        registry = CollectorRegistry()
+        registry.register(_EveryFamily(environ_dir, own))
+    return generate_latest(registry), CONTENT_TYPE_LATEST
+
+
+class _EveryFamily:
+    """The multiprocess collector's families (summed over the files in the
+    directory), then every family of ``Metrics`` they do not hold yet, with
+    no sample — as this process's registry lists them without the directory.
+    The files hold a family only once some process counted a sample of it
+    (a labelled metric has no file entry before its first ``labels()``), so
+    the first scrape listed 1 family of 12."""
+
+    def __init__(self, path: str, own: Metrics) -> None:
         from prometheus_client import multiprocess
 
-        registry = CollectorRegistry()
-        multiprocess.MultiProcessCollector(registry, path=environ_dir)
-    return generate_latest(registry), CONTENT_TYPE_LATEST
+        self._summed = multiprocess.MultiProcessCollector(None, path=path)
+        self._own = own
+
+    def collect(self) -> Any:
+        """``prometheus_client`` collector protocol: yields ``Metric`` families."""
+        summed = list(self._summed.collect())
+        yield from summed
+        listed = {family.name for family in summed}
+        for metric in vars(self._own).values():
+            for family in metric.describe():
+                if family.name not in listed:
+                    yield family
 
 
 def process_gone(pid: int | None = None) -> None:

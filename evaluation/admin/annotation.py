@@ -24,7 +24,7 @@ from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
 from common.admin import StaffReadOnlyAdmin
-from common.errors import AgentLabError, NotFound, StateConflict
+from common.errors import AgentLabError, BadInput, NotFound, StateConflict
 from evaluation.admin.review_item import item_context
 from evaluation.annotation.alignment import human_accuracy, judge_report, pairwise_queue_result
 from evaluation.annotation.corrected import judge_corrected_accuracy
@@ -168,7 +168,11 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
     def alignment_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """The judge-alignment page of the queue's run."""
         queue = self._queue(request, pk)
-        report = judge_report(queue.run)
+        try:
+            report = judge_report(queue.run)
+        except BadInput as exc:  # a queue with its own labels and no verdict map
+            self.message_user(request, str(exc), messages.ERROR)
+            return HttpResponseRedirect(reverse("admin:evaluation_annotationqueue_changelist"))
         for row in report["disagreements"]:
             row["url"] = reverse("admin:evaluation_prediction_change", args=[row["prediction_id"]])
         confusion = report["confusion"]
@@ -197,4 +201,4 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
             self.message_user(request, str(exc), messages.ERROR)
         else:
             self.message_user(request, change.summary())
-        return HttpResponseRedirect(reverse("admin:evaluation_annotationqueue_change", args=[queue.pk]))
+        return HttpResponseRedirect(reverse("admin:evaluation_annotationqueue_changelist"))

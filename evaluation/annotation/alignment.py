@@ -12,6 +12,12 @@
 
 A prediction labelled by several reviewers (in any single-run queue of the
 run) counts once, by the label most of them gave (a tie: the latest label).
+A label counts as the verdict it means: itself in a queue whose labels are
+correct / partial / incorrect, its ``label_map`` entry in a queue with its own
+labels. A queue with its own labels and no map has no verdicts: the judge
+report refuses (``BadInput`` naming the queue) rather than compare ``good``
+with ``correct`` and report a silent 0 %; human-verified accuracy leaves its
+labels out (``unmapped`` counts them).
 """
 
 from __future__ import annotations
@@ -19,11 +25,20 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Any
 
+from common.errors import BadInput
 from evaluation.annotation.agreement import cohen_kappa, confusion_table, fleiss_kappa, pairwise_result
+from evaluation.annotation.queues import VERDICTS
 from evaluation.metrics.intervals import wilson_interval
 from evaluation.models import AnnotationQueue, HumanLabel, Prediction, Run
 
-__all__ = ["consensus_label", "human_accuracy", "judge_report", "pairwise_queue_result", "run_labels"]
+__all__ = [
+    "consensus_label",
+    "human_accuracy",
+    "judge_report",
+    "label_verdicts",
+    "pairwise_queue_result",
+    "run_labels",
+]
 
 #: The order of the classes in a confusion matrix (others follow, sorted).
 CLASS_ORDER = ("correct", "partial", "incorrect", "unscored")
@@ -34,19 +49,59 @@ def run_labels(run: Run) -> dict[int, list[HumanLabel]]:
     prediction id, oldest first."""
     rows = HumanLabel.objects.filter(
         current=True, item__queue__run=run, item__queue__kind="single"
-    ).select_related("reviewer", "item")
+    ).select_related("reviewer", "item", "item__queue")
     labels: dict[int, list[HumanLabel]] = defaultdict(list)
     for row in rows.order_by("created_at", "pk"):
         labels[row.item.prediction_id].append(row)
     return labels
 
 
-def consensus_label(rows: list[HumanLabel]) -> str:
-    """The label most of ``rows`` (one prediction's current labels, oldest
-    first) give; a tie goes to the latest of the tied labels."""
-    counts = Counter(row.label for row in rows)
+def label_verdicts(queue: AnnotationQueue) -> dict[str, str] | None:
+    """``{label: verdict}`` for ``queue``'s labels: its ``label_map``, else
+    each label as itself when every label is a verdict (correct / partial /
+    incorrect); ``None`` for a queue with its own labels and no map."""
+    if queue.label_map:
+        return dict(queue.label_map)
+    if set(queue.label_set) <= set(VERDICTS):
+        return {label: label for label in queue.label_set}
+    return None
+
+
+def _verdicts(rows: list[HumanLabel]) -> list[str]:
+    """What ``rows``' labels mean as verdicts, in order; labels of an unmapped queue left out."""
+    found = []
+    for row in rows:
+        mapping = label_verdicts(row.item.queue)
+        if mapping is not None and row.label in mapping:
+            found.append(mapping[row.label])
+    return found
+
+
+def consensus_label(rows: list[HumanLabel]) -> str | None:
+    """The verdict most of ``rows`` (one prediction's current labels, oldest
+    first, read through their queue's label map) give; a tie goes to the
+    latest of the tied verdicts; ``None`` when no label of ``rows`` has a
+    verdict (a queue with its own labels and no map)."""
+    verdicts = _verdicts(rows)
+    return _consensus(verdicts) if verdicts else None
+
+
+def _consensus(verdicts: list[str]) -> str:
+    counts = Counter(verdicts)
     best = max(counts.values())
-    return next(row.label for row in reversed(rows) if counts[row.label] == best)
+    return next(v for v in reversed(verdicts) if counts[v] == best)
+
+
+def _refuse_unmapped(labels: dict[int, list[HumanLabel]]) -> None:
+    """``BadInput`` naming the first queue whose own labels have no verdict map."""
+    queues = {row.item.queue.pk: row.item.queue for rows in labels.values() for row in rows}
+    for queue in sorted(queues.values(), key=lambda q: q.name):
+        if label_verdicts(queue) is None:
+            raise BadInput(
+                f"queue {queue.name!r} has its own labels ({', '.join(queue.label_set)}) and no mapping "
+                f"to {'/'.join(VERDICTS)}, so they cannot be compared with the automatic verdicts; "
+                "make the queue with --label-map LABEL=VERDICT,... (e.g. good=correct,bad=incorrect)"
+            )
 
 
 def automatic_verdict(prediction: Prediction) -> str:
@@ -62,13 +117,16 @@ def automatic_verdict(prediction: Prediction) -> str:
 
 def human_accuracy(run: Run) -> dict[str, Any]:
     """``{"labelled", "human_correct", "human_accuracy", "human_ci",
-    "auto_scored", "auto_correct", "auto_accuracy", "auto_ci", "tags"}``:
-    human-verified accuracy (label ``correct`` over labelled predictions,
-    95 % Wilson interval), the automatic accuracy on the same predictions
-    (those of them scored), and the failure-tag counts (most first)."""
+    "auto_scored", "auto_correct", "auto_accuracy", "auto_ci", "tags",
+    "unmapped"}``: human-verified accuracy (verdict ``correct`` over labelled
+    predictions, 95 % Wilson interval), the automatic accuracy on the same
+    predictions (those of them scored), the failure-tag counts (most first)
+    and the labelled predictions left out because their queue's own labels
+    have no verdict map."""
     labels = run_labels(run)
-    predictions = Prediction.objects.filter(pk__in=labels).only("pk", "correct")
-    human = [consensus_label(rows) for rows in labels.values()]
+    verdicts = {pk: found for pk, rows in labels.items() if (found := _verdicts(rows))}
+    predictions = Prediction.objects.filter(pk__in=verdicts).only("pk", "correct")
+    human = [_consensus(found) for found in verdicts.values()]
     human_correct = sum(1 for label in human if label == "correct")
     scored = [p.correct for p in predictions if p.correct is not None]
     tags = Counter(tag for rows in labels.values() for row in rows for tag in row.tags)
@@ -82,6 +140,7 @@ def human_accuracy(run: Run) -> dict[str, Any]:
         "auto_accuracy": sum(scored) / len(scored) if scored else None,
         "auto_ci": wilson_interval(sum(scored), len(scored)),
         "tags": dict(tags.most_common()),
+        "unmapped": len(labels) - len(verdicts),
     }
 
 
@@ -146,8 +205,10 @@ def judge_report(run: Run) -> dict[str, Any]:
     ``kappa_ci_low``/``high``, ``confusion``) plus ``run``, ``groups`` (the
     same per (judge model, rubric)), ``disagreements`` (``prediction_id``,
     ``question_id``, ``automatic``, ``human``, ``notes``) and
-    ``reviewers`` (:func:`reviewer_agreement`)."""
+    ``reviewers`` (:func:`reviewer_agreement`). Raises ``BadInput`` when a
+    queue of the run has its own labels and no verdict map."""
     labels = run_labels(run)
+    _refuse_unmapped(labels)
     predictions = Prediction.objects.filter(pk__in=labels).select_related("example").order_by("pk")
     rubric = (run.dataset.rubric and "dataset rubric") or "default rubric"
     rows = []
@@ -159,7 +220,7 @@ def judge_report(run: Run) -> dict[str, Any]:
             "judge": model,
             "rubric": ((p.example.metadata or {}).get("rubric") and "example rubric") or rubric,
             "automatic": automatic_verdict(p),
-            "human": consensus_label(labels[p.pk]),
+            "human": _consensus(_verdicts(labels[p.pk])),
             "notes": [row.note for row in labels[p.pk] if row.note],
         })  # fmt: skip
     groups: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)

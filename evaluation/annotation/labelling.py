@@ -1,11 +1,19 @@
 """Reviewing a queue: the held claim, labels with their history, progress
 (docs/architecture.md#annotation-queues).
 
-An item is held by one reviewer at a time: :func:`claim` is a conditional
-UPDATE (free, expired, or already the caller's), so of two staff asking at
-once one wins and the other gets the next item. The claim lasts
-:data:`CLAIM_SECONDS` and ends when the holder labels the item. An item
-wants ``queue.overlap`` reviewers; a reviewer is never given an item twice.
+An item is held by one reviewer at a time: :func:`claim` is one conditional
+UPDATE of the item's own row — free (or expired, or already the caller's)
+*and* still short of its ``queue.overlap`` labels (``QueueItem.label_count``,
+kept by :func:`give_label` in the transaction that writes the label) or
+already labelled by the caller — that succeeds for one reviewer only
+(healthchecks' ``filter(...).update()`` with ``if num_updated != 1``). The
+overlap test reads no other table, so PostgreSQL rechecks it on the row a
+concurrent labeller just committed (READ COMMITTED re-evaluates the WHERE
+clause on the new row version, but a subquery on the labels table would
+still see the statement's old snapshot). Of two staff asking at once one
+wins and the other gets the next item. The claim lasts :data:`CLAIM_SECONDS`
+and ends when the holder labels the item. A reviewer is never given an item
+twice, and an item never gets more than ``overlap`` reviewers.
 A label is a row; changing it adds a row and keeps the old one
 (``current`` False), so the history says who said what, when.
 """
@@ -18,7 +26,7 @@ from typing import Any
 
 from django.contrib.auth.models import User
 from django.db import transaction
-from django.db.models import Count, Q
+from django.db.models import Count, Exists, F, Q
 from django.utils import timezone
 
 from common.errors import BadInput, NotFound, StateConflict
@@ -60,17 +68,27 @@ def _free(user: User, now: Any) -> Q:
     return Q(claimed_by__isnull=True) | Q(claimed_until__lt=now) | Q(claimed_by=user)
 
 
+def _wanted(item: QueueItem, user: User) -> Q:
+    """Still short of its overlap, or labelled by ``user`` already (a change of label)."""
+    own = HumanLabel.objects.filter(item_id=item.pk, reviewer=user, current=True)
+    return Q(label_count__lt=item.queue.overlap) | Q(Exists(own))
+
+
 def claim(item: QueueItem, user: User) -> None:
-    """Hold ``item`` for ``user`` for :data:`CLAIM_SECONDS`; raises
-    ``StateConflict`` when another reviewer's claim on it is live."""
+    """Hold ``item`` for ``user`` for :data:`CLAIM_SECONDS`: one conditional
+    UPDATE. Raises ``StateConflict`` when another reviewer's claim on it is
+    live or it already has its ``overlap`` labels from other reviewers."""
     check_reviewer(user)
     now = timezone.now()
-    won = QueueItem.objects.filter(_free(user, now), pk=item.pk).update(
+    won = QueueItem.objects.filter(_free(user, now), _wanted(item, user), pk=item.pk).update(
         claimed_by=user, claimed_until=now + timedelta(seconds=CLAIM_SECONDS)
     )
-    if not won:
-        raise StateConflict(f"item {item.position} of queue {item.queue.name!r} is held by another reviewer")
-    item.refresh_from_db(fields=["claimed_by", "claimed_until"])
+    if won != 1:
+        raise StateConflict(
+            f"item {item.position} of queue {item.queue.name!r} is held by another reviewer "
+            f"or already has its {item.queue.overlap} label(s)"
+        )
+    item.refresh_from_db(fields=["claimed_by", "claimed_until", "label_count"])
 
 
 def next_item(queue: AnnotationQueue, user: User) -> QueueItem | None:
@@ -82,10 +100,7 @@ def next_item(queue: AnnotationQueue, user: User) -> QueueItem | None:
     mine = HumanLabel.objects.filter(reviewer=user, current=True, item__queue=queue).values("item_id")
     held = queue.items.filter(claimed_by=user, claimed_until__gte=now).exclude(pk__in=mine)
     candidates = (
-        queue.items.annotate(n=Count("labels", filter=Q(labels__current=True)))
-        .filter(n__lt=queue.overlap)
-        .exclude(pk__in=mine)
-        .filter(_free(user, now))
+        queue.items.filter(label_count__lt=queue.overlap).exclude(pk__in=mine).filter(_free(user, now))
     )
     for item in [*held[:1], *candidates.order_by("position")[:20]]:
         try:
@@ -114,12 +129,14 @@ def give_label(
     check_label(item.queue, label, tags)
     with transaction.atomic():
         claim(item, user)
-        HumanLabel.objects.filter(item=item, reviewer=user, current=True).update(current=False)
+        replaced = HumanLabel.objects.filter(item=item, reviewer=user, current=True).update(current=False)
         row = HumanLabel.objects.create(
             item=item, reviewer=user, label=label, tags=list(tags), note=note,
             corrected_answer=corrected_answer.strip(),
         )  # fmt: skip
-        QueueItem.objects.filter(pk=item.pk).update(claimed_by=None, claimed_until=None)
+        QueueItem.objects.filter(pk=item.pk).update(
+            claimed_by=None, claimed_until=None, label_count=F("label_count") + (0 if replaced else 1)
+        )
     return row
 
 

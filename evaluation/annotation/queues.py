@@ -10,7 +10,7 @@ each item shown in a random order (``swapped``) the reviewer does not see.
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from django.db import transaction
 from django.db.models import QuerySet
@@ -18,12 +18,21 @@ from django.db.models import QuerySet
 from common.errors import BadInput, NotFound
 from evaluation.models import AnnotationQueue, Prediction, QueueItem, Run, default_label_set
 
-__all__ = ["FILTERS", "PAIRWISE_LABELS", "create_pairwise_queue", "create_queue", "queue_predictions"]
+__all__ = [
+    "FILTERS",
+    "PAIRWISE_LABELS",
+    "VERDICTS",
+    "create_pairwise_queue",
+    "create_queue",
+    "queue_predictions",
+]
 
 #: The filters a queue is made with.
 FILTERS = ("all", "wrong", "judged", "unscored", "disagree")
 #: The label set of a pairwise queue.
 PAIRWISE_LABELS = ["left", "equal", "right"]
+#: What a label of a queue with its own labels maps to, for the judge report (``label_map``).
+VERDICTS = ("correct", "partial", "incorrect")
 
 
 def _run(run_id: str) -> Run:
@@ -91,6 +100,22 @@ def _check_rubric(name: str, labels: Sequence[str], overlap: int) -> None:
         raise BadInput(f"--overlap must be at least 1, got {overlap}")
 
 
+def _check_label_map(labels: Sequence[str], label_map: Mapping[str, str]) -> None:
+    """``BadInput`` unless ``label_map`` maps every label of ``labels``, and
+    nothing else, to one of :data:`VERDICTS`."""
+    unknown = [label for label in label_map if label not in labels]
+    if unknown:
+        raise BadInput(f"--label-map names label(s) {unknown} that are not in the label set {list(labels)}")
+    wrong = {label: v for label, v in label_map.items() if v not in VERDICTS}
+    if wrong:
+        raise BadInput(f"--label-map maps {wrong}: each label maps to one of {', '.join(VERDICTS)}")
+    missing = [label for label in labels if label not in label_map]
+    if missing:
+        raise BadInput(
+            f"--label-map leaves label(s) {missing} unmapped: map every label to one of {', '.join(VERDICTS)}"
+        )
+
+
 def create_queue(
     run_id: str,
     *,
@@ -100,17 +125,24 @@ def create_queue(
     seed: int | None = None,
     overlap: int = 1,
     labels: Sequence[str] | None = None,
+    label_map: Mapping[str, str] | None = None,
     instructions: str = "",
     tags: Sequence[str] = (),
 ) -> AnnotationQueue:
     """A single-run queue over ``run_id``'s predictions (:func:`queue_predictions`)
     with the rubric ``labels`` (default correct / partial / incorrect),
-    ``instructions`` and failure-tag taxonomy ``tags``. Raises ``NotFound``
-    for an unknown run, ``BadInput`` for a taken name, a bad filter, sample,
-    overlap or label set, or no prediction to queue; nothing is written then."""
+    ``instructions`` and failure-tag taxonomy ``tags``. ``label_map``: what
+    each of the queue's own labels means as a verdict (``{"good": "correct",
+    "bad": "incorrect"}``), so the judge report and human-verified accuracy
+    can count them; without it a queue with its own labels is left out of
+    them. Raises ``NotFound`` for an unknown run, ``BadInput`` for a taken
+    name, a bad filter, sample, overlap, label set or label map, or no
+    prediction to queue; nothing is written then."""
     run = _run(run_id)
     label_set = list(labels) if labels else default_label_set()
     _check_rubric(name, label_set, overlap)
+    if label_map:
+        _check_label_map(label_set, label_map)
     chosen = queue_predictions(run, filter_name, sample=sample, seed=seed)
     if not chosen:
         raise BadInput(f"filter {filter_name!r} leaves no prediction of run {run_id!r} to queue")
@@ -123,6 +155,7 @@ def create_queue(
             seed=seed,
             overlap=overlap,
             label_set=label_set,
+            label_map=dict(label_map or {}),
             instructions=instructions,
             tag_set=list(tags),
         )

@@ -13,6 +13,10 @@ are; ``scorer`` as it is, an empty cell absent; ``choices``, ``plugins`` (a
 JSON array) and ``context`` (a JSON object) as JSON text, an empty cell
 absent. Every other column is kept as example metadata, as text; a column
 named like a field that ``--map`` reads from another column is left out.
+A cell that begins with apostrophes and then ``=``, ``+``, ``-``, ``@``, a
+tab or a carriage return loses one apostrophe — the one a CSV export adds so
+that a spreadsheet does not run it as a formula (``common.csv_cells``) — so
+an exported file imports as it was.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from common.csv_cells import csv_cell_restore
 from common.errors import BadInput
 from evaluation.datasets.jsonl import DatasetFormatError, parse_numbered
 from evaluation.datasets.spec import ExampleSpec
@@ -88,6 +93,7 @@ def parse_csv(path: str | Path, *, columns: dict[str, str] | None = None) -> lis
                 raise DatasetFormatError(
                     f"{len(cells)} cells, the header has {len(header)}", path=source, line=line
                 )
+            cells = [csv_cell_restore(cell) for cell in cells]
             yield line, _record(dict(zip(header, cells, strict=True)), columns or {}, source, line)
 
     return parse_numbered(

@@ -17,14 +17,16 @@ DEMO_SOURCE = "agentlab demo"
 MAX_NAME = 200
 
 #: Characters a dataset name may not hold (run ids are made from it; both
-#: appear in URLs; ``@`` separates a name from a version).
-_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%@]")
+#: appear in URLs; ``@`` separates a name from a version; U+FFFD is what
+#: bytes that were not UTF-8 — in a URL path, say — were decoded to).
+_NAME_FORBIDDEN = re.compile(r"[\x00-\x1f\x7f/\\?#%@\ufffd]")
 
 
 def dataset_name_check(name: str, *, source: str = "") -> str:
     """``name`` stripped, if a dataset may have it: not empty, at most
     ``MAX_NAME`` characters, not the demo's (unless ``source`` is the
-    demo's), none of control characters, ``/ \\ ? # %`` and ``@``.
+    demo's), none of control characters, ``/ \\ ? # %``, ``@`` and the
+    replacement character U+FFFD (bytes that were not UTF-8).
     Raises ``BadInput`` saying which rule it breaks."""
     name = (name or "").strip()
     if not name:
@@ -36,6 +38,11 @@ def dataset_name_check(name: str, *, source: str = "") -> str:
             f"dataset name {name!r} is reserved for the project's demo dataset; choose another name"
         )
     bad = _NAME_FORBIDDEN.search(name)
+    if bad and bad.group() == "\ufffd":
+        raise BadInput(
+            f"dataset name {name!r} contains the replacement character U+FFFD (what bytes that are "
+            "not UTF-8 decode to); give the name as UTF-8 text"
+        )
     if bad:
         raise BadInput(
             f"dataset name {name!r} contains {bad.group()!r}; control characters and / \\ ? # % "

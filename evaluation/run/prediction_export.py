@@ -21,6 +21,7 @@ from django.http import HttpResponse
 from django.urls import reverse
 from django.utils.http import content_disposition_header
 
+from common.csv_cells import csv_cell_neutralise
 from evaluation.models import Prediction, Run
 
 
@@ -84,15 +85,20 @@ def prediction_rows(runs: Iterable[Run] | QuerySet[Run]) -> Iterator[PredictionR
 
 
 def _csv_cell(value: Any) -> Any:
-    """``true``/``false`` for a boolean (as in JSON), ``""`` for ``None``."""
+    """``true``/``false`` for a boolean (as in JSON), ``""`` for ``None``, text
+    that a spreadsheet would read as a formula behind an apostrophe
+    (``common.csv_cells``)."""
     if isinstance(value, bool):
         return "true" if value else "false"
+    if isinstance(value, str):
+        return csv_cell_neutralise(value)
     return "" if value is None else value
 
 
 def write_csv(rows: Iterable[PredictionRow], out: Any) -> int:
     """Write a header row and ``rows`` as CSV (``csv.writer``, ``\\r\\n``
-    line ends) to ``out``, a text stream opened with ``newline=""``; return
+    line ends; a text cell beginning with ``=``, ``+``, ``-``, ``@``, a tab or
+    a carriage return behind an apostrophe) to ``out``, a text stream opened with ``newline=""``; return
     the number of rows written (the header not counted)."""
     writer = csv.writer(out)
     writer.writerow(COLUMNS)

@@ -14,7 +14,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
 4. watches the turn row for the cancel flag and writes a heartbeat while it
    runs (``watch``);
 5. reviews an answered attempt and retries it once if asked (``review_phase``);
-6. reaches a terminal event on every path, exceptions included (``finish``,
+6. reaches a terminal event on every path, exceptions included — a failure
+   while the drive begins (replay, extensions) as well (``finish``,
    ``result``).
 
 ``drive_turn`` reads as those phases: claim, then ``TurnDrive`` — act (one
@@ -130,26 +131,24 @@ async def drive_turn(
     if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
         return None
     trace = turn_trace(turn, kind=policy.name, subject=subject)  # its spans and metrics: ends with it
-    drive = await TurnDrive.begin(
-        turn,
-        policy=policy,
-        provider=provider,
-        db=db,
-        tools=tools or shared_default_tools(),
-        extensions=extensions,
-        subject=subject,
-        timeout_s=timeout_s,
-        started=started,
-    )
-    try:
+    shared: dict[str, Any] = {
+        "policy": policy, "provider": provider, "db": db, "tools": tools or shared_default_tools(),
+        "subject": subject, "started": started,
+    }  # fmt: skip
+    drive: TurnDrive | None = None
+    try:  # begin (replay, extensions) inside: its failure ends the turn failed too
+        drive = await TurnDrive.begin(turn, extensions=extensions, timeout_s=timeout_s, **shared)
         result = await drive.act_and_review()
         return trace.end(await drive.finish(result))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
+        # a drive that could not begin fails through a bare one (no replay, no extensions)
+        drive = drive or TurnDrive(turn, extensions=Extensions(), deadline=None, **shared)
         return trace.end(await drive.fail(exc))
     finally:
-        await drive.close()
+        if drive is not None:
+            await drive.close()
 
 
 class TurnDrive:

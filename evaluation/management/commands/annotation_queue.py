@@ -1,10 +1,11 @@
-"""``manage.py annotation_queue create RUN --name Q --filter F [--sample N --seed S] [--overlap K]``
+"""``manage.py annotation_queue create RUN --name Q --filter F [--sample N --seed S] [--overlap K]
+[--labels A,B --label-map A=correct,B=incorrect]``
 and ``manage.py annotation_queue import Q FILE.csv`` (issue 30; docs/architecture.md#annotation-queues).
 
 ``create`` makes a queue from a run's predictions (``--pairwise OTHER_RUN``:
 a pairwise queue of the two runs); ``import`` records labels from a CSV file,
 checked whole first. Exit codes: 0 done, 2 bad input (an unknown run or
-queue, a bad filter, sample or rubric, a bad CSV row — nothing written).
+queue, a bad filter, sample, rubric or label map, a bad CSV row — nothing written).
 """
 
 from __future__ import annotations
@@ -36,6 +37,25 @@ def _label_set(raw: str | None) -> list[str] | None:
     return names
 
 
+def _label_map(raw: str | None) -> dict[str, str] | None:
+    """``--label-map good=correct,bad=incorrect`` as ``{label: verdict}``
+    (``None``: not given); ``ValueError`` for an item without ``=`` or a
+    label named twice."""
+    if raw is None:
+        return None
+    mapping: dict[str, str] = {}
+    for item in _names(raw):
+        label, sep, verdict = (part.strip() for part in item.partition("="))
+        if not sep or not label or not verdict:
+            raise ValueError(
+                f"--label-map {raw!r}: give LABEL=VERDICT pairs separated by commas, got {item!r}"
+            )
+        if label in mapping:
+            raise ValueError(f"--label-map {raw!r}: label {label!r} is mapped twice")
+        mapping[label] = verdict
+    return mapping
+
+
 class Command(BaseCommand):
     requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Make an annotation queue from a run's predictions, or import labels into one from CSV."
@@ -50,6 +70,12 @@ class Command(BaseCommand):
         create.add_argument("--seed", type=int, default=None, help="the sample's seed (reproducible)")
         create.add_argument("--overlap", type=int, default=1, help="reviewers per item (default 1)")
         create.add_argument("--labels", default=None, help="the label set, comma-separated")
+        create.add_argument(
+            "--label-map",
+            default=None,
+            help="with --labels: what each label means, e.g. good=correct,bad=incorrect "
+            "(correct, partial or incorrect), so judge_report can compare them",
+        )
         create.add_argument("--tags", default="", help="the failure-tag taxonomy, comma-separated")
         create.add_argument("--instructions", default="", help="what reviewers are to do")
         create.add_argument("--pairwise", metavar="OTHER_RUN", default=None, help="pair with another run")
@@ -87,6 +113,7 @@ class Command(BaseCommand):
             seed=opts["seed"],
             overlap=opts["overlap"],
             labels=_label_set(opts["labels"]),
+            label_map=_label_map(opts["label_map"]),
             instructions=opts["instructions"],
             tags=_names(opts["tags"]),
         )

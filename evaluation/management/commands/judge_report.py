@@ -8,8 +8,9 @@ writes ``alignment.judge_report`` with ``human`` (``human_accuracy``) and
 ``corrected`` (the judge-corrected accuracy by prediction-powered inference,
 ``evaluation.annotation.corrected``; ``--queue NAME`` picks the random queue
 it rests on). Exit codes: 0 done, 2 bad input (an unknown run or queue, no
-label on the run, a ``--queue`` that is not a uniform random sample, an
-unwritable ``--json``).
+label on the run, a ``--queue`` that is not a uniform random sample, a queue
+of the run with its own labels and no ``--label-map``, an unwritable
+``--json``).
 """
 
 from __future__ import annotations
