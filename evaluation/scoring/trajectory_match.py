@@ -167,7 +167,10 @@ def _strict(expected: ExpectedTrajectory, actual: Sequence[TrajectoryStep]) -> P
         return PathMatch(False, f"step {len(wanted) + 1} called {extra.tool}, expected no more calls")
     if len(actual) < len(wanted):
         missing = wanted[len(actual)]
-        return PathMatch(False, f"the path ended after {len(actual)} calls, expected step {len(actual) + 1}: {missing.tool}")
+        return PathMatch(
+            False,
+            f"the path ended after {len(actual)} calls, expected step {len(actual) + 1}: {missing.tool}",
+        )
     return PathMatch(True)
 
 
@@ -221,7 +224,7 @@ class ToolF1:
 
     @property
     def precision(self) -> float:
-        """Matched / the agent's calls; 1.0 when the agent called nothing and nothing was expected, else 0 for none."""
+        """Matched / the agent's calls; with no calls, 1.0 when nothing was expected, else 0."""
         if self.actual == 0:
             return 1.0 if self.expected == 0 else 0.0
         return self.matched / self.actual

@@ -150,7 +150,7 @@ def _rule(key: str, raw: Any) -> ArgRule:
     if isinstance(raw, str):
         if raw not in ARG_RULE_NAMES:
             raise TrajectoryFormatError(
-                f"{where}: unknown rule {raw!r} (known: {', '.join(ARG_RULE_NAMES)}, {{\"tolerance\": X}})"
+                f'{where}: unknown rule {raw!r} (known: {", ".join(ARG_RULE_NAMES)}, {{"tolerance": X}})'
             )
         return ArgRule(raw)
     if isinstance(raw, dict) and set(raw) == {"tolerance"}:

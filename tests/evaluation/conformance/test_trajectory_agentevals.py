@@ -91,7 +91,9 @@ def _messages(calls: list[TrajectoryStep]) -> list[dict[str, Any]]:
     ]
 
 
-def reference(mode: str, args_mode: str, expected: list[TrajectoryStep], actual: list[TrajectoryStep]) -> bool:
+def reference(
+    mode: str, args_mode: str, expected: list[TrajectoryStep], actual: list[TrajectoryStep]
+) -> bool:
     """agentevals' verdict on one pair."""
     evaluator = agentevals_match.create_trajectory_match_evaluator(
         trajectory_match_mode=mode, tool_args_match_mode=args_mode
@@ -105,7 +107,9 @@ def ours(mode: str, args_mode: str, expected: list[TrajectoryStep], actual: list
     return match_path(spec, actual).passed
 
 
-def _explained(mode: str, args_mode: str, expected: list[TrajectoryStep], actual: list[TrajectoryStep]) -> str:
+def _explained(
+    mode: str, args_mode: str, expected: list[TrajectoryStep], actual: list[TrajectoryStep]
+) -> str:
     """Which documented deviation explains a disagreement, or ``""``."""
     mine = ours(mode, args_mode, expected, actual)
     spec = ExpectedTrajectory(steps=tuple(expected), match=mode, args_match=args_mode)
