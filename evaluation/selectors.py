@@ -168,6 +168,7 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             judge_grade=(p.judgement or {}).get("grade", ""),
             judge_cached=bool((p.judgement or {}).get("cached")),
             judge_usage=(p.judgement or {}).get("usage") or None,
+            trajectory_scores=p.trajectory_scores or None,
         )
         for p in run.predictions.all()
     ]
