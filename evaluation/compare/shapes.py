@@ -177,6 +177,9 @@ class Comparison(TypedDict):
     #: exact McNemar and Newcombe: runs with epochs or partial credit
     #: compare per-example means (``evaluation.compare.over_epochs``)
     method: NotRequired[str]
+    #: the paths diffed per example, the paired tests on trajectory pass and
+    #: step counts (``evaluation.compare.trajectory_view.trajectory_comparison``)
+    trajectory: NotRequired[dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -40,7 +40,6 @@ from typing import Any
 
 from agentlab.agent.usage import UsageTotals
 from evaluation.metrics.intervals import mean_interval, wilson_interval
-from evaluation.metrics.trajectory_metrics import trajectory_metrics
 
 __all__ = [
     "CONTINUOUS_SCORERS",
@@ -104,8 +103,6 @@ class PredictionRow:
     judge_usage: Mapping[str, Any] | None = None
     #: the scorer that gave ``score`` (``"f1"``: a token F1, partial credit)
     scorer: str = ""
-    #: the trajectory scorers' verdicts (``Prediction.trajectory_scores``), ``None``: none
-    trajectory_scores: Mapping[str, Any] | None = None
 
     @property
     def first(self) -> bool | None:
@@ -242,9 +239,6 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
       those rows with its 95 % Student-t interval, ``{"scored", "mean",
       "ci"}`` (:func:`mean_score_block`), overall and in ``per_task_type`` —
       SQuAD's F1 beside the exact match that ``accuracy`` counts.
-    - ``trajectory`` (only when some row has a trajectory verdict): per
-      trajectory scorer its pass rate and mean with their intervals, overall
-      and per task type (``evaluation.metrics.trajectory_metrics``).
     - ``epochs`` (only when some row has an epoch above 1):
       :func:`epoch_metrics` — mean accuracy over examples
       with its interval, pass@k, majority vote, disagreement.
@@ -297,9 +291,6 @@ def compute_metrics(rows: Iterable[PredictionRow]) -> dict[str, Any]:
         block = mean_score_block(rows, scorer)
         if block is not None:
             metrics[scorer] = block
-    trajectory = trajectory_metrics([(r.task_type, r.trajectory_scores) for r in rows])
-    if trajectory is not None:
-        metrics["trajectory"] = trajectory
     if epochs > 1:
         metrics["epochs"] = epoch_metrics(
             (EpochRow(r.example, r.task_type, r.correct, r.score) for r in rows), epochs=epochs

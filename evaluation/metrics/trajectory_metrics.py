@@ -14,7 +14,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from evaluation.metrics.intervals import mean_interval, wilson_interval
-from evaluation.scoring.scorer_names import TRAJECTORY_SCORER_NAMES
 
 
 def trajectory_block(verdicts: Sequence[Mapping[str, Any]]) -> dict[str, Any] | None:
@@ -43,7 +42,9 @@ def trajectory_metrics(rows: Sequence[tuple[str, Mapping[str, Any] | None]]) -> 
     trajectory scorer that scored some row of ``rows`` (``(task type,
     trajectory_scores)`` pairs); ``None`` when none did."""
     out: dict[str, Any] = {}
-    for name in TRAJECTORY_SCORER_NAMES:
+    # the scorers in the order the rows give them (``evaluation.run.trajectory_pass``'s)
+    names = dict.fromkeys(name for _, scores in rows for name in (scores or {}))
+    for name in names:
         pairs = [
             (task, scores[name]) for task, scores in rows if scores and isinstance(scores.get(name), Mapping)
         ]

@@ -152,3 +152,61 @@ def test_rescore_refuses_an_unknown_scorer_naming_trajectory(endpoint, tmp_path)
     with pytest.raises(CommandError) as excinfo:
         call_command("rescore", "A", "--scorer", "paths")
     assert excinfo.value.returncode == 2 and "or 'trajectory'" in str(excinfo.value)
+
+
+#: run B: the right path everywhere, and no call on the example without an expected path
+SCRIPT_B = {"right": [CALC], "wrong": [CALC], "extra": [CALC], "missing": [CALC], "plain": []}
+
+
+def test_compare_runs_diffs_the_paths_with_mcnemar_and_wilcoxon_as_statsmodels_and_scipy(
+    endpoint, tmp_path, capsys
+):
+    from scipy.stats import wilcoxon
+    from statsmodels.stats.contingency_tables import mcnemar
+    from statsmodels.stats.multitest import multipletests
+
+    from evaluation.compare.services import run_compare_ids
+
+    a = run_a(endpoint, tmp_path)
+    b = run_a(endpoint, tmp_path, run_id="B", script=SCRIPT_B)
+    comparison = run_compare_ids(base_run_id="A", candidate_run_id="B")
+    view = comparison["trajectory"]
+    assert view["counts"] == {
+        "identical": 1,
+        "diverged": 4,
+        "only_base": 0,
+        "only_candidate": 0,
+        "changed": 0,
+    }
+    by_example = {d["example_id"]: d["first_divergence"] for d in view["diverged"]}
+    assert by_example == {
+        "wrong": "step 1: A called search_documents, B called calculator",
+        "extra": "step 1: A called search_documents, B called calculator",
+        "missing": "step 1: A stopped, B called calculator",
+        "plain": "step 1: B stopped, A called calculator",
+    }
+    passed = view["trajectory_pass"]
+    assert (passed["pairs"], passed["fixed"], passed["broken"]) == (4, 3, 0)
+    # A passes 1 of 4 (right), B all 4: the 2×2 table [[both, A only], [B only, neither]]
+    expected_mcnemar = mcnemar([[1, 0], [3, 0]], exact=True).pvalue
+    assert passed["p_value"] == pytest.approx(expected_mcnemar) and expected_mcnemar == pytest.approx(0.25)
+    steps_a = [p.steps for p in a.predictions.order_by("example__position")]
+    steps_b = [p.steps for p in b.predictions.order_by("example__position")]
+    assert steps_a == [2, 2, 3, 1, 2] and steps_b == [2, 2, 2, 2, 1]
+    expected_wilcoxon = wilcoxon(steps_a, steps_b).pvalue
+    assert view["steps"]["p_value"] == pytest.approx(expected_wilcoxon)
+    # Holm over the three tests of the comparison, as statsmodels adjusts them
+    answer_p = comparison["overall"]["p_value"]
+    assert answer_p == pytest.approx(mcnemar([[5, 0], [0, 0]], exact=True).pvalue)  # no answer changed
+    holm = multipletests([answer_p, expected_mcnemar, expected_wilcoxon], method="holm")[1]
+    assert [view["answer_p_holm"], passed["p_holm"], view["steps"]["p_holm"]] == pytest.approx(list(holm))
+
+    call_command("compare_runs", "A", "B")
+    out = capsys.readouterr().out
+    assert "1 identical, 4 diverged, 0 only in A, 0 only in B" in out
+    assert "B takes fewer steps than A (mean 1.80 vs 2.00 over 5 examples)" in out
+    assert "Diverged paths (4)" in out and "│ wrong   │ step 1: A called search_documents, B" in out
+    assert "exact McNemar p = 0.2500 (Holm 0.7500)" in out
+    extra = next(d for d in view["diverged"] if d["example_id"] == "extra")
+    assert extra["base"]["path"] == [{"tool": t, "args": a} for t, a in SCRIPT_A["extra"]]
+    assert extra["candidate"]["path"] == [{"tool": "calculator", "args": {"expression": "2+2"}}]
