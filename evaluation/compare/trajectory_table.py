@@ -87,3 +87,39 @@ def trajectory_tables(view: Mapping[str, Any]) -> list[Table]:
     if len(view["diverged"]) > LIST_LIMIT:
         diverged.caption = f"… and {len(view['diverged']) - LIST_LIMIT} more"
     return [summary, *([diverged] if view["diverged"] else [])]
+
+
+def trajectory_page(view: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """What the admin's comparison page shows of the trajectory view: the
+    counts, the pass test and the steps in sentences, and each diverged
+    example with both paths as lists of calls; ``None`` without a view."""
+    if not view:
+        return None
+    passed = view["trajectory_pass"]
+    return {
+        "counts": view["counts"],
+        "pass_line": (
+            f"trajectory pass: base {passed['base_passed']}/{passed['pairs']}, candidate "
+            f"{passed['candidate_passed']}/{passed['pairs']}; fixed {passed['fixed']}, broken "
+            f"{passed['broken']}; exact McNemar p = {_p(passed['p_value'])} (Holm {_p(passed['p_holm'])})"
+            if passed["pairs"]
+            else "trajectory pass: no example has a trajectory verdict in both runs"
+        ),
+        "steps_line": steps_sentence(view).replace("B ", "the candidate ", 1).replace(" A ", " the base ", 1),
+        "answer_line": f"answers, Holm-adjusted with these two tests: p = {_p(view.get('answer_p_holm'))}",
+        "diverged": [
+            {
+                "example_id": item["example_id"],
+                "first_divergence": item["first_divergence"],
+                "sides": [
+                    {
+                        "steps": item[side]["steps"],
+                        "passed": item[side]["passed"],
+                        "calls": [path_text([step]) for step in item[side]["path"]],
+                    }
+                    for side in ("base", "candidate")
+                ],
+            }
+            for item in view["diverged"]
+        ],
+    }
