@@ -342,6 +342,8 @@ class Prediction(models.Model):
     #: the LLM judge's grading (``evaluation.judge.grader.Judgement``:
     #: model, grade, cached, usage of its call), ``{}`` for other scorers
     judgement = models.JSONField(blank=True, default=dict)
+    #: the path's verdicts beside the answer's (``evaluation.run.trajectory_pass``); ``{}``: none
+    trajectory_scores = models.JSONField(blank=True, default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 from common.errors import NotFound
 from evaluation.metrics.checks import CheckRow, check_metrics, check_row
 from evaluation.metrics.compute import PredictionRow, compute_metrics
+from evaluation.metrics.trajectory_metrics import trajectory_metrics
 from evaluation.models import Prediction, Run, RunStatus
 from turns.jobs.ids import local_job_is_gone
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
@@ -145,7 +146,10 @@ def run_check_names(*, run: Run) -> list[str]:
 
 def run_metrics(*, run: Run) -> dict[str, Any]:
     """Metrics over every prediction row of the run (completed or not), read
-    from the database so a resumed run never counts an example twice."""
+    from the database so a resumed run never counts an example twice;
+    ``trajectory``: the paths' verdicts (``evaluation.metrics.trajectory_metrics``)
+    when some prediction has one."""
+    predictions = list(run.predictions.all())
     rows = [
         PredictionRow(
             task_type=p.task_type,
@@ -169,9 +173,14 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             judge_cached=bool((p.judgement or {}).get("cached")),
             judge_usage=(p.judgement or {}).get("usage") or None,
         )
-        for p in run.predictions.all()
+        for p in predictions
     ]
-    return {**compute_metrics(rows), "checks": check_metrics(run_check_rows(run=run))}
+    metrics = {**compute_metrics(rows), "checks": check_metrics(run_check_rows(run=run))}
+    # the paths' verdicts beside the answers' (issue 48), each with its interval
+    trajectory = trajectory_metrics([(p.task_type, p.trajectory_scores) for p in predictions])
+    if trajectory is not None:
+        metrics["trajectory"] = trajectory
+    return metrics
 
 
 def run_check_rows(*, run: Run) -> list[CheckRow]:

@@ -34,6 +34,7 @@ from evaluation.datasets.spec import ExampleSpec, gold_display
 from evaluation.datasets.versions import dataset_change, example_history, in_version, version_diff
 from evaluation.models import Dataset, DatasetVersion, Example
 from evaluation.scoring.dispatch import SCORERS, scorer_for
+from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
 
 
 class ExampleVersionFilter(admin.SimpleListFilter):
@@ -147,7 +148,13 @@ class ExampleEditForm(forms.Form):
         return self._json_object("context")
 
     def clean_metadata(self) -> dict[str, Any]:
-        return self._json_object("metadata")
+        """The metadata object; its expected trajectory's fields checked as an import checks them."""
+        value = self._json_object("metadata")
+        try:
+            check_trajectory_fields(value)
+        except TrajectoryFormatError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return value
 
     def spec(self, external_id: str, plugins: list[str]) -> ExampleSpec:
         """The edited example; call after ``is_valid()``. ``ValueError``

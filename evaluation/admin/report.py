@@ -35,6 +35,7 @@ from evaluation.compare.pairing import few_examples_warning, unfinished_warning,
 from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare, run_slices
 from evaluation.compare.shapes import ExamplePair, PairSide
+from evaluation.compare.trajectory_table import trajectory_page
 from evaluation.metrics.report_data import run_report_data
 from evaluation.models import Run
 from evaluation.selectors import dataset_accuracy_trend, run_latencies, run_stored_metrics
@@ -159,6 +160,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             ],
             base_url=reverse("admin:evaluation_run_change", args=[base.pk]),
             candidate_url=reverse("admin:evaluation_run_change", args=[candidate.pk]),
+            trajectory=trajectory_page(comparison.get("trajectory")),
         )
         return TemplateResponse(request, "admin/evaluation/run/compare.html", context)
 

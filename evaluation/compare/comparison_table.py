@@ -266,7 +266,8 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
     accuracy overall and per task type (difference with its interval, fixed,
     broken, exact McNemar p and Holm-adjusted p), the counts kept apart, the
     deltas of cost, tokens, steps and latency, stop reasons, review and the
-    plugins' checks, then the fixed, broken and errored examples."""
+    plugins' checks, then the fixed, broken and errored examples, then the
+    trajectory view (``evaluation.compare.trajectory_table``)."""
     runs = _runs_table(comparison)
     runs.caption = (
         "\n".join(w for w in (unfinished_warning(comparison), few_examples_warning(comparison)) if w) or None
@@ -277,6 +278,10 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
         _pair_table("Broken: right → wrong", comparison["broken"]),
         _pair_table("Errored in either run", comparison["errored"]),
     ]
+    if comparison.get("trajectory"):
+        from evaluation.compare.trajectory_table import trajectory_tables
+
+        tables += trajectory_tables(comparison["trajectory"])
     from evaluation.metrics.metrics_table import text_console
 
     console, buffer = text_console(width)

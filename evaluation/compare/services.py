@@ -17,6 +17,7 @@ from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
 from evaluation.compare.shapes import CONFIDENCE, Comparison, Detectable, RunSide
 from evaluation.compare.slices import DEFAULT_FDR, SliceReport, regression_slices
+from evaluation.compare.trajectory_view import trajectory_comparison
 from evaluation.datasets.versions import versions_compared
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
 from evaluation.models import Prediction, Run
@@ -53,7 +54,8 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
     come from a paired bootstrap over per-example means
     (``evaluation.compare.over_epochs``): of correctness (a judge's
     ``partial`` is not correct, as in the run's own epoch accuracy), or of
-    the token F1 for ``f1``.
+    the token F1 for ``f1``. ``trajectory``: the two runs' paths diffed per
+    example with their paired tests (``evaluation.compare.trajectory_view``).
 
     Raises ``BadInput`` when the two runs are on different datasets (their
     examples do not pair up) or are the same run.
@@ -88,6 +90,9 @@ def run_compare(*, base: Run, candidate: Run, confidence: float = CONFIDENCE) ->
         comparison["version_diff"] = versions_compared(
             base.dataset_id, base.dataset_version, candidate.dataset_version
         )
+    comparison["trajectory"] = trajectory_comparison(
+        base=base, candidate=candidate, answer_p=comparison["overall"]["p_value"]
+    )
     return comparison
 
 

@@ -198,6 +198,9 @@ class Comparison(TypedDict):
     detectable: NotRequired[Detectable]
     #: with ``compare_runs --slices``: ``evaluation.compare.slices.SliceReport``
     slices: NotRequired[Any]
+    #: the paths diffed per example, the paired tests on trajectory pass and
+    #: step counts (``evaluation.compare.trajectory_view.trajectory_comparison``)
+    trajectory: NotRequired[dict[str, Any]]
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,12 @@ read from the column of its own name. Cells are text: ``question_id``,
 ``question``, ``answer`` (never a list of aliases), ``task_type`` as they
 are; ``scorer`` as it is, an empty cell absent; ``choices``, ``plugins`` (a
 JSON array) and ``context`` (a JSON object) as JSON text, an empty cell
-absent. Every other column is kept as example metadata, as text; a column
-named like a field that ``--map`` reads from another column is left out.
+absent. The expected trajectory's columns (docs/evaluating.md#trajectories)
+are JSON text too — ``trajectory`` (an array), ``arg_rules`` (an object),
+``trajectory_max_steps`` and ``trajectory_slack`` (numbers) — and
+``trajectory_match``, ``args_match`` text; an empty cell is absent. Every
+other column is kept as example metadata, as text; a column named like a
+field that ``--map`` reads from another column is left out.
 A cell that begins with apostrophes and then ``=``, ``+``, ``-``, ``@``, a
 tab or a carriage return loses one apostrophe — the one a CSV export adds so
 that a spreadsheet does not run it as a formula (``common.csv_cells``) — so
@@ -41,6 +45,18 @@ _FIELDS = (*MAPPABLE_FIELDS, "plugins")
 
 #: The fields whose cells are JSON text, and the JSON type each must be.
 _JSON_FIELDS = {"choices": list, "plugins": list, "context": dict}
+
+#: Metadata columns of the expected trajectory whose cells are JSON text (an
+#: empty cell absent), and the JSON type each must be.
+_TRAJECTORY_JSON = {
+    "trajectory": list,
+    "arg_rules": dict,
+    "trajectory_max_steps": int,
+    "trajectory_slack": int,
+}
+
+#: Metadata columns of the expected trajectory an empty cell leaves absent.
+_TRAJECTORY_TEXT = ("trajectory_match", "args_match")
 
 #: Fields an empty cell leaves absent.
 _OPTIONAL = ("choices", "context", "scorer", "plugins")
@@ -162,6 +178,11 @@ def _record(row: dict[str, str], columns: dict[str, str], source: str, line: int
     column, JSON cells decoded, every column no field reads as metadata."""
     used = {columns.get(field, field) for field in _FIELDS}
     record: dict[str, Any] = {k: v for k, v in row.items() if k and k not in used and k not in _FIELDS}
+    for name in (*_TRAJECTORY_JSON, *_TRAJECTORY_TEXT):
+        if name in record and not record[name].strip():
+            del record[name]  # an empty cell: absent
+        elif name in _TRAJECTORY_JSON and name in record:
+            record[name] = _json_cell(record[name], name, name, source, line)
     for field in _FIELDS:
         column = columns.get(field, field)
         if column not in row or (field in _OPTIONAL and not row[column].strip()):
@@ -172,17 +193,17 @@ def _record(row: dict[str, str], columns: dict[str, str], source: str, line: int
 
 
 def _json_cell(cell: str, field: str, column: str, source: str, line: int) -> Any:
-    """A ``choices``/``plugins`` (JSON array) or ``context`` (JSON object) cell, decoded."""
-    want = _JSON_FIELDS[field]
-    kind = "a JSON array" if want is list else "a JSON object"
+    """A ``choices``/``plugins``/``trajectory`` (JSON array), ``context``/``arg_rules``
+    (JSON object) or a trajectory step count (JSON number) cell, decoded."""
+    want = _JSON_FIELDS.get(field) or _TRAJECTORY_JSON[field]
+    kind = {list: "a JSON array", dict: "a JSON object"}.get(want, "a whole number")
     try:
         value = json.loads(cell)
     except json.JSONDecodeError as exc:
         message = f"field {field!r} (column {column!r}) must be {kind}: {exc.msg} (character {exc.pos + 1})"
         raise DatasetFormatError(message, path=source, line=line) from exc
-    if not isinstance(value, want):
-        message = f"field {field!r} (column {column!r}) must be {kind}, e.g. " + (
-            '["Paris", "Rome"]' if want is list else '{"documents": []}'
-        )
+    if not isinstance(value, want) or isinstance(value, bool):
+        example = {list: '["Paris", "Rome"]', dict: '{"documents": []}'}.get(want, "3")
+        message = f"field {field!r} (column {column!r}) must be {kind}, e.g. {example}"
         raise DatasetFormatError(message, path=source, line=line)
     return value

@@ -32,6 +32,12 @@ field           required    rule
                             refused (it is derived from ``database_file``)
 ``scorer``      no          a name in :data:`evaluation.scoring.scorer_names.PURE_SCORER_NAMES`
                             (``null`` = absent)
+``trajectory``  no          the expected tool calls and how they are matched,
+and its kin                 with ``trajectory_match``, ``args_match``,
+                            ``arg_rules``, ``trajectory_max_steps``,
+                            ``trajectory_slack``: checked by
+                            :mod:`evaluation.scoring.trajectory_spec`, kept in
+                            the metadata
 anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
                             ``result_rows``, ``ordered``, ``supporting_facts``,
                             ``hotpot_type``, ``level`` ...)
@@ -54,6 +60,7 @@ from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.text import json_safe
 from evaluation.datasets.spec import ExampleSpec, gold_answer, gold_display
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
+from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
 
 __all__ = [
     "DatasetFormatError",
@@ -130,6 +137,10 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
     answer = gold_answer(record["answer"])
     task_type = _require_text(record, "task_type", source, line)
     metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
+    try:
+        check_trajectory_fields(metadata)
+    except TrajectoryFormatError as exc:
+        raise _fail(str(exc), source, line) from None
     return ExampleSpec(
         external_id=external_id,
         question=question,
@@ -299,8 +310,9 @@ def parse_jsonl(path: str | Path) -> list[ExampleSpec]:
     Raises :class:`DatasetFormatError` (a ``ValueError``) naming the file and the
     1-based line for: a file that cannot be read, bytes that are not UTF-8, a line
     that is not JSON or not an object, a missing or ill-typed field, a database
-    file outside the folder, an unknown scorer, a duplicate ``question_id``; and, with ``line=None``,
-    a file with no examples. Nothing is returned unless the whole file is valid."""
+    file outside the folder, an unknown scorer, bad trajectory fields, a duplicate
+    ``question_id``; and, with ``line=None``, a file with no examples. Nothing is
+    returned unless the whole file is valid."""
     path = Path(path)
     source = str(path)
     try:

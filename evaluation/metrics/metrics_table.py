@@ -154,7 +154,8 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     cells (nothing is cut short with "…"). Missing values show as ``—``; accuracy as a percentage
     with ``correct/scored`` and its 95 % Wilson interval beside it (computed
     from the counts, so runs stored before intervals existed show it too);
-    a run with epochs adds the "Epochs" table (``epochs_table``)."""
+    a run with trajectory verdicts adds the "Trajectory" table
+    (``trajectory_table``), a run with epochs the "Epochs" table (``epochs_table``)."""
     summary, per_task, by_model, stops = (
         _summary_table(metrics),
         _per_task_table(metrics),
@@ -163,9 +164,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     )
     console, buffer = text_console(width)
     epochs = epochs_table(metrics.get("epochs") or {})
+    trajectory = trajectory_table(metrics.get("trajectory") or {})
     tables = [
         summary,
         per_task,
+        *([trajectory] if trajectory else []),
         *([epochs] if epochs else []),
         *([by_model] if by_model.row_count else []),
         stops,
@@ -274,3 +277,36 @@ def epochs_table(epochs: Mapping[str, Any]) -> Table | None:
             _pct(b.get("disagreement")),
         )
     return table
+
+
+def trajectory_table(trajectory: Mapping[str, Any]) -> Table | None:
+    """The "Trajectory" table (``metrics["trajectory"]``,
+    ``evaluation.metrics.trajectory_metrics``): per trajectory scorer, and per
+    task type under it when there are several, the predictions scored, the
+    passed ones, the pass rate with its 95 % Wilson interval and the mean
+    value (``tool_f1``'s F1) with its 95 % Student-t interval; ``None`` when
+    no path was scored."""
+    if not trajectory:
+        return None
+    table = Table(title="Trajectory (the agent's path)")
+    table.add_column("scorer")
+    table.add_column("scored", justify="right")
+    table.add_column("passed", justify="right")
+    table.add_column("pass rate (95% CI)", justify="right")
+    table.add_column("mean (95% CI)", justify="right")
+    for name, block in trajectory.items():
+        per_type = block.get("per_task_type") or {}
+        rows = [(name, block)] + ([(f"  {t}", b) for t, b in per_type.items()] if len(per_type) > 1 else [])
+        for label, b in rows:
+            table.add_row(
+                label,
+                str(b["scored"]),
+                str(b["correct"]),
+                f"{_pct(b.get('accuracy'))} ({_ci(b.get('accuracy_ci'))})",
+                f"{_num(b.get('mean'), 3)} ({_num_ci(b.get('mean_ci'))})",
+            )
+    return table
+
+
+def _num_ci(interval: list[float] | None) -> str:
+    return _DASH if not interval else f"{interval[0]:.3f}–{interval[1]:.3f}"

@@ -25,6 +25,7 @@ from common.db import connections_retire_broken
 from common.errors import StateConflict
 from evaluation.models import Dataset, Experiment, Run, RunStatus
 from evaluation.run.request import run_id_check
+from evaluation.run.trajectory_pass import trajectory_pass
 from evaluation.selectors import run_holder, run_lease_holder, run_metrics
 from turns.jobs.ids import local_job_id
 
@@ -159,7 +160,8 @@ def _run_start(
 def run_finish(
     *, run: Run, status: str = RunStatus.SUCCESS, driven: int = 0, wall_s: float | None = None
 ) -> Run:
-    """Compute and store the run's metrics and final status.
+    """Score the paths (``evaluation.run.trajectory_pass``), then compute and
+    store the run's metrics and final status.
 
     ``driven`` examples were driven in ``wall_s`` seconds by this invocation
     (a resumed run drives only what was left); they are stored as
@@ -168,6 +170,7 @@ def run_finish(
     the throughput recorded before, if any: zero examples measure nothing.
     """
     earlier = (run.metrics or {}).get("throughput")
+    trajectory_pass(run=run)  # the paths' verdicts, from the log, before the metrics count them
     run.metrics = run_metrics(run=run)
     if wall_s is not None and driven == 0 and earlier:
         run.metrics["throughput"] = earlier

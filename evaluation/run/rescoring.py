@@ -59,6 +59,23 @@ _COPIED = (
 )
 
 
+#: ``rescore --scorer trajectory``: score the agent's paths from the event log
+#: (``evaluation.run.trajectory_pass``, run by ``run_finish``), the answers' verdicts copied.
+TRAJECTORY = "trajectory"
+
+#: The answer's verdict, copied as it is by ``--scorer trajectory``.
+_ANSWER_VERDICT = (
+    "scorer",
+    "score",
+    "correct",
+    "score_explanation",
+    "first_correct",
+    "judgement",
+    "answer_mismatch",
+    "completed_at",
+)
+
+
 def rescore_start(
     *, source: Run, scorer: str, run_id: str | None = None, judge_model: str | None = None
 ) -> tuple[Run, bool]:
@@ -70,9 +87,10 @@ def rescore_start(
     or when ``run_id`` names a run that is not a re-scoring of ``source``
     under ``scorer``."""
     try:
-        check_scorer(scorer)
+        if scorer != TRAJECTORY:
+            check_scorer(scorer)
     except ValueError as exc:
-        raise BadInput(str(exc)) from None
+        raise BadInput(f"{exc}, or {TRAJECTORY!r} (the agent's paths)") from None
     if source.status == RunStatus.STARTED:
         raise StateConflict(
             f"run {source.run_id!r} is not finished (status started); re-score a finished run, "
@@ -108,7 +126,8 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
     in one transaction; returns how many were copied.
 
     What the agent did is copied as it is (answer, steps, usage, stop reason,
-    error, epoch, the turn). A pure scorer scores at once; for ``judge`` the
+    error, epoch, the turn). ``trajectory`` copies the answer's verdict too
+    and leaves the paths to ``run_finish``'s trajectory pass. A pure scorer scores at once; for ``judge`` the
     answers are left awaiting the judge (``AWAITING_JUDGE``), which
     ``evaluation.judge.judge_pass.judge_run`` then grades. A row the source never
     completed (its turn never finished) stays as it was: wrong, with its
@@ -117,6 +136,11 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
     rows: list[Prediction] = []
     for p in source.predictions.select_related("example__dataset", "turn").order_by("pk"):
         new = Prediction(run=target, **{name: getattr(p, name) for name in _COPIED})
+        if scorer == TRAJECTORY:  # the answer's verdict as it was; the paths are scored at the finish
+            for name in _ANSWER_VERDICT:
+                setattr(new, name, getattr(p, name))
+            rows.append(new)
+            continue
         if p.completed_at is None and not p.scorer:
             new.scorer, new.score, new.correct, new.first_correct = p.scorer, p.score, p.correct, None
             new.score_explanation = p.score_explanation

@@ -500,7 +500,7 @@ def test_a_database_behind_the_code_is_exit_2_naming_the_migrations():
         call_command("migrate", "evaluation", verbosity=0)
     assert excinfo.value.returncode == 2
     assert (
-        "9 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins, "
+        "10 migration(s) not applied: evaluation.0004_run_lease, evaluation.0005_dataset_plugins, "
         "evaluation.0006_gold_answer_json_prediction_usage, evaluation.0007_scoring_depth, "
         "evaluation.0008_schedules_regression_flag …)" in str(excinfo.value)
     )
@@ -596,7 +596,7 @@ def test_import_dataset_on_an_unmigrated_database_is_exit_2_with_a_hint():
     finally:
         call_command("migrate", verbosity=0)
     assert excinfo.value.returncode == 2
-    assert "12 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
+    assert "13 migration(s) not applied: evaluation.0001_initial" in str(excinfo.value)
     assert "run `manage.py migrate` first" in str(excinfo.value)
     assert Dataset.objects.count() == 0
 

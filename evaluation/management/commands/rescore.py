@@ -29,7 +29,12 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("run", help="the run id of a finished run")
-        parser.add_argument("--scorer", required=True, help=f"the scorer: {', '.join(sorted(KNOWN_SCORERS))}")
+        parser.add_argument(
+            "--scorer",
+            required=True,
+            help=f"the scorer: {', '.join(sorted(KNOWN_SCORERS))}, "
+            "or trajectory (the agent's paths, from the event log)",
+        )
         parser.add_argument(
             "--judge-model",
             default=None,
