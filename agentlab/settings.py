@@ -294,6 +294,14 @@ AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
 AGENTLAB_LLM_API_KEY = env.str("AGENTLAB_LLM_API_KEY", default="") or None
 AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
 AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
+#: Whether the reviewer and the judge ask an endpoint for their verdict under
+#: a JSON schema (``response_format`` json_schema); a server that refuses it
+#: is asked without it (docs/configuration.md#endpoints).
+AGENTLAB_LLM_STRUCTURED_OUTPUT = env.bool("AGENTLAB_LLM_STRUCTURED_OUTPUT", default=True)
+#: The GGUF file whose tokenizer counts a streamed reply's tokens when the
+#: endpoint sends no usage; ``off``: never count; unset: the model's own file
+#: when the endpoint names it (agentlab.agent.providers.token_count).
+AGENTLAB_LLM_TOKENIZER = env.str("AGENTLAB_LLM_TOKENIZER", default="").strip() or None
 AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
 AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
 #: The output-token limit of one LLM call (agent steps and reviews); a final

@@ -13,16 +13,25 @@ Error classes (HTTP status → ProviderError):
 - any other error saying the context length was exceeded (code
   ``context_length_exceeded``, or "maximum context length" / "context length"
   / "context window" in the message) → permanent, kind ``context_overflow``;
+- a 5xx whose body says the request itself was invalid (a pydantic "N
+  validation errors for …", as llama-cpp-python's server answers a message
+  it cannot read, or error type ``invalid_request_error``) → permanent, kind
+  ``bad_request``: the same request would fail the same way (issue 46);
 - other 429, 408, 409, 5xx, timeouts, connection errors → transient;
 - other 4xx → permanent (kinds ``auth``, ``not_found``, ``bad_request``).
+
+Every request is sent the way the OpenAI API specifies it, the form every
+compatible server accepts (``agentlab.agent.providers.openai_request``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -30,7 +39,9 @@ import httpx2  # the SDK's HTTP client library (its errors and URLs)
 import openai
 
 from agentlab.agent.pricing import Price, completion_cost
+from agentlab.agent.providers.openai_request import refuses_response_format, request_body
 from agentlab.agent.providers.openai_stream import StreamAccumulator
+from agentlab.agent.providers.token_count import TokenCounter
 from agentlab.agent.streaming import OnDelta
 from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
 
@@ -41,6 +52,11 @@ _CONTEXT_MARKERS = (
     "context window",
     "exceeds the available context size",
 )
+
+#: A 5xx body that says the request was invalid: pydantic's "N validation
+#: error(s) for <Model>" (llama-cpp-python's server answers a request it
+#: cannot validate with a 500 carrying it).
+_INVALID_REQUEST_RE = re.compile(r"\b\d+ validation errors? for\b|\binvalid[_ ]request\b", re.IGNORECASE)
 
 
 def _error_text(exc: openai.APIError) -> str:
@@ -63,6 +79,8 @@ def classify_status_error(exc: openai.APIStatusError) -> ProviderError:
     # prompt with a 500, and retrying it cannot help.
     if status != 429 and any(marker in lowered for marker in _CONTEXT_MARKERS):
         return ProviderError(text, transient=False, kind="context_overflow", status=status)
+    if status >= 500 and (err_type == "invalid_request_error" or _INVALID_REQUEST_RE.search(message)):
+        return ProviderError(text, transient=False, kind="bad_request", status=status)
     if status in (408, 409, 429) or status >= 500:
         kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "timeout"
         return ProviderError(text, transient=True, kind=kind, status=status)
@@ -188,6 +206,14 @@ class OpenAICompatibleProvider:
     (``openai.DefaultAioHttpClient``), which is bound to the event loop of its
     first request: use one provider per loop. Call ``aclose()`` when done.
 
+    ``structured_output``: send a call's ``response_schema`` as
+    ``response_format: {"type": "json_schema", …}`` (the reviewer's and the
+    judge's verdicts). A server that refuses it (a permanent error naming
+    ``response_format`` or ``json_schema``) has the call sent again without
+    it, and this provider stops sending it. ``token_counter``: counts a
+    streamed reply's tokens when the server sends no usage
+    (``agentlab.agent.providers.token_count``); without one they stay unknown.
+
     A completion's ``cost`` is the one the endpoint reported (``usage.cost``,
     as gateways such as OpenRouter send), else ``price`` (a per-run override),
     else the ``genai-prices`` table matched by ``base_url`` and the model
@@ -199,10 +225,11 @@ class OpenAICompatibleProvider:
     native_tools = True
     #: ``complete`` takes ``on_delta`` and then streams (``agentlab.agent.streaming``)
     streaming = True
-    #: ``response_schema`` is not sent: OpenAI-compatible servers differ in
-    #: whether and how they honour ``response_format`` json_schema, and the
-    #: loop uses native tool calls here anyway.
-    constrained_decoding = False
+    #: ``constrained_decoding`` (an instance attribute, set in ``__init__``):
+    #: whether a ``response_schema`` is sent as ``response_format``
+    #: ``json_schema`` (``structured_output``); the reviewer and the judge
+    #: then ask for their verdict under their schema. The loop's steps use
+    #: native tool calls, never a schema.
     #: answers are reviewed unless AGENTLAB_REVIEW or --no-review says otherwise
     review_by_default = True
 
@@ -215,12 +242,16 @@ class OpenAICompatibleProvider:
         timeout: float = 60.0,
         client: openai.AsyncOpenAI | None = None,
         price: Price | None = None,
+        structured_output: bool = True,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         if not model:
             raise ValueError("OpenAICompatibleProvider needs a model name")
         self.model = model
         self.base_url = base_url
         self.price = price
+        self.constrained_decoding = structured_output
+        self.token_counter = token_counter
         self._owns_client = client is None
         self._client = client or _AsyncOpenAI(
             base_url=base_url,
@@ -246,22 +277,33 @@ class OpenAICompatibleProvider:
         response_schema: dict[str, Any] | None = None,
         on_delta: OnDelta | None = None,
     ) -> Completion:
-        """One chat completion; ``response_schema`` is ignored (see
-        ``constrained_decoding``). With ``on_delta`` the reply is streamed
+        """One chat completion (the body: ``request_body``). ``response_schema``
+        is sent as ``response_format`` while ``constrained_decoding`` is on
+        (see the class doc). With ``on_delta`` the reply is streamed
         (``stream=True``, usage asked for with ``stream_options``) and each
         fragment handed to ``on_delta`` as it arrives
         (``agentlab.agent.streaming``); the completion returned is the same
         as without. A stream cut before its finish reason raises a transient
         ``ProviderError`` (kind ``stream_cut``), as a dropped connection does."""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-        if max_tokens is not None:
-            kwargs["max_tokens"] = max_tokens
-        if temperature is not None:
-            kwargs["temperature"] = temperature
+        schema = response_schema if self.constrained_decoding else None
+        kwargs = request_body(
+            self.model, messages, tools, max_tokens=max_tokens, temperature=temperature, response_schema=schema
+        )
+        try:
+            completion = await self._send(kwargs, on_delta, native=bool(tools))
+        except ProviderError as exc:
+            if schema is None or not refuses_response_format(exc):
+                raise
+            # the server cannot constrain a reply to a schema: ask as before
+            self.constrained_decoding = False
+            kwargs.pop("response_format")
+            return await self._send(kwargs, on_delta, native=bool(tools))
+        return replace(completion, decoding="schema") if schema is not None else completion
+
+    async def _send(self, kwargs: dict[str, Any], on_delta: OnDelta | None, *, native: bool) -> Completion:
+        """POST one request body (streamed with ``on_delta``)."""
         if on_delta is not None:
-            return await self._stream(kwargs, on_delta, native=bool(tools))
+            return await self._stream(kwargs, on_delta, native=native)
         try:
             # POST /chat/completions through the client's own request path:
             # the same headers, timeout and error classes as
@@ -274,7 +316,7 @@ class OpenAICompatibleProvider:
             body = await self._client.post("/chat/completions", body=kwargs, cast_to=bytes)
         except openai.OpenAIError as exc:
             raise provider_error(exc) from exc
-        return self._to_completion(_reply_json(body), native=bool(tools))
+        return self._to_completion(_reply_json(body), native=native)
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: OnDelta, *, native: bool) -> Completion:
         """The streamed form of ``complete`` (see there)."""
@@ -307,10 +349,14 @@ class OpenAICompatibleProvider:
                 kind="stream_cut",
             )
         calls = [(call.id, call.name, call.arguments) for call in acc.calls]
+        usage = acc.usage
+        if usage is None and self.token_counter is not None:
+            # the server sent no usage with the stream (llama.cpp's): count it
+            usage = self.token_counter.usage(kwargs, text=acc.text, calls=calls)
         return self._completion(
             text=acc.text,
             calls=calls,
-            usage=acc.usage,
+            usage=usage,
             model=acc.model,
             finish_reason=acc.finish_reason,
             native=native,

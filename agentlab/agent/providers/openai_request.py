@@ -1,0 +1,80 @@
+"""The body of a chat-completions request, in the form every OpenAI-compatible
+server accepts (issue 46: what llama-cpp-python's server needs, which the
+OpenAI API specifies anyway).
+
+- ``tool_choice`` is stated whenever ``tools`` are: ``"auto"`` (the OpenAI
+  API's default when tools are present). llama-cpp-python's server
+  (``--chat_format chatml-function-calling``) leaves the tools out of the
+  prompt when it is absent: the model never hears of them.
+- An assistant message is sent with ``content`` a string, ``""`` when it had
+  none (a message that only carried tool calls): the OpenAI API allows
+  ``null`` there, but llama-cpp-python's server refuses it with a 500
+  ("validation errors for ChatCompletionRequestAssistantMessage").
+- A ``response_schema`` becomes ``response_format: {"type": "json_schema",
+  "json_schema": {"name", "schema", "strict": true}}`` (OpenAI's structured
+  outputs; llama.cpp's server, vLLM, Ollama and LM Studio read the same
+  field).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from agentlab.agent.types import ProviderError
+
+#: What a refusal of ``response_format`` says (the field or its type named
+#: in a permanent error's message).
+_RESPONSE_FORMAT_MARKERS = ("response_format", "json_schema", "response format")
+
+
+def request_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with every assistant message's ``content`` a string
+    (``None`` or a missing one → ``""``); the list itself when none needed it."""
+    if all(m.get("role") != "assistant" or isinstance(m.get("content"), str | list) for m in messages):
+        return messages
+    return [
+        {**m, "content": ""}
+        if m.get("role") == "assistant" and not isinstance(m.get("content"), str | list)
+        else m
+        for m in messages
+    ]
+
+
+def request_body(
+    model: str,
+    messages: list[dict[str, Any]],
+    tools: list[dict[str, Any]] | None,
+    *,
+    max_tokens: int | None = None,
+    temperature: float | None = None,
+    response_schema: dict[str, Any] | None = None,
+    tool_choice: str | dict[str, Any] = "auto",
+) -> dict[str, Any]:
+    """The JSON body of ``POST /chat/completions`` (module doc): ``tools``
+    with ``tool_choice`` (``"auto"`` unless a step needs another) when there
+    are tools, ``max_tokens`` and ``temperature`` when set, and
+    ``response_format`` for ``response_schema``."""
+    body: dict[str, Any] = {"model": model, "messages": request_messages(messages)}
+    if tools:
+        body["tools"] = tools
+        body["tool_choice"] = tool_choice
+    if max_tokens is not None:
+        body["max_tokens"] = max_tokens
+    if temperature is not None:
+        body["temperature"] = temperature
+    if response_schema is not None:
+        body["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": "reply", "schema": response_schema, "strict": True},
+        }
+    return body
+
+
+def refuses_response_format(error: ProviderError) -> bool:
+    """Whether ``error`` is a server's refusal of ``response_format``: a
+    permanent client error (400/404/415/422, or a 500 the server says is an
+    invalid request) whose message names the field."""
+    if error.transient or error.kind not in ("bad_request", "not_found"):
+        return False
+    text = str(error).lower()
+    return any(marker in text for marker in _RESPONSE_FORMAT_MARKERS)
