@@ -45,7 +45,9 @@ async def connect() -> AsyncIterator[Callable[..., OpenAICompatibleProvider]]:
     providers: list[OpenAICompatibleProvider] = []
 
     def make(server: StubLLMServer, **kwargs: Any) -> OpenAICompatibleProvider:
-        provider = OpenAICompatibleProvider(base_url=server.base_url, api_key="k", model="stub-model", **kwargs)
+        provider = OpenAICompatibleProvider(
+            base_url=server.base_url, api_key="k", model="stub-model", **kwargs
+        )
         providers.append(provider)
         return provider
 
@@ -95,7 +97,11 @@ async def test_no_tool_choice_without_tools_and_a_null_content_from_a_caller_is_
     await connect(server).complete(history, None)
     sent = server.requests[0]
     assert "tool_choice" not in sent and "tools" not in sent
-    assert sent["messages"][1] == {"role": "assistant", "content": "", "tool_calls": [{"id": "x", "type": "function"}]}
+    assert sent["messages"][1] == {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "x", "type": "function"}],
+    }
     assert history[1]["content"] is None  # the caller's list is not changed
 
 
@@ -126,7 +132,9 @@ async def test_a_500_that_says_the_request_was_invalid_is_permanent_and_sent_onc
 ) -> None:
     server = stub_server([error_reply(500, LLAMA_CPP_VALIDATION_500), final_answer_reply("never")])
     with pytest.raises(ProviderError) as info:
-        await complete_with_retries(connect(server), [{"role": "user", "content": "q"}], None, base_delay=0.001)
+        await complete_with_retries(
+            connect(server), [{"role": "user", "content": "q"}], None, base_delay=0.001
+        )
     error = info.value
     assert (error.kind, error.transient, error.status) == ("bad_request", False, 500)
     assert str(error) == f"HTTP 500: {LLAMA_CPP_VALIDATION_500}"
@@ -159,7 +167,11 @@ async def test_the_reviewer_asks_for_its_schema_and_reads_the_constrained_verdic
     review, completion = await review_answer(
         connect(server), question=QUESTION, answer="19", evidence="", reasoning=""
     )
-    assert (review.verdict, review.note, review.retry_instruction) == ("retry", verdict["note"], "Recompute 9 * 2.")
+    assert (review.verdict, review.note, review.retry_instruction) == (
+        "retry",
+        verdict["note"],
+        "Recompute 9 * 2.",
+    )
     assert completion.decoding == "schema" and completion.usage == Usage(90, 24)
     assert server.requests[0]["response_format"] == {
         "type": "json_schema",
@@ -170,7 +182,9 @@ async def test_the_reviewer_asks_for_its_schema_and_reads_the_constrained_verdic
 async def test_structured_output_off_sends_no_response_format(stub_server: Start, connect: Any) -> None:
     server = stub_server([text_reply('Sure. {"verdict": "accept", "note": "right"}')])
     provider = connect(server, structured_output=False)
-    review, completion = await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
+    review, completion = await review_answer(
+        provider, question=QUESTION, answer="18", evidence="", reasoning=""
+    )
     assert review.verdict == "accept" and completion.decoding == "free"
     assert "response_format" not in server.requests[0]
 
@@ -186,7 +200,9 @@ async def test_a_server_that_refuses_response_format_is_asked_again_without_it(
         ]
     )
     provider = connect(server)
-    review, completion = await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
+    review, completion = await review_answer(
+        provider, question=QUESTION, answer="18", evidence="", reasoning=""
+    )
     assert (review.verdict, review.note, completion.decoding) == ("accept", "right", "free")
     assert ["response_format" in r for r in server.requests] == [True, False]
     assert provider.constrained_decoding is False  # not asked again
@@ -214,12 +230,19 @@ class _Counter:
     def usage(self, body: dict[str, Any], *, text: str | None, calls: Any) -> dict[str, int]:
         self.bodies.append(body)
         words = len((text or "").split()) + sum(len(f"{name} {raw}".split()) for _, name, raw in calls)
-        return {"prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]), "completion_tokens": words}
+        return {
+            "prompt_tokens": sum(len(m["content"].split()) for m in body["messages"]),
+            "completion_tokens": words,
+        }
 
 
-async def test_a_stream_without_usage_is_counted_by_the_token_counter(stub_server: Start, connect: Any) -> None:
+async def test_a_stream_without_usage_is_counted_by_the_token_counter(
+    stub_server: Start, connect: Any
+) -> None:
     counter = _Counter()
-    server = stub_server([_streamed(text_reply("The answer is 42.", usage=None)), _streamed(text_reply("Yes.", usage=(7, 2)))])
+    server = stub_server(
+        [_streamed(text_reply("The answer is 42.", usage=None)), _streamed(text_reply("Yes.", usage=(7, 2)))]
+    )
     provider = connect(server, token_counter=counter)
     messages = [{"role": "user", "content": "what is six times seven"}]
     first = await provider.complete(messages, on_delta=lambda _d: None)

@@ -287,7 +287,12 @@ class OpenAICompatibleProvider:
         ``ProviderError`` (kind ``stream_cut``), as a dropped connection does."""
         schema = response_schema if self.constrained_decoding else None
         kwargs = request_body(
-            self.model, messages, tools, max_tokens=max_tokens, temperature=temperature, response_schema=schema
+            self.model,
+            messages,
+            tools,
+            max_tokens=max_tokens,
+            temperature=temperature,
+            response_schema=schema,
         )
         try:
             completion = await self._send(kwargs, on_delta, native=bool(tools))

@@ -93,7 +93,9 @@ class TokenCounter:
             return 0
         return len(self._loaded().tokenize(text.encode("utf-8"), add_bos=False, special=True))
 
-    def prompt_tokens(self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None) -> int:
+    def prompt_tokens(
+        self, messages: Sequence[dict[str, Any]], tools: Sequence[dict[str, Any]] | None
+    ) -> int:
         """The tokens of the prompt the model's chat template makes of
         ``messages`` (a tool call as its JSON, a tool result as its text),
         with the generation prompt, plus those of ``tools``' JSON specs."""
@@ -106,7 +108,9 @@ class TokenCounter:
                 text += json.dumps(message["tool_calls"], ensure_ascii=False)
             role = message.get("role") if message.get("role") in ("system", "user", "assistant") else "user"
             plain.append({"role": str(role), "content": text})
-        prompt = render_template(self._template, plain, add_generation_prompt=True, bos_token="", eos_token="")
+        prompt = render_template(
+            self._template, plain, add_generation_prompt=True, bos_token="", eos_token=""
+        )
         spec = json.dumps(list(tools), ensure_ascii=False) if tools else ""
         return self.count(prompt) + self.count(spec)
 
