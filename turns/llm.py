@@ -48,6 +48,7 @@ def get_provider(
             gguf_path=None,
             price=price,
             structured_output=settings.AGENTLAB_LLM_STRUCTURED_OUTPUT,
+            stream_tools=settings.AGENTLAB_LLM_STREAM_TOOLS,
             tokenizer=settings.AGENTLAB_LLM_TOKENIZER,
         )
     return make_provider(

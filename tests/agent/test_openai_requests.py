@@ -125,6 +125,10 @@ def test_request_body_and_messages() -> None:
             "json_schema": {"name": "reply", "schema": {"type": "object"}, "strict": True},
         },
     }
+    assert request_body("m", messages, None, response_schema={}, structured_output="off") == {
+        "model": "m",
+        "messages": messages,
+    }
 
 
 async def test_a_500_that_says_the_request_was_invalid_is_permanent_and_sent_once(
@@ -181,7 +185,7 @@ async def test_the_reviewer_asks_for_its_schema_and_reads_the_constrained_verdic
 
 async def test_structured_output_off_sends_no_response_format(stub_server: Start, connect: Any) -> None:
     server = stub_server([text_reply('Sure. {"verdict": "accept", "note": "right"}')])
-    provider = connect(server, structured_output=False)
+    provider = connect(server, structured_output="off")
     review, completion = await review_answer(
         provider, question=QUESTION, answer="18", evidence="", reasoning=""
     )
@@ -189,31 +193,74 @@ async def test_structured_output_off_sends_no_response_format(stub_server: Start
     assert "response_format" not in server.requests[0]
 
 
-async def test_a_server_that_refuses_response_format_is_asked_again_without_it(
+async def test_a_server_that_refuses_json_schema_is_asked_with_json_object_then_without(
     stub_server: Start, connect: Any
 ) -> None:
+    # what llama-cpp-python 0.3.36's server answers a json_schema response_format (abridged)
+    refusal = (
+        "1 validation error:\n  {'type': 'literal_error', 'loc': ('body', 'response_format', 'type'), "
+        "'msg': \"Input should be 'text' or 'json_object'\", 'input': 'json_schema'}"
+    )
+    accept = '{"verdict": "accept", "note": "right", "retry_instruction": null}'
+    server = stub_server([error_reply(500, refusal), text_reply(accept), text_reply(accept)])
+    provider = connect(server)
+    review, completion = await review_answer(
+        provider, question=QUESTION, answer="18", evidence="", reasoning=""
+    )
+    assert (review.verdict, review.note, completion.decoding) == ("accept", "right", "schema")
+    assert [r["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object"]
+    assert server.requests[1]["response_format"] == {"type": "json_object", "schema": REVIEW_SCHEMA}
+    assert provider.structured_output == "json_object"  # kept: json_schema is not tried again
+    await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
+    assert server.requests[2]["response_format"]["type"] == "json_object"
+
+    # a server that refuses both forms is asked without one, from then on
     server = stub_server(
         [
-            error_reply(400, "Unsupported parameter: 'response_format' of type json_schema"),
-            text_reply('{"verdict": "accept", "note": "right", "retry_instruction": null}'),
-            text_reply('{"verdict": "accept", "note": "again", "retry_instruction": null}'),
+            error_reply(400, "Unsupported parameter: 'response_format'"),
+            error_reply(400, "response_format json_object is not supported"),
+            text_reply('Verdict: {"verdict": "accept", "note": "fine"}'),
         ]
     )
     provider = connect(server)
     review, completion = await review_answer(
         provider, question=QUESTION, answer="18", evidence="", reasoning=""
     )
-    assert (review.verdict, review.note, completion.decoding) == ("accept", "right", "free")
-    assert ["response_format" in r for r in server.requests] == [True, False]
-    assert provider.constrained_decoding is False  # not asked again
-    await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
-    assert "response_format" not in server.requests[2]
+    assert (review.verdict, completion.decoding) == ("accept", "free")
+    assert ["response_format" in r for r in server.requests] == [True, True, False]
+    assert (provider.structured_output, provider.constrained_decoding) == ("off", False)
 
     # any other bad request is the caller's error, not a refusal of the schema
     server = stub_server([error_reply(400, "Invalid value for 'temperature'")])
     with pytest.raises(ProviderError):
         await connect(server).complete([], None, response_schema=REVIEW_SCHEMA)
     assert server.request_count == 1
+
+
+async def test_an_empty_stream_for_a_request_with_tools_is_sent_again_unstreamed(
+    stub_server: Start, connect: Any, registry: ToolRegistry
+) -> None:
+    """llama-cpp-python's server cannot stream an automatic tool choice: the
+    stream ends before its first chunk ("Automatic streaming tool choice is
+    not supported" in its log)."""
+    empty = final_answer_reply("18")
+    empty.cut_after, empty.cut_clean = 0, True
+    server = stub_server([empty, final_answer_reply("18"), final_answer_reply("19")])
+    provider = connect(server)
+    loop = AgentLoop(provider, registry, retry_base_delay=0.001)
+    result = await loop.run(QUESTION, on_text=lambda _d: None)
+    assert (result.stop_reason, result.answer) == ("final", "18")
+    assert [bool(r.get("stream")) for r in server.requests] == [True, False]
+    assert provider.stream_tools is False
+    result = await loop.run(QUESTION, on_text=lambda _d: None)  # not streamed again
+    assert result.answer == "19" and server.requests[2].get("stream") is None
+
+    # a provider set not to stream tools never tries
+    server = stub_server([final_answer_reply("18")])
+    result = await AgentLoop(connect(server, stream_tools=False), registry).run(
+        QUESTION, on_text=lambda _d: None
+    )
+    assert result.answer == "18" and "stream" not in server.requests[0]
 
 
 # --------------------------------------------------------------------------- streamed usage

