@@ -306,6 +306,9 @@ if AGENTLAB_LLM_STRUCTURED_OUTPUT not in ("json_schema", "json_object", "off"):
         "AGENTLAB_LLM_STRUCTURED_OUTPUT must be json_schema, json_object or off, "
         f"got {os.environ.get('AGENTLAB_LLM_STRUCTURED_OUTPUT')!r}"
     )
+#: Seconds one request to the endpoint may take (a CPU-only llama.cpp server
+#: writes a few tokens a second: 512 of them take minutes).
+AGENTLAB_LLM_TIMEOUT_S = env_number("AGENTLAB_LLM_TIMEOUT_S", 60.0, positive=True)
 #: Whether agent steps, which offer tools, are streamed from an endpoint
 #: (llama-cpp-python's server cannot stream an automatic tool choice).
 AGENTLAB_LLM_STREAM_TOOLS = env.bool("AGENTLAB_LLM_STREAM_TOOLS", default=True)

@@ -49,6 +49,7 @@ def get_provider(
             price=price,
             structured_output=settings.AGENTLAB_LLM_STRUCTURED_OUTPUT,
             stream_tools=settings.AGENTLAB_LLM_STREAM_TOOLS,
+            timeout=settings.AGENTLAB_LLM_TIMEOUT_S,
             tokenizer=settings.AGENTLAB_LLM_TOKENIZER,
         )
     return make_provider(

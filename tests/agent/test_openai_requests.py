@@ -14,7 +14,7 @@ import pytest
 
 from agentlab.agent.loop import AgentLoop
 from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
-from agentlab.agent.providers.openai_request import request_body, request_messages
+from agentlab.agent.providers.openai_request import bounded_strings, request_body, request_messages
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.review import REVIEW_SCHEMA, review_answer
 from agentlab.agent.tools import ToolRegistry
@@ -209,7 +209,13 @@ async def test_a_server_that_refuses_json_schema_is_asked_with_json_object_then_
     )
     assert (review.verdict, review.note, completion.decoding) == ("accept", "right", "schema")
     assert [r["response_format"]["type"] for r in server.requests] == ["json_schema", "json_object"]
-    assert server.requests[1]["response_format"] == {"type": "json_object", "schema": REVIEW_SCHEMA}
+    assert server.requests[1]["response_format"] == {
+        "type": "json_object",
+        "schema": bounded_strings(REVIEW_SCHEMA),
+    }
+    assert bounded_strings(REVIEW_SCHEMA)["properties"]["retry_instruction"] == {
+        "anyOf": [{"type": "string", "maxLength": 400}, {"type": "null"}]
+    }
     assert provider.structured_output == "json_object"  # kept: json_schema is not tried again
     await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
     assert server.requests[2]["response_format"]["type"] == "json_object"

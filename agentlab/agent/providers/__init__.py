@@ -36,6 +36,7 @@ def make_provider(
     structured_output: str = "json_schema",
     stream_tools: bool = True,
     tokenizer: str | None = None,
+    timeout: float = 60.0,
 ) -> LLMProvider:
     """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
     docs/configuration.md).
@@ -52,7 +53,7 @@ def make_provider(
     whether requests with tools are streamed, and the GGUF whose tokenizer
     counts a stream's tokens when the server sends no usage
     (``token_count.tokenizer_path``; ``ValueError`` for a path that is not a
-    file).
+    file). ``timeout``: seconds per request (``AGENTLAB_LLM_TIMEOUT_S``).
     """
     if base_url:
         if not model:
@@ -69,6 +70,7 @@ def make_provider(
             price=price,
             structured_output=structured_output,
             stream_tools=stream_tools,
+            timeout=timeout,
             token_counter=TokenCounter(counted) if counted is not None else None,
         )
     from agentlab.agent.providers.local import LocalGGUFProvider

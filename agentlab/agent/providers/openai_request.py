@@ -16,6 +16,10 @@ OpenAI API specifies anyway).
   outputs, which vLLM, Ollama and LM Studio read too — or ``json_object`` —
   ``{"type": "json_object", "schema": …}``, the form llama-cpp-python's
   server reads (it refuses ``json_schema`` with a 500 validation error).
+  Its grammar lets a string hold any character, newlines included, so a
+  small model writes a note that never closes and is cut by the token
+  limit: in this form every string without a bound gets ``maxLength``
+  ``JSON_OBJECT_STRING_CHARS`` (``bounded_strings``).
 """
 
 from __future__ import annotations
@@ -34,11 +38,29 @@ _RESPONSE_FORMAT_MARKERS = ("response_format", "json_schema", "response format")
 STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("json_schema", "json_object", "off")
 
 
+#: The longest string of a reply decoded under llama-cpp-python's
+#: ``json_object`` grammar (characters; about 100 tokens).
+JSON_OBJECT_STRING_CHARS = 400
+
+
+def bounded_strings(schema: Any, limit: int = JSON_OBJECT_STRING_CHARS) -> Any:
+    """``schema`` with ``maxLength: limit`` on every ``"type": "string"``
+    node that has none (a copy; the rest unchanged)."""
+    if isinstance(schema, list):
+        return [bounded_strings(item, limit) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    bounded = {key: bounded_strings(value, limit) for key, value in schema.items()}
+    if schema.get("type") == "string" and "maxLength" not in schema:
+        bounded["maxLength"] = limit
+    return bounded
+
+
 def response_format(schema: dict[str, Any], mode: str) -> dict[str, Any]:
     """The ``response_format`` that asks for a reply under ``schema`` in
     ``mode`` (``json_schema`` or ``json_object``; module doc)."""
     if mode == "json_object":
-        return {"type": "json_object", "schema": schema}
+        return {"type": "json_object", "schema": bounded_strings(schema)}
     return {"type": "json_schema", "json_schema": {"name": "reply", "schema": schema, "strict": True}}
 
 
