@@ -18,7 +18,7 @@ ifeq ($(LOCAL),0)
 EXTRAS := dev
 PYTEST_MARK := -m "not local_model"
 else
-EXTRAS := local,dev
+EXTRAS := local,local-server,dev
 PYTEST_MARK :=
 endif
 
@@ -73,7 +73,7 @@ test-sqlite: setup
 
 # Resolve pyproject.toml's ranges afresh into requirements.lock (uv only resolves: nothing is built).
 lock: setup
-	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra dev --python-version 3.11 \
+	$(VENV)/bin/uv pip compile pyproject.toml --extra local --extra local-server --extra dev --python-version 3.11 \
 	    --quiet --no-annotate --no-header -o requirements.lock.new
 	( printf '%s\n' "# Locked versions of every dependency (direct and transitive) for Python 3.11, used as pip" \
 	    "# constraints by 'make setup'. Regenerate after changing pyproject.toml: make lock"; \

@@ -294,6 +294,28 @@ AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None
 AGENTLAB_LLM_API_KEY = env.str("AGENTLAB_LLM_API_KEY", default="") or None
 AGENTLAB_MODEL = env.str("AGENTLAB_MODEL", default="") or None
 AGENTLAB_GGUF_PATH = env.str("AGENTLAB_GGUF_PATH", default="") or None
+#: How the reviewer and the judge ask an endpoint for their verdict under a
+#: JSON schema: ``json_schema`` (OpenAI, vLLM, Ollama, LM Studio),
+#: ``json_object`` (llama-cpp-python's server) or ``off``; a server that
+#: refuses one form is asked in the next (docs/configuration.md#endpoints).
+AGENTLAB_LLM_STRUCTURED_OUTPUT = (
+    env.str("AGENTLAB_LLM_STRUCTURED_OUTPUT", default="json_schema").strip().lower()
+)
+if AGENTLAB_LLM_STRUCTURED_OUTPUT not in ("json_schema", "json_object", "off"):
+    raise ImproperlyConfigured(
+        "AGENTLAB_LLM_STRUCTURED_OUTPUT must be json_schema, json_object or off, "
+        f"got {os.environ.get('AGENTLAB_LLM_STRUCTURED_OUTPUT')!r}"
+    )
+#: Seconds one request to the endpoint may take (a CPU-only llama.cpp server
+#: writes a few tokens a second: 512 of them take minutes).
+AGENTLAB_LLM_TIMEOUT_S = env_number("AGENTLAB_LLM_TIMEOUT_S", 60.0, positive=True)
+#: Whether agent steps, which offer tools, are streamed from an endpoint
+#: (llama-cpp-python's server cannot stream an automatic tool choice).
+AGENTLAB_LLM_STREAM_TOOLS = env.bool("AGENTLAB_LLM_STREAM_TOOLS", default=True)
+#: The GGUF file whose tokenizer counts a streamed reply's tokens when the
+#: endpoint sends no usage; ``off``: never count; unset: the model's own file
+#: when the endpoint names it (agentlab.agent.providers.token_count).
+AGENTLAB_LLM_TOKENIZER = env.str("AGENTLAB_LLM_TOKENIZER", default="").strip() or None
 AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
 AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
 #: The output-token limit of one LLM call (agent steps and reviews); a final

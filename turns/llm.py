@@ -47,6 +47,10 @@ def get_provider(
             model=model or settings.AGENTLAB_MODEL,
             gguf_path=None,
             price=price,
+            structured_output=settings.AGENTLAB_LLM_STRUCTURED_OUTPUT,
+            stream_tools=settings.AGENTLAB_LLM_STREAM_TOOLS,
+            timeout=settings.AGENTLAB_LLM_TIMEOUT_S,
+            tokenizer=settings.AGENTLAB_LLM_TOKENIZER,
         )
     return make_provider(
         base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH, price=price

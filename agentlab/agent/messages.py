@@ -84,7 +84,10 @@ def _echo(step: Step) -> str:
 
 def _native_step(step: Step) -> list[dict[str, Any]]:
     calls = step_calls(step, native_tools=True)
-    message: dict[str, Any] = {"role": "assistant", "content": step.completion.text}
+    # content is a string even beside tool calls ("" when the reply had no
+    # text): the form every OpenAI-compatible server accepts (llama.cpp's
+    # refuses null)
+    message: dict[str, Any] = {"role": "assistant", "content": step.completion.text or ""}
     if calls:
         message["tool_calls"] = [
             {
@@ -94,8 +97,6 @@ def _native_step(step: Step) -> list[dict[str, Any]]:
             }
             for call in calls
         ]
-    elif message["content"] is None:
-        message["content"] = ""
     messages = [message]
     by_id = {r.call_id: r for r in step.results}
     for call in calls:

@@ -147,8 +147,10 @@ def review_messages(
 
 
 def json_objects(text: str) -> list[dict[str, Any]]:
-    """Every JSON object that can be decoded from ``text``, outermost first."""
-    decoder = json.JSONDecoder()
+    """Every JSON object that can be decoded from ``text``, outermost first.
+    A raw control character inside a string (a newline in a note, which
+    llama-cpp-python's server grammar lets a model write) is read as itself."""
+    decoder = json.JSONDecoder(strict=False)
     found: list[dict[str, Any]] = []
     index = text.find("{")
     while index != -1:

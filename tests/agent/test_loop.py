@@ -95,7 +95,7 @@ async def test_final_answer_tool_ends_the_turn(registry: ToolRegistry) -> None:
     assert second[1] == {"role": "user", "content": QUESTION}
     assert second[2] == {
         "role": "assistant",
-        "content": None,
+        "content": "",
         "tool_calls": [
             {
                 "id": "c1",

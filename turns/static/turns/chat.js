@@ -118,8 +118,13 @@
     if (u.cost === null || u.cost === undefined) { bucket.unpriced += 1; } else { bucket.cost = (bucket.cost || 0) + u.cost; }
   }
 
+  // as the turn's usage sums it (agentlab.agent.usage): a call whose tokens
+  // the server did not report adds nothing and is counted apart; when no
+  // call's tokens are known the count is "unknown", never "0 in / 0 out"
   function usageText(u) {
-    var text = u.input + " in / " + u.output + " out, " + u.calls + " call" + (u.calls === 1 ? "" : "s");
+    var calls = u.calls + " call" + (u.calls === 1 ? "" : "s");
+    if (u.calls && u.unknown === u.calls) { return "unknown, " + calls; }
+    var text = u.input + " in / " + u.output + " out, " + calls;
     if (u.unknown) { text += " (" + u.unknown + " with unknown tokens)"; }
     return text;
   }
