@@ -11,6 +11,7 @@ from evaluation.ci.outputs import ReportTargets, comparison_links, run_links
 from evaluation.ci.selectors import run_suites, variant_suite
 from evaluation.ci.summary_md import RunHeading, comparison_summary_md, experiment_summary_md, run_summary_md
 from evaluation.compare.shapes import Comparison
+from evaluation.datasets.subsets import subset_words
 from evaluation.models import Run
 
 __all__ = ["comparison_reports", "experiment_reports", "run_reports"]
@@ -48,6 +49,7 @@ def run_reports(
             failures=list(failures),
             gated=gated,
             links=links,
+            subset=subset_words(run.config.get("split"), run.config.get("tags") or ()),
         )
         summary = run_summary_md(heading, run.metrics, comparison=comparison, alpha=alpha, note=note)
     return targets.write(junit=junit, summary=summary)

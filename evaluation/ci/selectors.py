@@ -97,11 +97,14 @@ def _accuracy_properties(predictions: Sequence[Prediction]) -> list[tuple[str, s
 
 def _run_properties(run: Run) -> list[tuple[str, str]]:
     config = run.config or {}
+    subset = [("split", config["split"])] if config.get("split") else []
+    subset += [("tags", ",".join(config["tags"]))] if config.get("tags") else []
     return [
         ("run_id", run.run_id),
         ("model", str(config.get("model") or "")),
         ("dataset", run.dataset.name),
         ("dataset_version", str(run.dataset_version)),
+        *subset,
     ]
 
 

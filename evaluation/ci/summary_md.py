@@ -36,7 +36,7 @@ _DASH = "—"
 @dataclass(frozen=True)
 class RunHeading:
     """What the summary's title and gate say about one run: its id, dataset
-    (name, version), model, the gate's failures (``[]``: passed; ``gated``
+    (name, version) and ``subset``, model, the gate's failures (``[]``: passed; ``gated``
     says whether any gate was asked for) and links (label, URL)."""
 
     run_id: str
@@ -46,6 +46,8 @@ class RunHeading:
     failures: Sequence[str] = ()
     gated: bool = False
     links: Sequence[tuple[str, str]] = field(default_factory=tuple)
+    #: the run's subset in words (``split dev, tag hard``), ``""``: the whole dataset
+    subset: str = ""
 
 
 def _text(text: Any) -> str:
@@ -209,8 +211,9 @@ def run_summary_md(
     lines = [
         f"### AgentLab run {_code(heading.run_id)}",
         "",
-        f"Dataset {_code(heading.dataset)} v{heading.dataset_version}, "
-        f"model {_code(heading.model or _DASH)}.",
+        f"Dataset {_code(heading.dataset)} v{heading.dataset_version}"
+        + (f" ({_text(heading.subset)})" if heading.subset else "")
+        + f", model {_code(heading.model or _DASH)}.",
         "",
         _gate_line(heading),
         "",

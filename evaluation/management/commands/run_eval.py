@@ -62,6 +62,19 @@ def _add_run_options(parser: CommandParser) -> None:
     parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
     parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
     parser.add_argument(
+        "--split",
+        default=None,
+        help='only the examples of this split (an example\'s "split": dev, test...); recorded in the run',
+    )
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        dest="tags",
+        metavar="TAG",
+        help='only the examples carrying this tag (an example\'s "tags"; repeatable: all must match)',
+    )
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=4,
@@ -228,6 +241,8 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         price_out=opts["price_out"],
         epochs=opts["epochs"],
         judge_model=opts["judge_model"],
+        split=opts["split"],
+        tags=opts["tags"],
     )
 
 
