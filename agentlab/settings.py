@@ -288,6 +288,13 @@ AGENTLAB_SCHEDULE_QUEUE = env.str("AGENTLAB_SCHEDULE_QUEUE", default="").strip()
 AGENTLAB_DB_THREADS_MAX = env_number("AGENTLAB_DB_THREADS_MAX", 32, minimum=1)
 #: Seconds between run_eval's plain progress lines when stderr is not a terminal.
 AGENTLAB_PROGRESS_EVERY_S = env_number("AGENTLAB_PROGRESS_EVERY_S", 10.0, positive=True)
+#: The address people open AgentLab at (``https://agentlab.example.org``): the
+#: CI summaries (``--summary-md``) link to the run report under it; empty: no links.
+AGENTLAB_BASE_URL = env.str("AGENTLAB_BASE_URL", default="").strip().rstrip("/")
+if AGENTLAB_BASE_URL and not AGENTLAB_BASE_URL.startswith(("http://", "https://")):
+    raise ImproperlyConfigured(
+        f"AGENTLAB_BASE_URL must be an http:// or https:// address, got {AGENTLAB_BASE_URL!r}"
+    )
 
 # --- agent --------------------------------------------------------------------
 AGENTLAB_LLM_BASE_URL = env.str("AGENTLAB_LLM_BASE_URL", default="") or None

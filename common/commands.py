@@ -113,15 +113,16 @@ def database_errors() -> Iterator[None]:
         ) from exc
 
 
-def json_target_check(json_path: str) -> None:
-    """Raises ``ValueError`` when a ``--json FILE`` option cannot be written:
-    a folder, a missing folder, or no write permission. Commands call it
-    before their work, so a typo costs nothing (the file is written after)."""
+def json_target_check(json_path: str, *, option: str = "--json") -> None:
+    """Raises ``ValueError`` when a ``--json FILE`` option (or another output
+    ``option`` given as a file: ``--junit-xml``, ``--summary-md``) cannot be
+    written: a folder, a missing folder, or no write permission. Commands call
+    it before their work, so a typo costs nothing (the file is written after)."""
     if Path(json_path).is_dir():
-        raise ValueError(f"--json {json_path} is a folder; give the path of a file to write")
+        raise ValueError(f"{option} {json_path} is a folder; give the path of a file to write")
     parent = Path(json_path).resolve().parent
     if not parent.is_dir():
-        raise ValueError(f"--json {json_path}: folder {parent} does not exist")
+        raise ValueError(f"{option} {json_path}: folder {parent} does not exist")
     target = Path(json_path)
     if not os.access(target if target.exists() else parent, os.W_OK):
-        raise ValueError(f"--json {json_path}: not writable")
+        raise ValueError(f"{option} {json_path}: not writable")

@@ -19,7 +19,7 @@ from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
 from turns import selectors, services
 from turns.meta import meta_usage_total
-from turns.models import Approval, Conversation, Turn
+from turns.models import Approval, Conversation, FeedbackRating, Turn, TurnFeedback
 
 
 def _non_blank(value: str) -> str:
@@ -283,6 +283,43 @@ def turn_continue(request: AuthedRequest, turn_id: Id, payload: ContinueIn) -> S
         services.turn_continue_and_enqueue(
             turn_id=turn.pk, extra_steps=payload.extra_steps, acting_user=request.auth
         ),
+    )
+
+
+# --- feedback -----------------------------------------------------------------------------
+
+
+class FeedbackIn(Schema):
+    rating: FeedbackRating = Field(..., description='"up" or "down"')
+    comment: CleanText = Field("", max_length=4000)
+
+
+class FeedbackOut(Schema):
+    turn_id: int
+    user: str
+    rating: str
+    comment: str
+    created_at: datetime
+    history: int = Field(description="how many ratings this user gave the turn, this one included")
+
+    @staticmethod
+    def resolve_user(obj: TurnFeedback) -> str:
+        return obj.user.get_username()
+
+    @staticmethod
+    def resolve_history(obj: TurnFeedback) -> int:
+        return TurnFeedback.objects.filter(turn_id=obj.turn_id, user_id=obj.user_id).count()
+
+
+@router.post(
+    "/turns/{turn_id}/feedback",
+    response={200: FeedbackOut, 409: ErrorOut, **ERRORS},
+    summary="Rate an answered chat turn: thumbs up or down and a comment (yours replaces your last)",
+)
+def turn_feedback(request: AuthedRequest, turn_id: Id, payload: FeedbackIn) -> TurnFeedback:
+    turn = selectors.turn_get(user=request.auth, turn_id=turn_id)
+    return services.feedback_give(
+        turn_id=turn.pk, user=request.auth, rating=payload.rating, comment=payload.comment
     )
 
 

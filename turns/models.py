@@ -220,3 +220,34 @@ class Approval(models.Model):
 
     def __str__(self) -> str:
         return f"Approval {self.pk} ({self.status})"
+
+
+class FeedbackRating(models.TextChoices):
+    UP = "up"
+    DOWN = "down"
+
+
+class TurnFeedback(models.Model):
+    """An end user's rating of an answered chat turn: thumbs ``up`` or
+    ``down`` and an optional comment (what LangSmith and Langfuse call
+    feedback). One current rating per user and turn; a changed rating is a
+    new row and the one before is kept with ``current=False`` (its history)."""
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    rating = models.CharField(max_length=8, choices=FeedbackRating.choices)
+    comment = models.TextField(blank=True, default="")
+    current = models.BooleanField(default=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["-created_at", "-pk"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["turn", "user"], condition=Q(current=True), name="turnfeedback_one_current_per_user"
+            ),
+            models.CheckConstraint(condition=Q(rating__in=["up", "down"]), name="turnfeedback_rating_valid"),
+        ]
+
+    def __str__(self) -> str:
+        return f"turn {self.turn_id}: {self.rating}"

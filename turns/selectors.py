@@ -8,6 +8,7 @@ which objects exist). Staff see everything.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -15,7 +16,7 @@ from django.contrib.auth.models import User
 from django.db.models import QuerySet
 
 from common.errors import NotFound
-from turns.models import TERMINAL_STATUSES, Approval, Conversation, EventType, Turn, TurnEvent
+from turns.models import TERMINAL_STATUSES, Approval, Conversation, EventType, Turn, TurnEvent, TurnFeedback
 
 M = TypeVar("M", Conversation, Turn, Approval)
 
@@ -153,3 +154,10 @@ def turn_summary(turn: Turn) -> dict[str, Any]:
         "status": turn.status,
         "last_seq": turn.last_seq,
     }
+
+
+def feedback_of(*, user: User, turns: Iterable[Turn]) -> dict[str, dict[str, str]]:
+    """``user``'s current feedback on each of ``turns`` that has one:
+    ``{str(turn id): {"rating", "comment"}}`` (JSON object keys are strings)."""
+    rows = TurnFeedback.objects.filter(user=user, current=True, turn__in=[t.pk for t in turns])
+    return {str(f.turn_id): {"rating": f.rating, "comment": f.comment} for f in rows}

@@ -52,6 +52,8 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpRespo
             "page_data": {
                 "conversationId": conversation.pk,
                 "turns": [selectors.turn_summary(t) for t in turns],
+                # the user's current rating of each turn (turns/static/turns/feedback.js)
+                "feedback": selectors.feedback_of(user=request.user, turns=turns),  # type: ignore[arg-type]
             },
         },
     )

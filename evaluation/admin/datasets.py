@@ -21,8 +21,9 @@ from common.admin import (
     url_query,
 )
 from evaluation.admin.curation import ExampleCuration, ExampleVersionFilter, versions_table, versions_text
+from evaluation.admin.example_filters import ExampleSplitFilter, ExampleTagFilter
 from evaluation.datasets.from_turns import source_turn_of
-from evaluation.datasets.spec import gold_display
+from evaluation.datasets.spec import example_split, example_tags, gold_display
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Dataset, Example, Prediction, Run
 from turns.models import Turn
@@ -121,12 +122,20 @@ class ExampleAdmin(ExampleCuration, StaffReadOnlyAdmin):
         "dataset",
         "versions",
         "task_type",
+        "subset",
         "scorer_display",
         "question_short",
         "answer_short",
     )
     list_select_related = ("dataset",)
-    list_filter = (ExampleVersionFilter, "dataset", "task_type", "scorer")
+    list_filter = (
+        ExampleVersionFilter,
+        "dataset",
+        "task_type",
+        ExampleSplitFilter,
+        ExampleTagFilter,
+        "scorer",
+    )
     actions = ("remove_examples",)
     # Facet counts on the filters are the per-task-type counts of the current selection.
     show_facets = admin.ShowFacets.ALWAYS
@@ -154,6 +163,13 @@ class ExampleAdmin(ExampleCuration, StaffReadOnlyAdmin):
     def versions(self, example: Example) -> str:
         """The versions this content is in: ``2``, ``2–4`` or ``2–latest``."""
         return versions_text(example)
+
+    @admin.display(description="split · tags")
+    def subset(self, example: Example) -> str:
+        """The example's split and tags (``run_eval --split``, ``--tag``), a dash when none."""
+        split, tags = example_split(example.metadata), sorted(example_tags(example.metadata))
+        words = [w for w in (split or "", ", ".join(tags)) if w]
+        return " · ".join(words) if words else DASH
 
     @admin.display(description="scorer", ordering="scorer")
     def scorer_display(self, example: Example) -> str:

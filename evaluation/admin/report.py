@@ -36,6 +36,7 @@ from evaluation.compare.selectors import run_previous_on_dataset
 from evaluation.compare.services import run_compare, run_slices
 from evaluation.compare.shapes import ExamplePair, PairSide
 from evaluation.compare.trajectory_table import trajectory_page
+from evaluation.datasets.subsets import subset_words
 from evaluation.metrics.report_data import run_report_data
 from evaluation.models import Run
 from evaluation.selectors import dataset_accuracy_trend, run_latencies, run_stored_metrics
@@ -125,6 +126,7 @@ class RunReportViews(StaffReadOnlyAdmin):
             previous=previous,
             previous_compare_url=compare_url(previous.pk, run.pk) if previous else None,
             human=human_accuracy(run),
+            subset=subset_words(run.config.get("split"), run.config.get("tags") or ()),
         )
         return TemplateResponse(request, "admin/evaluation/run/report.html", context)
 

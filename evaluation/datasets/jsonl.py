@@ -38,6 +38,10 @@ and its kin                 with ``trajectory_match``, ``args_match``,
                             ``trajectory_slack``: checked by
                             :mod:`evaluation.scoring.trajectory_spec`, kept in
                             the metadata
+``split``       no          non-empty string: the example's split (``dev``,
+                            ``test``...; ``run_eval --split``), kept in metadata
+``tags``        no          list of non-empty strings (``run_eval --tag``),
+                            kept in metadata
 anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
                             ``result_rows``, ``ordered``, ``supporting_facts``,
                             ``hotpot_type``, ``level`` ...)
@@ -58,7 +62,7 @@ from typing import Any
 
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.text import json_safe
-from evaluation.datasets.spec import ExampleSpec, gold_answer, gold_display
+from evaluation.datasets.spec import SPLIT_KEY, TAGS_KEY, ExampleSpec, gold_answer, gold_display
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
 from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
 
@@ -141,6 +145,7 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         check_trajectory_fields(metadata)
     except TrajectoryFormatError as exc:
         raise _fail(str(exc), source, line) from None
+    _subset_check(metadata, source, line)
     return ExampleSpec(
         external_id=external_id,
         question=question,
@@ -152,6 +157,23 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         metadata=metadata,
         plugins=_plugins(record.get("plugins"), source, line),
     )
+
+
+def _subset_check(metadata: dict[str, Any], source: str, line: int | None) -> None:
+    """``split`` (a non-empty string) and ``tags`` (a list of non-empty
+    strings), when present: what ``run_eval --split`` / ``--tag`` select on."""
+    split = metadata.get(SPLIT_KEY)
+    if split is not None and (not isinstance(split, str) or not split.strip()):
+        raise _fail(f"field 'split' must be a non-empty string, got {_json_type(split)}", source, line)
+    if SPLIT_KEY in metadata and split is None:
+        del metadata[SPLIT_KEY]
+    tags = metadata.get(TAGS_KEY)
+    if tags is not None and (
+        not isinstance(tags, list) or not all(isinstance(t, str) and t.strip() for t in tags)
+    ):
+        raise _fail("field 'tags' must be a list of non-empty strings", source, line)
+    if TAGS_KEY in metadata and tags is None:
+        del metadata[TAGS_KEY]
 
 
 def _external_id(raw_id: Any, source: str, line: int | None) -> str:

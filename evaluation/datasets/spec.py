@@ -5,6 +5,7 @@ becomes before it is stored (no Django), and how a gold answer is shown.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -52,3 +53,30 @@ def gold_display(gold: Any) -> str:
     if isinstance(gold, list):
         return "any of: " + " · ".join(str(item) for item in gold) if gold else "any of: (no alias)"
     return "" if gold is None else str(gold)
+
+
+#: The metadata keys of an example's subset (docs/evaluating.md#splits-and-tags):
+#: ``split`` a name (``train``, ``dev``, ``test``, ``hard``...), ``tags`` a list of names.
+SPLIT_KEY = "split"
+TAGS_KEY = "tags"
+
+
+def example_split(metadata: dict[str, Any] | None) -> str | None:
+    """The example's split (``metadata["split"]``), ``None`` when it has none."""
+    value = (metadata or {}).get(SPLIT_KEY)
+    return value if isinstance(value, str) and value else None
+
+
+def example_tags(metadata: dict[str, Any] | None) -> frozenset[str]:
+    """The example's tags (``metadata["tags"]``), empty when it has none."""
+    value = (metadata or {}).get(TAGS_KEY)
+    return frozenset(t for t in value if isinstance(t, str)) if isinstance(value, list) else frozenset()
+
+
+def in_subset(metadata: dict[str, Any] | None, *, split: str | None, tags: Iterable[str] = ()) -> bool:
+    """Whether an example belongs to the subset ``run_eval --split S --tag T …``
+    asks for: its split is ``split`` (any when ``None``) and it carries every
+    one of ``tags`` (all must match)."""
+    if split is not None and example_split(metadata) != split:
+        return False
+    return set(tags) <= example_tags(metadata)

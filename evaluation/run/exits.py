@@ -55,6 +55,10 @@ _REPEATED: tuple[tuple[str, str], ...] = (
     ("--price-in", "price_in"),
     ("--price-out", "price_out"),
     ("--json", "json_path"),
+    ("--junit-xml", "junit_xml"),
+    ("--summary-md", "summary_md"),
+    ("--split", "split"),
+    ("--tag", "tags"),
     ("--plugin", "plugins"),
     ("--mcp", "mcp"),
 )

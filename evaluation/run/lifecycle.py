@@ -138,6 +138,7 @@ def _run_start(
                 f"run {run_id!r} was started with {key} {run.config[key]!r}, not {config[key]!r}: "
                 "one run measures one setup; start a new run id"
             )
+    _subset_unchanged(run, config)
     holder = run_lease_holder(run=run) if turns_on_workers else run_holder(run=run)
     if holder is not None:
         raise StateConflict(
@@ -155,6 +156,17 @@ def _run_start(
         run.system_user = _system_user(run_id)
     run.save(update_fields=["config", "status", "finished_at", "system_user", "driver", "heartbeat_at"])
     return run, True
+
+
+def _subset_unchanged(run: Run, config: dict[str, Any]) -> None:
+    """A resumed run keeps its subset (``--split``, ``--tag``): another one
+    would measure other examples under the same run id (``StateConflict``)."""
+    for key in ("split", "tags"):
+        if run.config.get(key) != config.get(key):
+            raise StateConflict(
+                f"run {run.run_id!r} was started with {key} {run.config.get(key)!r}, not "
+                f"{config.get(key)!r}: one run measures one subset; start a new run id"
+            )
 
 
 def run_finish(

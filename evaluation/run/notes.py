@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from agentlab.agent.types import LLMProvider
+from evaluation.datasets.subsets import subset_words
 from evaluation.models import Dataset, Run
 from evaluation.run.request import EvalRequest
 from turns.driver.policies import EvaluationPolicy
@@ -42,8 +43,11 @@ def plan_line(
     the model, and whether answers are reviewed (and why not, when that is
     the embedded model's default)."""
     in_run = run.predictions.count()
+    subset = subset_words(run.config.get("split"), run.config.get("tags") or ())
     return (
-        f"run {shlex.quote(run.run_id)} on {dataset.name}@{run.dataset_version}: "
+        f"run {shlex.quote(run.run_id)} on {dataset.name}@{run.dataset_version}"
+        + (f" ({subset})" if subset else "")
+        + ": "
         f"{planned} to do, {skipped} already done"
         + (" (resumed)" if resumed else "")
         + (f"; {run.config['epochs']} epochs per example" if int(run.config.get("epochs") or 1) > 1 else "")

@@ -18,6 +18,7 @@ from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.version import code_version
 from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
+from evaluation.datasets.subsets import subset_check
 from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Experiment, Run
@@ -42,7 +43,8 @@ class CheckedEval:
 def eval_check(request: EvalRequest) -> CheckedEval:
     """Build the provider (loading a local GGUF model: a file that is not a
     GGUF would otherwise fail every example), check the judge model and
-    resolve the dataset — before anything is written. Raises ``ValueError``
+    resolve the dataset and check its subset (``--split``, ``--tag``: an
+    unknown one is ``BadInput``) — before any run is written. Raises ``ValueError``
     for ``celery`` with the local model, and ``BadInput`` /
     ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps."""
     provider = get_provider(
@@ -56,9 +58,10 @@ def eval_check(request: EvalRequest) -> CheckedEval:
     if isinstance(provider, LocalGGUFProvider):
         provider.load()
     judge_check(judge_model=request.judge_model, run_model=request.model)
-    return CheckedEval(
-        request=request, provider=provider, ref=dataset_resolve_ref(name_or_path=request.dataset)
-    )
+    ref = dataset_resolve_ref(name_or_path=request.dataset)
+    if request.split is not None or request.tags:
+        subset_check(ref.dataset, ref.number, split=request.split, tags=request.tags)
+    return CheckedEval(request=request, provider=provider, ref=ref)
 
 
 @dataclass
@@ -167,8 +170,18 @@ def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtens
         **extensions_snapshot(extensions, dataset=dataset),
         "epochs": epochs,
         "judge_model": request.judge_model,
+        **_subset_config(request, existing),
     }
     return request, extensions, config, review_default
+
+
+def _subset_config(request: EvalRequest, existing: dict[str, Any] | None) -> dict[str, Any]:
+    """The run's ``split`` and ``tags`` (only when set, so a whole-dataset
+    run's config is what it was before subsets): the request's, else — a
+    resume without them — the run's own; ``run_start`` refuses another."""
+    split = request.split or (existing or {}).get("split")
+    tags = list(request.tags) or list((existing or {}).get("tags") or [])
+    return {**({"split": split} if split else {}), **({"tags": tags} if tags else {})}
 
 
 def _warnings(dataset: Dataset) -> list[str]:

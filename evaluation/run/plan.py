@@ -11,6 +11,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from evaluation.datasets.subsets import subset_examples
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Example, Prediction, Run
 from turns.models import Turn, TurnKind, TurnStatus
@@ -148,11 +149,16 @@ def run_plan(
 
 
 def _run_examples(run: Run, limit: int | None) -> list[Example]:
-    """The first ``limit`` examples of the run's dataset version, each given
+    """The first ``limit`` examples of the run's dataset version (of its
+    subset: ``config["split"]`` and ``config["tags"]``), each given
     the run's one dataset row: scoring a finished turn reads the dataset's
     scorer (``example_scorer``), a query per example otherwise, inside the
     terminal event's transaction."""
-    examples = list(examples_at(run.dataset_id, run.dataset_version)[: limit if limit else None])
+    examples = subset_examples(
+        examples_at(run.dataset_id, run.dataset_version),
+        split=run.config.get("split"),
+        tags=run.config.get("tags") or (),
+    )[: limit if limit else None]
     dataset = run.dataset
     for example in examples:
         example.dataset = dataset

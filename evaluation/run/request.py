@@ -41,7 +41,10 @@ class EvalRequest:
     ``AGENTLAB_LLM_BASE_URL``), with ``api_key`` (never stored) read from the
     environment variable ``api_key_env``; ``agent_options``: the agent
     loop's ``system_prompt`` and ``temperature`` when set (an experiment's
-    variant; ``Turn.agent_options``).
+    variant; ``Turn.agent_options``). ``split`` and ``tags``: only the
+    examples of that split carrying every one of those tags
+    (docs/evaluating.md#splits-and-tags; ``None`` / ``()``: the resumed
+    run's, else all).
     """
 
     dataset: str
@@ -66,6 +69,19 @@ class EvalRequest:
     api_key: str | None = field(default=None, repr=False)
     api_key_env: str | None = None
     agent_options: dict[str, Any] = field(default_factory=dict)
+    split: str | None = None
+    tags: tuple[str, ...] = ()
+
+
+def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
+    """``--split`` and the ``--tag`` names (sorted, once each), each non-blank;
+    ``ValueError`` otherwise. Whether the dataset has them is checked once it
+    is resolved (``evaluation.run.opening.eval_check``)."""
+    if split is not None and not split.strip():
+        raise ValueError("--split must name a split (a blank one selects nothing)")
+    if any(not tag.strip() for tag in tags):
+        raise ValueError("--tag must name a tag (a blank one selects nothing)")
+    return (split.strip() if split else None), tuple(sorted({tag.strip() for tag in tags}))
 
 
 #: Most epochs ``--epochs`` may ask for.
@@ -133,6 +149,8 @@ def eval_request(
     endpoint: Endpoint | None = None,
     system_prompt: str | None = None,
     temperature: float | None = None,
+    split: str | None = None,
+    tags: Sequence[str] = (),
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -149,7 +167,8 @@ def eval_request(
     run id, a ``--plugin`` that is not installed, an ``--mcp`` that is not
     ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
     ``--epochs`` outside 1..``MAX_EPOCHS``, an ``endpoint`` whose base URL is
-    not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``.
+    not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``,
+    a blank ``--split`` or ``--tag``.
     """
     if limit is not None and not 1 <= limit <= MAX_COUNT:
         raise ValueError(f"--limit must be between 1 and {MAX_COUNT}, got {limit}")
@@ -176,6 +195,7 @@ def eval_request(
     price = _price_check(price_in, price_out)
     endpoint = _endpoint_check(endpoint)
     options = _agent_options(system_prompt=system_prompt, temperature=temperature)
+    split, tags = _subset_options(split, tags)
     return EvalRequest(
         dataset=dataset,
         run_id=run_id_check(run_id) if run_id is not None else None,
@@ -198,6 +218,8 @@ def eval_request(
         base_url=endpoint.base_url if endpoint else None,
         api_key=endpoint.api_key if endpoint else None,
         api_key_env=endpoint.api_key_env if endpoint else None,
+        split=split,
+        tags=tags,
         agent_options=options,
     )
 

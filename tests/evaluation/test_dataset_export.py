@@ -127,7 +127,7 @@ def test_every_field_survives_the_round_trip(tmp_path):
             "context": {"documents": [{"title": "France", "text": "Paris is its capital."}]},
             "plugins": ["example"],
             "level": "hard",
-            "tags": {"nested": [1, 2.5, None]},
+            "notes": {"nested": [1, 2.5, None]},  # "tags" is the examples' tags (a list of names)
         },
         {"question_id": "b", "question": "2+2?", "answer": 4, "task_type": "math", "choices": ["3", "4"]},
         {"question_id": "c", "question": "Unscored", "answer": "", "task_type": "math"},

@@ -24,6 +24,7 @@ from django.utils.text import Truncator
 from common.admin import DASH, DistinctValuesFilter, admin_link, fmt_cost, fmt_ms, fmt_tokens
 from common.errors import StateConflict
 from turns.admin.display import status_badge, turn_duration_ms
+from turns.admin.feedback import FeedbackFilter, feedback_counts_text, feedback_table, with_feedback_counts
 from turns.admin.turn_page import TurnPageAdmin
 from turns.meta import meta_usage_total
 from turns.models import Conversation, Turn, TurnStatus
@@ -129,6 +130,7 @@ class TurnAdmin(TurnPageAdmin):
         "duration",
         "conversation_link",
         "owner",
+        "feedback_column",
         "created_at",
     )
     list_display_links = ("id", "question_short")
@@ -141,6 +143,7 @@ class TurnAdmin(TurnPageAdmin):
         StopReasonFilter,
         ModelFilter,
         "kind",
+        FeedbackFilter,
     )
     date_hierarchy = "created_at"
     search_fields = ("question", "answer")
@@ -182,6 +185,7 @@ class TurnAdmin(TurnPageAdmin):
         "usage_table",
         "timings_table",
         "approvals_table",
+        "feedback_display",
         "context_json",
         "meta_json",
     )
@@ -216,13 +220,14 @@ class TurnAdmin(TurnPageAdmin):
         ("Attempts", {"fields": ("attempts_table",)}),
         ("Usage and timings", {"fields": ("usage_table", "timings_table")}),
         ("Approvals", {"fields": ("approvals_table",)}),
+        ("Feedback", {"fields": ("feedback_display",)}),
         ("Context and meta", {"classes": ("collapse",), "fields": ("context_json", "meta_json")}),
     )
 
     # -- queries --
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Turn]:
-        return super().get_queryset(request).select_related("owner", "conversation")
+        return with_feedback_counts(super().get_queryset(request).select_related("owner", "conversation"))
 
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[ChangeList]:
         return TurnChangeList
@@ -237,6 +242,15 @@ class TurnAdmin(TurnPageAdmin):
         return found, may_have_duplicates
 
     # -- list columns --
+
+    @admin.display(description="feedback")
+    def feedback_column(self, turn: Turn) -> str:
+        return feedback_counts_text(turn)
+
+    @admin.display(description="feedback")
+    def feedback_display(self, turn: Turn) -> SafeString:
+        """Every user's rating of the turn, with its history (turns.admin.feedback)."""
+        return feedback_table(turn)
 
     @admin.display(description="question")
     def question_short(self, turn: Turn) -> str:

@@ -4,6 +4,7 @@
 - ``conversations``: conversations, and starting or re-queuing their turns
   (one active turn per conversation; hands turns to a job after the commit);
 - ``approvals``: a human's decision, and the driver's open / poll / resume;
+- ``feedback``: an end user's thumbs up or down on an answered chat turn;
 - ``enqueue``: ``turn_enqueue``, the edge a queued turn leaves by after the
   commit (the jobs plug themselves in: ``turns.jobs``).
 
@@ -21,6 +22,7 @@ from turns.services.conversations import (
     turn_retry_and_enqueue,
     turn_start,
 )
+from turns.services.feedback import feedback_give
 from turns.services.turns import (
     RETRYABLE_STATUSES,
     NewTurn,
@@ -44,6 +46,7 @@ __all__ = [
     "approval_running_again",
     "conversation_create",
     "conversation_delete",
+    "feedback_give",
     "turn_cancel",
     "turn_continue",
     "turn_continue_and_enqueue",

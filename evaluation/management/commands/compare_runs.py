@@ -1,12 +1,14 @@
-"""``manage.py compare_runs BASE CANDIDATE [--slices [--fdr Q]] [--json FILE]`` — compare two runs
-on one dataset, paired by example (issue 15).
+"""``manage.py compare_runs BASE CANDIDATE [--slices [--fdr Q]] [--json FILE] [--junit-xml FILE]
+[--summary-md FILE]`` — compare two runs on one dataset, paired by example (issue 15).
 
-Prints the comparison's tables (``evaluation.compare.comparison_table``) and writes
-the ``Comparison`` as JSON with ``--json``. Exit codes: 0 done, 2 bad input
-(an unknown run id, runs on different datasets, an unwritable ``--json``, a
-database that cannot be read, an ``--fdr`` outside (0, 1) or without
-``--slices``). ``--slices`` adds the regression slices
-(``evaluation.compare.slices``; ``slices`` in the JSON).
+Prints the comparison's tables (``evaluation.compare.comparison_table``),
+writes the ``Comparison`` as JSON with ``--json``, the candidate's
+predictions as JUnit XML with ``--junit-xml`` and a Markdown summary with
+``--summary-md`` (docs/evaluating.md#ci-reports). ``--slices`` adds the
+regression slices (``evaluation.compare.slices``; ``slices`` in the JSON).
+Exit codes: 0 done, 2 bad input (an unknown run id, runs on different
+datasets, an unwritable output file, a database that cannot be read, an
+``--fdr`` outside (0, 1) or without ``--slices``).
 """
 
 from __future__ import annotations
@@ -20,9 +22,12 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError, BadInput
+from evaluation.ci.outputs import add_report_arguments, report_targets
+from evaluation.ci.reports import comparison_reports
 from evaluation.compare.comparison_table import format_comparison, format_slices
-from evaluation.compare.services import run_compare_ids, run_slices_ids
+from evaluation.compare.services import run_compare, run_slices
 from evaluation.compare.slices import DEFAULT_FDR
+from evaluation.selectors import run_get
 
 
 def _fdr(text: str | None, *, slices: bool) -> float | None:
@@ -63,6 +68,13 @@ class Command(BaseCommand):
         parser.add_argument(
             "--fdr", default=None, help="the false discovery rate of --slices, in (0, 1) (default 0.1)"
         )
+        parser.add_argument(
+            "--alpha",
+            type=float,
+            default=0.05,
+            help="significance level of the summary's regression verdict (0.05)",
+        )
+        add_report_arguments(parser)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
@@ -70,22 +82,30 @@ class Command(BaseCommand):
             fdr = _fdr(opts["fdr"], slices=opts["slices"])
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
+            targets = report_targets(junit_xml=opts["junit_xml"], summary_md=opts["summary_md"])
+            if not 0 < opts["alpha"] < 1:
+                raise ValueError(f"--alpha must be between 0 and 1 (exclusive), got {opts['alpha']}")
             with database_errors():
                 database_check()
-                comparison = run_compare_ids(base_run_id=opts["base"], candidate_run_id=opts["candidate"])
+                base, candidate = run_get(run_id=opts["base"]), run_get(run_id=opts["candidate"])
+                comparison = run_compare(base=base, candidate=candidate)
                 if fdr is not None:
-                    comparison["slices"] = run_slices_ids(
-                        base_run_id=opts["base"], candidate_run_id=opts["candidate"], fdr=fdr
-                    )
+                    comparison["slices"] = run_slices(base=base, candidate=candidate, fdr=fdr)
         except (AgentLabError, ValueError) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_comparison(comparison))
         if "slices" in comparison:
             self.stdout.write(format_slices(comparison["slices"]))
-        if json_path:
-            try:
-                Path(json_path).write_text(
-                    json.dumps(comparison, indent=2, ensure_ascii=False), encoding="utf-8"
-                )
-            except OSError as exc:
-                raise CommandError(f"could not write --json {json_path}: {exc}", returncode=2) from exc
+        try:
+            if json_path:
+                try:
+                    Path(json_path).write_text(
+                        json.dumps(comparison, indent=2, ensure_ascii=False), encoding="utf-8"
+                    )
+                except OSError as exc:
+                    raise ValueError(f"could not write --json {json_path}: {exc}") from exc
+            comparison_reports(
+                targets, base=base, candidate=candidate, comparison=comparison, alpha=opts["alpha"]
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc), returncode=2) from exc

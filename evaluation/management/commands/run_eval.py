@@ -25,6 +25,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
+from evaluation.ci.outputs import ReportTargets, add_report_arguments, report_targets
+from evaluation.ci.reports import run_reports
 from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck
 from evaluation.datasets.jsonl import DatasetFormatError
@@ -32,7 +34,13 @@ from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.progress import progress_for
-from evaluation.run.request import MAX_CONCURRENCY, EvalRequest, baseline_request, eval_request
+from evaluation.run.request import (
+    MAX_CONCURRENCY,
+    BaselineRequest,
+    EvalRequest,
+    baseline_request,
+    eval_request,
+)
 
 
 class _OnceBoolean(argparse.BooleanOptionalAction):
@@ -53,6 +61,19 @@ def _add_run_options(parser: CommandParser) -> None:
     )
     parser.add_argument("--run-id", default=None, help="run id; the same id again resumes the run")
     parser.add_argument("--limit", type=int, default=None, help="only the first N examples")
+    parser.add_argument(
+        "--split",
+        default=None,
+        help='only the examples of this split (an example\'s "split": dev, test...); recorded in the run',
+    )
+    parser.add_argument(
+        "--tag",
+        action="append",
+        default=[],
+        dest="tags",
+        metavar="TAG",
+        help='only the examples carrying this tag (an example\'s "tags"; repeatable: all must match)',
+    )
     parser.add_argument(
         "--concurrency",
         type=int,
@@ -164,6 +185,7 @@ def _add_report_options(parser: CommandParser) -> None:
     parser.add_argument(
         "--alpha", type=float, default=0.05, help="significance level of --fail-on-regression (0.05)"
     )
+    add_report_arguments(parser)
 
 
 def _add_extension_options(parser: CommandParser) -> None:
@@ -219,6 +241,8 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         price_out=opts["price_out"],
         epochs=opts["epochs"],
         judge_model=opts["judge_model"],
+        split=opts["split"],
+        tags=opts["tags"],
     )
 
 
@@ -256,6 +280,7 @@ class Command(BaseCommand):
                 )
                 if json_path:
                     json_target_check(json_path)  # before the run: the file is written only after it
+                targets = report_targets(junit_xml=opts["junit_xml"], summary_md=opts["summary_md"])
                 database_check()
                 baseline_precheck(baseline, dataset=request.dataset, run_id=request.run_id)
                 progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
@@ -268,6 +293,7 @@ class Command(BaseCommand):
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
         self._report(result, outcome, json_path)
+        self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None)
 
     def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
         """Ctrl-C: say how to resume (or follow again), exit 130."""
@@ -293,8 +319,7 @@ class Command(BaseCommand):
         raise SystemExit(EXIT_TEMPFAIL) from None
 
     def _report(self, result: EvalResult, outcome: BaselineOutcome, json_path: str | None) -> None:
-        """The metrics table, the run id, the comparison, the JSON file; exit 1
-        on a failed gate (``--fail-under``, ``--fail-on-regression``)."""
+        """The metrics table, the run id, the comparison, the JSON file."""
         self.stdout.write(format_table(result.run.metrics))
         self.stdout.write(f"run id: {shlex.quote(result.run.run_id)}")
         if outcome.note:
@@ -305,7 +330,35 @@ class Command(BaseCommand):
             _write_json(json_path, result, outcome)
         if result.run.config.get("provider") == "local":
             self.stdout.write(EMBEDDED_MODEL_NOTE)
+
+    def _ci_reports(
+        self,
+        result: EvalResult,
+        outcome: BaselineOutcome,
+        targets: ReportTargets,
+        baseline: BaselineRequest,
+        *,
+        gated: bool,
+    ) -> None:
+        """``--junit-xml`` and ``--summary-md`` (written whatever the gate
+        says: a failed gate is what a CI report is for); then exit 1 on a
+        failed gate (``--fail-under``, ``--fail-on-regression``)."""
         failures = [f for f in (result.gate_failure, outcome.gate_failure) if f]
+        try:
+            run_reports(
+                targets,
+                run=result.run,
+                failures=failures,
+                gated=gated or baseline.fail_on_regression,
+                comparison=outcome.comparison,
+                alpha=baseline.alpha,
+                note=outcome.note or "",
+            )
+        except ValueError as exc:
+            raise CommandError(
+                f"{exc}; the run and its metrics are stored (run id {shlex.quote(result.run.run_id)})",
+                returncode=2,
+            ) from exc
         if failures:
             raise CommandError("; ".join(failures), returncode=1)
 

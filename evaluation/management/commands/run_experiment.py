@@ -25,9 +25,11 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError
+from evaluation.ci.outputs import ReportTargets, add_report_arguments, report_targets
+from evaluation.ci.reports import experiment_reports
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.experiments.experiment_file import experiment_spec
-from evaluation.experiments.ranking import leaderboard, leaderboard_json, leaderboard_text
+from evaluation.experiments.ranking import Leaderboard, leaderboard, leaderboard_json, leaderboard_text
 from evaluation.experiments.runner import ExperimentResult, run_experiment
 from evaluation.run.evaluate import RunInterrupted, drive_and_finish
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage
@@ -60,6 +62,7 @@ class Command(BaseCommand):
             default=None,
             help="also write the experiment's leaderboard (as manage.py leaderboard --json) to FILE",
         )
+        add_report_arguments(parser)
 
     def handle(self, *args: Any, **opts: Any) -> None:
         path: str = opts["file"]
@@ -69,6 +72,7 @@ class Command(BaseCommand):
                 spec = experiment_spec(path)
                 if json_path:
                     json_target_check(json_path)
+                targets = report_targets(junit_xml=opts["junit_xml"], summary_md=opts["summary_md"])
                 database_check()
                 progress = progress_for(sys.stderr, every_s=float(settings.AGENTLAB_PROGRESS_EVERY_S))
                 result = run_experiment(
@@ -89,9 +93,9 @@ class Command(BaseCommand):
             raise SystemExit(EXIT_TEMPFAIL) from None
         except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
             raise CommandError(str(exc), returncode=2) from exc
-        self._report(result, json_path)
+        self._report(result, json_path, targets)
 
-    def _report(self, result: ExperimentResult, json_path: str | None) -> None:
+    def _report(self, result: ExperimentResult, json_path: str | None, targets: ReportTargets) -> None:
         """The leaderboard, the JSON file; exit 1 on a failed gate."""
         board = leaderboard(result.experiment)
         self.stdout.write(leaderboard_text(board))
@@ -117,6 +121,7 @@ class Command(BaseCommand):
                     f"(manage.py leaderboard {shlex.quote(result.experiment.name)} --json FILE writes it)",
                     returncode=2,
                 ) from exc
+        _ci_reports(result, board, targets)
         if result.failures:
             raise CommandError("; ".join(result.failures), returncode=1)
 
@@ -127,10 +132,39 @@ class Command(BaseCommand):
         for flag in ("fail_on_regression", "retry_errors"):
             if opts[flag]:
                 words.append("--" + flag.replace("_", "-"))
-        if opts["json_path"]:
-            words += ["--json", opts["json_path"]]
+        for key, option in (
+            ("json_path", "--json"),
+            ("junit_xml", "--junit-xml"),
+            ("summary_md", "--summary-md"),
+        ):
+            if opts[key]:
+                words += [option, opts[key]]
         self.stderr.write("  " + " ".join(shlex.quote(word) for word in words))
         return None
+
+
+def _ci_reports(result: ExperimentResult, board: Leaderboard, targets: ReportTargets) -> None:
+    """``--junit-xml`` and ``--summary-md``: every variant's run, each
+    compared with the baseline variant (written whatever the gate says)."""
+    runs = [outcome.run for outcome in result.variants if outcome.run is not None]
+    comparisons = [
+        (outcome.variant.name, outcome.baseline.comparison)
+        for outcome in result.variants
+        if outcome.baseline is not None and outcome.baseline.comparison is not None
+    ]
+    try:
+        experiment_reports(
+            targets,
+            board=leaderboard_json(board),
+            runs=runs,
+            comparisons=comparisons,
+            failures=result.failures,
+        )
+    except ValueError as exc:
+        raise CommandError(
+            f"{exc}; the runs are stored (manage.py leaderboard {shlex.quote(result.experiment.name)})",
+            returncode=2,
+        ) from exc
 
 
 def _once(write: Callable[[str], Any]) -> Callable[[str], None]:
