@@ -1,0 +1,45 @@
+"""The admin site as a whole (``agentlab/admin.py``, issue 49): it says
+AgentLab, leaves django-celery-beat's models (written by AgentLab, never to
+be edited) off the index while their pages stay reachable, and lists people
+apart from the per-run system users."""
+
+from __future__ import annotations
+
+import pytest
+from django.urls import reverse
+
+from evaluation.models import Dataset
+from evaluation.run.lifecycle import run_start
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def staff_client(client, django_user_model):
+    boss = django_user_model.objects.create_superuser("boss", password="pw-boss-123")
+    client.force_login(boss)
+    return client
+
+
+def test_the_index_says_agentlab_and_leaves_beat_s_models_out(staff_client):
+    body = staff_client.get(reverse("admin:index")).content.decode()
+    assert "<title>AgentLab | AgentLab admin</title>" in body
+    assert "AgentLab administration" in body and "Django administration" not in body
+    assert "Periodic tasks" not in body and "Crontabs" not in body and "Intervals" not in body
+    assert "Annotation queues" in body  # AgentLab's own models stay
+    # the schedule form's "+" still reaches beat's crontab and interval pages
+    assert staff_client.get(reverse("admin:django_celery_beat_crontabschedule_add")).status_code == 200
+    assert staff_client.get(reverse("admin:django_celery_beat_intervalschedule_add")).status_code == 200
+
+
+def test_the_user_list_shows_people_and_keeps_run_system_users_apart(staff_client, django_user_model):
+    django_user_model.objects.create_user("ann", password="pw-ann-123")
+    run, _ = run_start(run_id="nightly", dataset=Dataset.objects.create(name="d"), config={})
+    system = run.system_user.username
+    users = reverse("admin:auth_user_changelist")
+    people = staff_client.get(users).content.decode()
+    assert ">ann</a>" in people and ">boss</a>" in people and system not in people
+    both = staff_client.get(users, {"account": "all"}).content.decode()
+    assert system in both and "run system user" in both and ">ann</a>" in both
+    only = staff_client.get(users, {"account": "system"}).content.decode()
+    assert system in only and ">ann</a>" not in only
