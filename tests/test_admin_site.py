@@ -5,11 +5,15 @@ apart from the per-run system users."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from django.urls import reverse
 
 from evaluation.models import Dataset
 from evaluation.run.lifecycle import run_start
+from tests.evaluation.test_report_browser import admin_log_in, desktop_page  # noqa: F401 - a fixture
+from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -43,3 +47,19 @@ def test_the_user_list_shows_people_and_keeps_run_system_users_apart(staff_clien
     assert system in both and "run system user" in both and ">ann</a>" in both
     only = staff_client.get(users, {"account": "system"}).content.decode()
     assert system in only and ">ann</a>" not in only
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)")
+def test_the_admin_index_in_a_browser(live_server_url, desktop_page, django_user_model):
+    django_user_model.objects.create_superuser("boss", password="pw-boss-123")
+    page = desktop_page
+    admin_log_in(page, live_server_url, "boss", "pw-boss-123")
+    assert page.title() == "AgentLab | AgentLab admin"
+    assert page.locator("#site-name").inner_text() == "AgentLab administration"
+    apps = [a.lower() for a in page.locator("#content-main .module caption").all_inner_texts()]
+    assert "periodic tasks" not in apps and not any("celery" in a for a in apps)
+    assert {"evaluation", "turns"} <= set(apps)
+    assert page.js_errors == []
+    page.screenshot(path="/tmp/admin-index.png", full_page=True)

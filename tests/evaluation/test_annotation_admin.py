@@ -64,7 +64,7 @@ def test_the_steps_are_indented_json_not_python_reprs(queue, owner):
     client.login(username="ann", password="pw-ann-123")
     review = reverse("admin:evaluation_annotationqueue_review", args=[queue.pk])
     page = client.get(review + "?item=2").content.decode()
-    assert "#2 tool.call</strong><pre class=\"al-json\">{\n  &quot;attempt&quot;: 1," in page
+    assert '#2 tool.call</strong><pre class="al-json">{\n  &quot;attempt&quot;: 1,' in page
     assert "&#x27;arguments&#x27;" not in page  # no Python repr's quotes
     assert "&quot;query&quot;: &quot;capital 1&quot;" in page
 

@@ -84,7 +84,9 @@ def test_the_leaderboard_page_draws_the_frontier_and_the_pairwise_matrix(
     assert all(url.startswith(live_server_url) for url in page.al_requests)
 
 
-def test_a_leaderboard_without_costs_says_why_there_is_no_chart(live_server_url, desktop_page, django_user_model):
+def test_a_leaderboard_without_costs_says_why_there_is_no_chart(
+    live_server_url, desktop_page, django_user_model
+):
     experiment = make_experiment("Embedded prompts", make_dataset())
     for name, right in (("terse", first(22)), ("chatty", first(20))):  # 55 % vs 50 %: not significant
         run = add_variant(experiment, name, right, cost=None)
@@ -104,7 +106,9 @@ def test_a_leaderboard_without_costs_says_why_there_is_no_chart(live_server_url,
     # the best is marked top in green; the worse one, tied with it, in grey
     assert page.locator("#leaderboard tr[data-variant=terse] .al-top").count() == 1
     chatty = page.locator("#leaderboard tr[data-variant=chatty]")
-    assert chatty.locator(".al-top").count() == 0 and chatty.locator(".al-tied").inner_text() == "▲ top (tied)"
+    assert (
+        chatty.locator(".al-top").count() == 0 and chatty.locator(".al-tied").inner_text() == "▲ top (tied)"
+    )
     assert page.evaluate("getComputedStyle(document.querySelector('.al-tied')).color") != "rgb(32, 122, 32)"
     # a difference that is not significant is coloured neither better nor worse
     assert page.locator("#pairs .al-better, #pairs .al-worse").count() == 0
