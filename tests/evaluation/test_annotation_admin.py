@@ -50,8 +50,8 @@ def test_the_steps_are_indented_json_not_python_reprs(queue, owner):
     from turns.services import turn_create
 
     turn = turn_create(owner=owner, question="Which city is capital number 1?")
-    call = {"id": "c1", "name": "search_documents", "arguments": {"query": "capital 1"}, "raw_arguments": None,
-            "error": None}  # fmt: skip
+    call = {"id": "c1", "name": "search_documents", "arguments": {"query": "capital 1"}}
+    call.update(raw_arguments=None, error=None)
     event_append_many(
         turn_id=turn.pk,
         events=[NewEvent(EventType.TOOL_CALL, {"attempt": 1, "step": 1, "call": call})],
