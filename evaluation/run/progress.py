@@ -15,7 +15,8 @@ from tqdm import tqdm
 class PlainProgress:
     """Writes ``run ID: N/TOTAL examples done (P %), S s, R ex/s`` (and
     ``, K in flight, oldest A s`` while examples run) to ``stream`` every
-    ``every_s`` seconds — ``update(0)`` ticks it while none finishes — and once more when closed unless that count was just written (the run id
+    ``every_s`` seconds — ``update(0)`` ticks it while none finishes — and
+    once more when closed unless that count was just written (the run id
     quoted for a shell, as everywhere). ``clock``: seconds, monotonic (tests
     pass their own)."""
 
