@@ -112,3 +112,19 @@ def test_a_seed_that_is_not_an_integer_is_refused_by_the_command_line():
     assert done.returncode == 2
     assert "argument --seed: invalid int value: 'abc'" in done.stderr
     assert Run.objects.count() == 0
+
+
+def test_the_demo_ends_with_what_it_got_wrong_and_the_next_steps(endpoint, capsys):
+    with StubLLMServer(answer_a) as server:
+        endpoint(server)
+        call_command("run_eval", "demo", "--no-review", "--run-id", "demo-next")
+    out = capsys.readouterr().out
+    run = Run.objects.get(run_id="demo-next")
+    wrong = Prediction.objects.filter(run=run, correct=False).select_related("example")
+    assert wrong.exists()
+    assert f"Wrong answers ({wrong.count()}):" in out
+    for p in wrong:
+        assert f"  {p.example.external_id} ({p.task_type}, epoch 1): answered 'A'; gold " in out
+    assert "  .venv/bin/python manage.py createsuperuser" in out
+    assert f"http://127.0.0.1:8000/admin/evaluation/run/{run.pk}/report/ (this run's report)" in out
+    assert out.rstrip().endswith("(the chat)")

@@ -32,6 +32,7 @@ from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
+from evaluation.run.notes import demo_epilogue
 from evaluation.run.progress import progress_for
 from evaluation.run.request import MAX_CONCURRENCY, EvalRequest, baseline_request, eval_request
 
@@ -353,6 +354,8 @@ class Command(BaseCommand):
             _write_json(json_path, result, outcome)
         if result.run.config.get("provider") == "local":
             self.stdout.write(EMBEDDED_MODEL_NOTE)
+        if result.dataset.name == "demo":  # make demo: what it got wrong, and what next
+            self.stdout.write("\n".join(demo_epilogue(result.run)))
         failures = [f for f in (result.gate_failure, outcome.gate_failure) if f]
         if failures:
             raise CommandError("; ".join(failures), returncode=1)
