@@ -72,7 +72,7 @@ class AccountFilter(admin.SimpleListFilter):
         return queryset
 
 
-class AgentLabUserAdmin(UserAdmin):  # type: ignore[type-arg]
+class AgentLabUserAdmin(UserAdmin):
     """Django's user admin, with the run system users kept apart (module docstring)."""
 
     list_display = ("username", "account", "email", "is_staff", "is_active", "last_login")

@@ -21,6 +21,7 @@ import os
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> None:
     print(json.dumps(summary(rows), ensure_ascii=False))
 
 
-def summary(rows: list[dict[str, object]]) -> dict[str, object]:
+def summary(rows: list[dict[str, Any]]) -> dict[str, object]:
     """Turns correct per position (``accuracy_text``: with the 95 % Wilson
     interval), their stop reasons, and the mean seconds per chat."""
     from evaluation.metrics.intervals import accuracy_text
@@ -120,14 +121,14 @@ def summary(rows: list[dict[str, object]]) -> dict[str, object]:
     out: dict[str, object] = {"chats": len(rows)}
     for position in (1, 2):
         turns = [r[f"turn{position}"] for r in rows]
-        right = sum(1 for t in turns if t["correct"])  # type: ignore[index]
+        right = sum(1 for t in turns if t["correct"])
         out[f"turn{position}_correct"] = accuracy_text(right, len(rows))
         stops: dict[str, int] = {}
         for t in turns:
-            reason = str(t["stop_reason"])  # type: ignore[index]
+            reason = str(t["stop_reason"])
             stops[reason] = stops.get(reason, 0) + 1
         out[f"turn{position}_stop_reasons"] = stops
-    seconds = [float(r["seconds"]) for r in rows]  # type: ignore[arg-type]
+    seconds = [float(r["seconds"]) for r in rows]
     out["seconds_per_chat"] = round(sum(seconds) / max(1, len(rows)), 1)
     return out
 

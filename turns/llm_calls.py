@@ -58,7 +58,8 @@ def schema_tool_names(schema: Any) -> list[str]:
     of them) allows, in order; ``[]`` for no schema or another shape."""
     if not isinstance(schema, dict):
         return []
-    alternatives = schema.get("anyOf") if isinstance(schema.get("anyOf"), list) else [schema]
+    any_of = schema.get("anyOf")
+    alternatives: list[Any] = any_of if isinstance(any_of, list) else [schema]
     names = []
     for alternative in alternatives:
         tool = (

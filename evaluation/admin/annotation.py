@@ -134,7 +134,7 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
             return self._label(request, queue)
         item = self._item(request, queue)
         title = f"Review · {queue.name}"
-        ends = {
+        ends: dict[str, Any] = {
             "alignment_url": reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk]),
             "report_url": run_report_url(queue.run_id),
             "queues_url": reverse("admin:evaluation_annotationqueue_changelist"),

@@ -247,15 +247,12 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
     )
     tables = [runs, _accuracy_table(comparison), *(t for t in _delta_tables(comparison) if t.row_count)]
     # a list with nothing in it is left out, not printed as an empty table
-    tables += [
-        _pair_table(title, comparison[key])
-        for title, key in (
-            ("Fixed: wrong → right", "fixed"),
-            ("Broken: right → wrong", "broken"),
-            ("Errored in either run", "errored"),
-        )
-        if comparison[key]
-    ]
+    lists = (
+        ("Fixed: wrong → right", comparison["fixed"]),
+        ("Broken: right → wrong", comparison["broken"]),
+        ("Errored in either run", comparison["errored"]),
+    )
+    tables += [_pair_table(title, pairs) for title, pairs in lists if pairs]
     from evaluation.metrics.metrics_table import text_console
 
     console, buffer = text_console(width)
