@@ -63,3 +63,28 @@ def test_the_admin_index_in_a_browser(live_server_url, desktop_page, django_user
     assert {"evaluation", "turns"} <= set(apps)
     assert page.js_errors == []
     page.screenshot(path="/tmp/admin-index.png", full_page=True)
+
+
+@pytest.mark.browser
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(not os.path.exists(CHROMIUM), reason=f"{CHROMIUM} is missing (apt-get install chromium)")
+def test_the_runs_list_fits_1280_pixels(live_server_url, desktop_page, django_user_model):
+    from tests.evaluation.annotation_support import make_dataset, make_run
+
+    dataset = make_dataset("arc-challenge-test-100", n=3)
+    for run_id in ("nightly-2026-12-07-smollm2-review-off", "nightly-2026-12-08-smollm2-review-on"):
+        run = make_run(dataset, run_id, right={0})
+        run.config = {"model": "SmolLM2-135M-Instruct.Q4_1", "provider": "local"}
+        run.metrics = {"accuracy": 1 / 3, "correct": 1, "scored": 3, "total": 3}
+        run.save(update_fields=["config", "metrics"])
+    django_user_model.objects.create_superuser("boss", password="pw-boss-123")
+    page = desktop_page
+    page.set_viewport_size({"width": 1280, "height": 900})
+    admin_log_in(page, live_server_url, "boss", "pw-boss-123")
+    page.goto(f"{live_server_url}/admin/evaluation/run/")
+    assert page.locator("#result_list tbody tr").count() == 2
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1280
+    right = page.evaluate("document.querySelector('#result_list').getBoundingClientRect().right")
+    assert right <= 1280
+    assert "arc-challenge-test-100@1" in page.locator("#result_list").inner_text()
+    page.screenshot(path="/tmp/admin-runs-1280.png", full_page=True)
