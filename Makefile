@@ -64,10 +64,10 @@ docs: setup
 	@test "$$(wc -c < README.md)" -le 15000 || { echo "docs: README.md is over 15,000 bytes"; exit 1; }
 
 test-postgres: setup
-	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q $(PYTEST_MARK)
+	DATABASE_URL=$${DATABASE_URL:-$(PG_URL)} $(PY) -m pytest -q -rs $(PYTEST_MARK)
 
 test-sqlite: setup
-	env -u DATABASE_URL $(PY) -m pytest -q $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py \
+	env -u DATABASE_URL $(PY) -m pytest -q -rs $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/test_run_eval.py \
 	    tests/turns/test_driver_records.py tests/evaluation/test_text_safety.py tests/evaluation/test_gold_answers.py \
 	    tests/evaluation/test_annotation_admin.py
 

@@ -323,6 +323,9 @@ AGENTLAB_LLM_STREAM_TOOLS = env.bool("AGENTLAB_LLM_STREAM_TOOLS", default=True)
 #: endpoint sends no usage; ``off``: never count; unset: the model's own file
 #: when the endpoint names it (agentlab.agent.providers.token_count).
 AGENTLAB_LLM_TOKENIZER = env.str("AGENTLAB_LLM_TOKENIZER", default="").strip() or None
+#: The embedded model's context window in tokens (prompt + reply). SmolLM2 is
+#: trained for 8,192; 2,048 overflowed on GSM8K (docs/benchmarks.md#the-embedded-model).
+AGENTLAB_LOCAL_N_CTX = env_number("AGENTLAB_LOCAL_N_CTX", 8192, minimum=256)
 AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
 AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
 #: The output-token limit of one LLM call (agent steps and reviews); a final

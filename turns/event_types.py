@@ -112,12 +112,33 @@ class LLMDeltaData(TypedDict):
 
 
 @with_config(_CLOSED)
+class LLMRequestData(TypedDict):
+    """The request of one agent step's LLM call as the provider got it
+    (``agentlab.agent.reports.LLMRequest``). ``messages`` are the call's
+    messages after its first ``shared`` ones, which are the first ``shared``
+    messages of the previous request of the same attempt recorded in the log
+    (a step's request repeats the one before it and adds its reply and tool
+    results: the log keeps each message once). ``shared`` is 0 on the first
+    request an attempt records — and on the first after a resume — so the
+    full messages of a call are rebuilt exactly by walking the attempt's
+    ``llm.usage`` events in seq order (``turns.requests.requests_of``)."""
+
+    shared: int
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    max_tokens: int | None
+    temperature: float | None
+    response_schema: dict[str, Any] | None
+
+
+@with_config(_CLOSED)
 class LLMUsageData(TypedDict):
     """One agent step's LLM call. ``finish_reason`` ``length``: cut by the
     output-token limit; ``decoding`` how its text was decoded
     (``agentlab.agent.types.Decoding``: ``native`` tool calls, ``schema``
-    constrained to the step's JSON schema, ``free``); absent in logs written
-    before it was recorded."""
+    constrained to the step's JSON schema, ``free``); ``request`` what was
+    sent (``LLMRequestData``). The last two are absent in logs written
+    before they were recorded."""
 
     attempt: int
     step: int
@@ -127,6 +148,7 @@ class LLMUsageData(TypedDict):
     cost: float | None
     finish_reason: str | None
     decoding: NotRequired[str | None]
+    request: NotRequired[LLMRequestData]
 
 
 @with_config(_CLOSED)

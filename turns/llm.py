@@ -53,7 +53,12 @@ def get_provider(
             tokenizer=settings.AGENTLAB_LLM_TOKENIZER,
         )
     return make_provider(
-        base_url=None, api_key=None, model=None, gguf_path=model or settings.AGENTLAB_GGUF_PATH, price=price
+        base_url=None,
+        api_key=None,
+        model=None,
+        gguf_path=model or settings.AGENTLAB_GGUF_PATH,
+        price=price,
+        n_ctx=settings.AGENTLAB_LOCAL_N_CTX,
     )
 
 

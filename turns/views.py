@@ -7,6 +7,9 @@ the websocket (docs/chat-and-api.md#the-websocket-protocol), so reloading it rep
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -48,6 +51,7 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpRespo
         "chat/conversation_detail.html",
         {
             "conversation": conversation,
+            "heading": conversation_heading(conversation, turns),
             "turns": turns,
             "page_data": {
                 "conversationId": conversation.pk,
@@ -57,6 +61,16 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpRespo
             },
         },
     )
+
+
+def conversation_heading(conversation: Any, turns: Sequence[Any]) -> str:
+    """The page's heading: the conversation's title — unless that is only its
+    first question (a new conversation's title), which its first turn shows
+    right below: then "Conversation" and when it started, not the question twice."""
+    title = conversation.title or ""
+    if not title or (turns and turns[0].question.startswith(title)):
+        return f"Conversation of {conversation.created_at:%Y-%m-%d %H:%M}"
+    return title
 
 
 @login_required

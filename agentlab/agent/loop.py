@@ -33,6 +33,7 @@ from agentlab.agent.protocol import parse_tool_calls
 
 # re-exported: the loop's reports have always been importable from here
 from agentlab.agent.reports import CompletionReport as CompletionReport
+from agentlab.agent.reports import LLMRequest
 from agentlab.agent.reports import OnReport as OnReport
 from agentlab.agent.reports import Report as Report
 from agentlab.agent.reports import ToolResultReport as ToolResultReport
@@ -149,6 +150,11 @@ class AgentLoop:
         """Whether each step is decoded under a schema (the embedded local
         model: no native tools, ``constrained_decoding``)."""
         return not self.native_tools and bool(getattr(self.provider, "constrained_decoding", False))
+
+    def offered_tools(self, question: str, context: ToolContext | None = None) -> ToolRegistry:
+        """The tools offered to the model for ``question`` in ``context``
+        (``None``: an empty one) — those its system prompt names."""
+        return self._offered(question, context or ToolContext())
 
     def _offered(self, question: str, context: ToolContext) -> ToolRegistry:
         """The tools offered in a turn: those available in ``context``, for a
@@ -297,18 +303,18 @@ class AgentLoop:
         while len(run.steps) < self.max_steps:
             check_stop(run.cancel, run.deadline)
             index = len(run.steps) + 1
-            messages = self._messages(run.question, run.steps, run.tools)
+            request = self._request(run, index)
             completion = await self._guard(
                 run,
                 complete_with_retries(
                     self.provider,
-                    messages,
-                    run.tools.specs() if self.native_tools and len(run.tools) else None,
+                    request.messages,
+                    request.tools,
                     attempts=self.retry_attempts,
-                    max_tokens=self.max_tokens,
-                    temperature=self.temperature,
+                    max_tokens=request.max_tokens,
+                    temperature=request.temperature,
                     base_delay=self.retry_base_delay,
-                    response_schema=self._schema_for(run, index),
+                    response_schema=request.response_schema,
                     stream=text_stream(run.on_text, index) if run.on_text is not None else None,
                 ),
             )
@@ -321,7 +327,7 @@ class AgentLoop:
             step = Step(index=index, completion=completion)
             run.steps.append(step)
             run.usage.add(completion)
-            await self._report(run, CompletionReport(step=index, completion=completion))
+            await self._report(run, CompletionReport(step=index, completion=completion, request=request))
             calls = list(completion.tool_calls)
             if not calls:
                 return self._text_outcome(completion)
@@ -329,6 +335,16 @@ class AgentLoop:
             if outcome is not None:
                 return outcome
         return _Outcome("max_steps")
+
+    def _request(self, run: _Run, index: int) -> LLMRequest:
+        """Step ``index``'s call: what is passed to the provider, and reported."""
+        return LLMRequest(
+            messages=self._messages(run.question, run.steps, run.tools),
+            tools=run.tools.specs() if self.native_tools and len(run.tools) else None,
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            response_schema=self._schema_for(run, index),
+        )
 
     def _schema_for(self, run: _Run, index: int) -> dict[str, Any] | None:
         """The schema step ``index`` decodes under (``embedded.schema_for_step``),

@@ -8,20 +8,45 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from agentlab.agent.types import Completion, ToolCall, ToolResult
 
-__all__ = ["CompletionReport", "OnReport", "Report", "ToolResultReport", "ToolStartReport"]
+__all__ = ["CompletionReport", "LLMRequest", "OnReport", "Report", "ToolResultReport", "ToolStartReport"]
 
 
 @dataclass(frozen=True)
 class CompletionReport:
     """A step's completion arrived (reported before its tools run). For
     providers without native tools ``completion.tool_calls`` holds the calls
-    parsed from its text."""
+    parsed from its text.
+
+    ``request`` is the call as the provider got it (``LLMRequest``): the
+    messages, the tool specs, the sampling options and the response schema;
+    ``None`` from a caller that does not say."""
 
     step: int
     completion: Completion
+    request: LLMRequest | None = None
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One LLM call's arguments exactly as passed to ``LLMProvider.complete``:
+    ``messages`` (OpenAI chat format: ``role``, ``content``, and
+    ``tool_calls`` / ``tool_call_id`` for native tools), ``tools`` (the
+    OpenAI tool specs, ``None`` when the tools are described in the system
+    prompt instead), ``max_tokens`` (output-token limit, ``None``: the
+    provider's), ``temperature`` (``None``: the provider's, greedy for the
+    local model) and ``response_schema`` (the JSON schema a constrained model
+    decodes under, ``None`` when free). What the turn page shows as "what
+    the model saw" (docs/architecture.md#the-event-log)."""
+
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]] | None
+    max_tokens: int | None
+    temperature: float | None
+    response_schema: dict[str, Any] | None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from django.utils.safestring import SafeString
 
 from common.admin import StaffReadOnlyAdmin
 from common.errors import AgentLabError, BadInput, NotFound, StateConflict
+from evaluation.admin.report import report_url as run_report_url
 from evaluation.admin.review_item import item_context
 from evaluation.annotation.alignment import human_accuracy, judge_report, pairwise_queue_result
 from evaluation.annotation.corrected import judge_corrected_accuracy
@@ -134,12 +135,18 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
             return self._label(request, queue)
         item = self._item(request, queue)
         title = f"Review · {queue.name}"
+        ends: dict[str, Any] = {
+            "alignment_url": reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk]),
+            "report_url": run_report_url(queue.run_id),
+            "queues_url": reverse("admin:evaluation_annotationqueue_changelist"),
+            "continue_url": review_url(queue.pk),
+        }
         if item is None:
             return self._render(
-                request, "review.html", title, queue=queue, progress=progress(queue), item=None
+                request, "review.html", title, queue=queue, progress=progress(queue), item=None, **ends
             )
         return self._render(
-            request, "review.html", title, **item_context(queue, item, user), progress=progress(queue)
+            request, "review.html", title, **item_context(queue, item, user), progress=progress(queue), **ends
         )
 
     def _label(self, request: HttpRequest, queue: AnnotationQueue) -> HttpResponse:
@@ -159,11 +166,10 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         except AgentLabError as exc:
             self.message_user(request, str(exc), messages.ERROR)
             return HttpResponseRedirect(review_url(queue.pk, int(raw)))
-        shown = item_context(queue, item, self.acting_user(request))
-        self.message_user(
-            request, f"Item {item.position} labelled {request.POST['label']}. {shown['score_text']}"
-        )
-        return HttpResponseRedirect(review_url(queue.pk))
+        # back to the item just labelled: its automatic score is shown there,
+        # beside the label, with a link on to the next item
+        self.message_user(request, f"Item {item.position} labelled {request.POST['label']}.")
+        return HttpResponseRedirect(review_url(queue.pk, item.position))
 
     def alignment_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         """The judge-alignment page of the queue's run."""
@@ -179,10 +185,17 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         rows = [
             {"name": c, "cells": row} for c, row in zip(confusion["classes"], confusion["table"], strict=True)
         ]
+        graders = [str(group["judge"]) for group in report["groups"]]
+        judged = any(not name.startswith("scorer ") for name in graders)
+        for group in report["groups"]:
+            name = str(group["judge"])
+            group["grader"] = name if name.startswith("scorer ") else f"judge {name}"
         return self._render(
             request,
             "alignment.html",
-            f"Judge alignment · {queue.run.run_id}",
+            # a run scored by a scorer (numeric, exact …) has no judge to align
+            f"{'Judge' if judged or not graders else 'Scorer'} alignment · {queue.run.run_id}",
+            judged=judged or not graders,
             queue=queue,
             report=report,
             matrix_rows=rows,

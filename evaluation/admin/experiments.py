@@ -142,6 +142,14 @@ def chart_data(board: Leaderboard) -> dict[str, Any]:
     }
 
 
+def shares_one_model(experiment: Experiment) -> bool:
+    """Whether two or more of the experiment's variants ran on one in-process
+    embedded model — its calls are serialised (``providers.local``), so a
+    variant's latency is mostly its examples' wait for the others'."""
+    configs = Run.objects.filter(experiment=experiment).values_list("config", flat=True)
+    return sum(1 for c in configs if (c or {}).get("provider") == "local") > 1
+
+
 @admin.register(Experiment)
 class ExperimentAdmin(StaffReadOnlyAdmin):
     list_display = ("name", "dataset_at_version", "variant_count", "best", "updated_at")
@@ -215,5 +223,6 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
             legend=legend(leaderboard_json(board)),
             top_mark=TOP_MARK,
             frontier_mark=FRONTIER_MARK,
+            shared_model=shares_one_model(experiment),
         )
         return TemplateResponse(request, "admin/evaluation/experiment/leaderboard.html", context)

@@ -127,6 +127,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "id",
         "run",
         "example_id_display",
+        "question_short",
         "epoch",
         "task_type",
         "prediction_short",
@@ -276,6 +277,11 @@ class PredictionAdmin(StaffReadOnlyAdmin):
                 "subtitle": None,
             }
         return super().change_view(request, object_id, form_url, extra_context)
+
+    @admin.display(description="question")
+    def question_short(self, prediction: Prediction) -> str:
+        """The example's question, cut to 60 characters (the whole on the page)."""
+        return Truncator(prediction.example.question).chars(60)
 
     @admin.display(description="prediction", ordering="prediction")
     def prediction_short(self, prediction: Prediction) -> str:

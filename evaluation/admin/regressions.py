@@ -50,6 +50,9 @@ def regression_badge(run: Run) -> SafeString | str:
 def regression_summary(run: Run) -> SafeString:
     """The detail: the flag, the baseline (linked), the comparison page and what regressed."""
     if run.regression is None or run.baseline_id is None:
+        if run.schedule_id is None:
+            # a plain run: no schedule, so nothing about schedule baselines
+            return format_html("{}", FLAG_TEXT[None])
         why = "scheduled runs are compared with their schedule's previous successful run"
         return format_html("{} ({})", FLAG_TEXT[None], why)
     baseline = run.baseline

@@ -121,6 +121,8 @@ class RunReportViews(StaffReadOnlyAdmin):
             f"Run report · {run.run_id}",
             run=run,
             metrics=metrics,
+            # one decimal, as run_eval, the comparison and the leaderboard print it
+            accuracy_pct=f"{metrics['accuracy'] * 100:.1f}%" if metrics.get("accuracy") is not None else "",
             report=data,
             run_url=reverse("admin:evaluation_run_change", args=[run.pk]),
             previous=previous,

@@ -9,6 +9,7 @@ order, without their runs' names.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from django.contrib.auth.models import User
@@ -27,7 +28,16 @@ def _steps(prediction: Prediction) -> list[dict[str, Any]]:
     if prediction.turn_id is None:
         return []
     events = TurnEvent.objects.filter(turn_id=prediction.turn_id, type__in=STEP_TYPES).order_by("seq")
-    return [{"seq": e.seq, "type": e.type, "data": e.data} for e in events[:200]]
+    return [
+        {
+            "seq": e.seq,
+            "type": e.type,
+            "data": e.data,
+            # JSON, indented: what a reviewer reads (never a Python repr)
+            "pretty": json.dumps(e.data, indent=2, ensure_ascii=False, sort_keys=True, default=str),
+        }
+        for e in events[:200]
+    ]
 
 
 def _score_text(prediction: Prediction) -> str:

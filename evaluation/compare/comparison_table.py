@@ -84,7 +84,7 @@ def _pair_table(title: str, pairs: list[ExamplePair]) -> Table:
 
     table = Table(title=f"{title} ({len(pairs)})")
     for name in ("example", "task type", "gold", "base", "candidate", "turns (base, candidate)"):
-        table.add_column(name)
+        table.add_column(name, overflow="fold")
     for pair in pairs[:LIST_LIMIT]:
         cells = []
         for side in (pair["base"], pair["candidate"]):
@@ -109,7 +109,8 @@ def _runs_table(comparison: Comparison) -> Table:
 
     runs = Table(title=f"Comparison on dataset {comparison['dataset']}")
     for name in ("", "run id", "version", "status", "model", "code version", "review", "own accuracy"):
-        runs.add_column(name)
+        # fold a long run id or model name onto more lines: cut to "…" it named nothing
+        runs.add_column(name, overflow="fold")
     for label, side in (("base", comparison["base"]), ("candidate", comparison["candidate"])):
         runs.add_row(
             label,
@@ -267,17 +268,21 @@ def format_comparison(comparison: Comparison, *, width: int = 120) -> str:
     broken, exact McNemar p and Holm-adjusted p), the counts kept apart, the
     deltas of cost, tokens, steps and latency, stop reasons, review and the
     plugins' checks, then the fixed, broken and errored examples, then the
-    trajectory view (``evaluation.compare.trajectory_table``)."""
+    trajectory view (``evaluation.compare.trajectory_table``) — each table
+    only when it has a row, and no run id or model name cut to nothing
+    (long ones fold onto more lines within ``width``)."""
     runs = _runs_table(comparison)
     runs.caption = (
         "\n".join(w for w in (unfinished_warning(comparison), few_examples_warning(comparison)) if w) or None
     )
-    tables = [runs, _accuracy_table(comparison), *_delta_tables(comparison)]
-    tables += [
-        _pair_table("Fixed: wrong → right", comparison["fixed"]),
-        _pair_table("Broken: right → wrong", comparison["broken"]),
-        _pair_table("Errored in either run", comparison["errored"]),
-    ]
+    tables = [runs, _accuracy_table(comparison), *(t for t in _delta_tables(comparison) if t.row_count)]
+    # a list with nothing in it is left out, not printed as an empty table
+    lists = (
+        ("Fixed: wrong → right", comparison["fixed"]),
+        ("Broken: right → wrong", comparison["broken"]),
+        ("Errored in either run", comparison["errored"]),
+    )
+    tables += [_pair_table(title, pairs) for title, pairs in lists if pairs]
     if comparison.get("trajectory"):
         from evaluation.compare.trajectory_table import trajectory_tables
 

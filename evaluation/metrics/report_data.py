@@ -116,6 +116,8 @@ def run_report_data(
         {"label": t, "first": b.get("first_attempt_accuracy"), "final": b.get("final_accuracy")}
         for t, b in sorted((review.get("per_task_type") or {}).items())
     ]
+    if not (review.get("verdicts") or review.get("review_failed")):
+        review_rows = []  # no answer was reviewed: no review chart (its bars would be the accuracy twice)
     return {
         "accuracy": accuracy,
         "latency": latency_histogram(latencies_ms),

@@ -150,9 +150,18 @@ class Tally:
         #: when its last example was done (``time.monotonic()``; ``None``: none yet)
         self.last: float | None = None
 
-    def done(self, *_: Any) -> None:
+    def begin(self, item: Any) -> None:
+        """An example started (a plain progress line counts it in flight)."""
+        begin = getattr(self.bar, "begin", None)
+        if begin is not None:
+            begin(id(item))
+
+    def done(self, item: Any = None, *_: Any) -> None:
         self.driven += 1
         self.last = time.monotonic()
+        end = getattr(self.bar, "end", None)
+        if end is not None:
+            end(id(item))
         self.bar.update(1)
 
 
@@ -320,6 +329,7 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
     # a socket to the LLM per turn in flight, a connection per database thread:
     # more than the usual soft limit of 1024 at --concurrency 1024
     open_files_allow(concurrency + threads + OPEN_FILES_SPARE)
+    ticker = asyncio.create_task(_tick(tallies))
     with DatabaseThreads(max_workers=threads) as db:
         try:
             outcomes = await asyncio.gather(
@@ -331,6 +341,7 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
                         concurrency=concurrency,
                         gate=share.lane(),
                         on_done=tally.done,
+                        on_start=tally.begin,
                         review=bool(opened.request.review),
                         extensions=opened.extensions,
                         run_id=opened.run.run_id,
@@ -341,12 +352,22 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
                 return_exceptions=True,
             )
         finally:
+            ticker.cancel()
             for opened in opens:
                 await opened.provider.aclose()
     # every run drove what it could; the first failure is the one reported
     for outcome in outcomes:
         if isinstance(outcome, BaseException):
             raise outcome
+
+
+async def _tick(tallies: Sequence[Tally]) -> None:
+    """Tick every run's progress once a second, so a plain line is written
+    every ``AGENTLAB_PROGRESS_EVERY_S`` even while no example finishes."""
+    while True:
+        await asyncio.sleep(1.0)
+        for tally in tallies:
+            tally.bar.update(0)
 
 
 def open_files_allow(needed: int) -> None:

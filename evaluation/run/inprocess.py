@@ -53,11 +53,13 @@ async def drive_examples(
     job_id: Callable[[int], str] | None = None,
     record_unclaimed: bool = True,
     gate: AbstractAsyncContextManager[Any] | None = None,
+    on_start: Callable[[PlannedExample], None] | None = None,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
     ``on_done`` is called (in the event loop) after each prediction is stored —
-    the progress bar hangs off it. ``review`` runs the review phase (one more
+    the progress bar hangs off it — and ``on_start`` when an example gets its
+    slot. ``review`` runs the review phase (one more
     LLM call per answered example, waited for); ``tools`` replaces the
     built-in tools. ``extensions``: the run's plugins and MCP servers
     (``None``: the settings' only); plugins are told the example, ``run_id``
@@ -80,6 +82,7 @@ async def drive_examples(
         db=db,
         gate=gate if gate is not None else asyncio.Semaphore(concurrency),
         on_done=on_done,
+        on_start=on_start,
         review=review,
         tools=tools,
         extensions=extensions
@@ -113,6 +116,7 @@ class _ExampleDriver:
     db: DatabaseThreads
     gate: AbstractAsyncContextManager[Any]
     on_done: Callable[[PlannedExample], None] | None
+    on_start: Callable[[PlannedExample], None] | None
     review: bool
     tools: ToolRegistry | None
     extensions: RunExtensions
@@ -129,6 +133,8 @@ class _ExampleDriver:
         async with self.gate:
             if self.outage:
                 return  # left planned: the resume drives it
+            if self.on_start is not None:
+                self.on_start(item)
             try:
                 await self.drive(item)
             except Exception as exc:

@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings
 
 from agentlab.agent.types import LLMProvider
+from evaluation.datasets.spec import gold_display
 from evaluation.datasets.subsets import subset_words
 from evaluation.models import Dataset, Run
 from evaluation.run.request import EvalRequest
@@ -68,3 +69,34 @@ def _review_words(review: bool, *, provider_default: bool) -> str:
     if provider_default and not review:
         return "; review off (the embedded model's default: its reviewer did not help; --review turns it on)"
     return f"; review {'on' if review else 'off'}"
+
+
+#: Wrong answers listed at the end of a demo run, at most.
+DEMO_WRONG_SHOWN = 30
+
+
+def demo_epilogue(run: Run) -> list[str]:
+    """What ``run_eval demo`` (``make demo``) prints last: the examples it got
+    wrong (question id, task type, its answer, the gold; at most
+    ``DEMO_WRONG_SHOWN``) and the next steps of the README's tour, with the
+    admin URL of this run's report on ``runserver``'s default address."""
+    wrong = list(
+        run.predictions.filter(correct=False)
+        .select_related("example")
+        .order_by("example__position", "epoch")
+        .values_list("example__external_id", "task_type", "epoch", "prediction", "gold_answer", "stop_reason")
+    )
+    lines = [f"Wrong answers ({len(wrong)}):" if wrong else "Wrong answers: none."]
+    for qid, task_type, epoch, answer, gold, stop in wrong[:DEMO_WRONG_SHOWN]:
+        said = repr(answer) if answer else f"no answer ({stop})"
+        lines.append(f"  {qid} ({task_type}, epoch {epoch}): answered {said}; gold {gold_display(gold)!r}")
+    if len(wrong) > DEMO_WRONG_SHOWN:
+        lines.append(f"  … and {len(wrong) - DEMO_WRONG_SHOWN} more (the run's report lists them all)")
+    lines += [
+        "Next steps of the tour (README.md):",
+        "  .venv/bin/python manage.py createsuperuser     # an admin login",
+        "  .venv/bin/python manage.py runserver           # daphne on 127.0.0.1:8000",
+        f"  then open http://127.0.0.1:8000/admin/evaluation/run/{run.pk}/report/ (this run's report)"
+        " and http://127.0.0.1:8000/ (the chat)",
+    ]
+    return lines

@@ -204,6 +204,7 @@ def run_config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) ->
         "base_url": getattr(provider, "base_url", None),
         **({"api_key_env": request.api_key_env} if request.api_key_env else {}),
         **({"agent_options": request.agent_options} if request.agent_options else {}),
+        **({"sample": {"n": request.sample, "seed": request.seed}} if request.sample else {}),
         "max_steps": request.max_steps,
         "concurrency": request.concurrency,
         "limit": request.limit,

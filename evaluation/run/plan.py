@@ -3,6 +3,7 @@ and a prediction row written before the turn runs."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -148,17 +149,32 @@ def run_plan(
     return result, skipped
 
 
+def sample_examples(examples: list[Example], *, n: int, seed: int) -> list[Example]:
+    """``n`` of ``examples`` drawn at random with ``random.Random(seed)``
+    (all of them when ``n`` is at least their number), in their order — the
+    same ``n``, seed and dataset version give the same subset, so a resumed
+    run (its config keeps them) drives the same examples."""
+    if n >= len(examples):
+        return examples
+    chosen = set(random.Random(seed).sample(range(len(examples)), n))
+    return [example for i, example in enumerate(examples) if i in chosen]
+
+
 def _run_examples(run: Run, limit: int | None) -> list[Example]:
     """The first ``limit`` examples of the run's dataset version (of its
-    subset: ``config["split"]`` and ``config["tags"]``), each given
-    the run's one dataset row: scoring a finished turn reads the dataset's
-    scorer (``example_scorer``), a query per example otherwise, inside the
-    terminal event's transaction."""
+    subset: ``config["split"]`` and ``config["tags"]``; or the seeded sample of
+    its config's ``sample``: ``run_eval --sample``), each given the run's one
+    dataset row: scoring a finished turn reads the dataset's scorer
+    (``example_scorer``), a query per example otherwise, inside the terminal
+    event's transaction."""
     examples = subset_examples(
         examples_at(run.dataset_id, run.dataset_version),
         split=run.config.get("split"),
         tags=run.config.get("tags") or (),
     )[: limit if limit else None]
+    sample = (run.config or {}).get("sample")
+    if isinstance(sample, dict):
+        examples = sample_examples(list(examples), n=int(sample["n"]), seed=int(sample["seed"]))
     dataset = run.dataset
     for example in examples:
         example.dataset = dataset

@@ -13,9 +13,10 @@ from tqdm import tqdm
 
 
 class PlainProgress:
-    """Writes ``run ID: N/TOTAL examples done (P %), S s, R ex/s`` to
-    ``stream`` at most once every ``every_s`` seconds while examples finish,
-    and once more when closed unless that count was just written (the run id
+    """Writes ``run ID: N/TOTAL examples done (P %), S s, R ex/s`` (and
+    ``, K in flight, oldest A s`` while examples run) to ``stream`` every
+    ``every_s`` seconds — ``update(0)`` ticks it while none finishes — and
+    once more when closed unless that count was just written (the run id
     quoted for a shell, as everywhere). ``clock``: seconds, monotonic (tests
     pass their own)."""
 
@@ -34,19 +35,37 @@ class PlainProgress:
         self.closed = False
         #: the ``done`` count of the last line written (``None``: none yet)
         self.written: int | None = None
+        #: examples started and not done: key -> when it started (``clock``)
+        self.in_flight: dict[object, float] = {}
 
     def line(self) -> str:
-        """The progress line for now."""
-        elapsed = self.clock() - self.started
+        """The progress line for now; with examples in flight (``begin``) it
+        says how many and how long the oldest has run: ``…, 3 in flight,
+        oldest 122 s``."""
+        now = self.clock()
+        elapsed = now - self.started
         percent = 100.0 * self.done / self.total if self.total else 100.0
         rate = f"{self.done / elapsed:.2f}" if elapsed > 0 else "-"
+        flight = ""
+        if self.in_flight:
+            flight = f", {len(self.in_flight)} in flight, oldest {now - min(self.in_flight.values()):.0f} s"
         return (
             f"run {shlex.quote(self.run_id)}: {self.done}/{self.total} examples done ({percent:.0f} %), "
-            f"{elapsed:.0f} s, {rate} ex/s"
+            f"{elapsed:.0f} s, {rate} ex/s{flight}"
         )
 
+    def begin(self, key: object) -> None:
+        """Example ``key`` started (its clock runs until ``end``)."""
+        self.in_flight[key] = self.clock()
+
+    def end(self, key: object) -> None:
+        """Example ``key`` is no longer in flight."""
+        self.in_flight.pop(key, None)
+
     def update(self, n: int = 1) -> None:
-        """``n`` more examples are done; writes a line when ``every_s`` has passed."""
+        """``n`` more examples are done (0: none, a tick); writes a line when
+        ``every_s`` has passed since the last — so a line comes every
+        ``every_s`` even while no example finishes."""
         self.done += n
         if self.clock() - self.last >= self.every_s:
             self._write()

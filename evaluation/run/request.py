@@ -71,6 +71,10 @@ class EvalRequest:
     agent_options: dict[str, Any] = field(default_factory=dict)
     split: str | None = None
     tags: tuple[str, ...] = ()
+    #: ``--sample N --seed S``: a seeded random subset of N examples
+    #: (``plan.sample_examples``), recorded in the run's config
+    sample: int | None = None
+    seed: int | None = None
 
 
 def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
@@ -151,6 +155,8 @@ def eval_request(
     temperature: float | None = None,
     split: str | None = None,
     tags: Sequence[str] = (),
+    sample: int | None = None,
+    seed: int | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -168,10 +174,12 @@ def eval_request(
     ``NAME=URL``, ``NAME=COMMAND`` or ``NAME={JSON}`` (or names a server twice),
     ``--epochs`` outside 1..``MAX_EPOCHS``, an ``endpoint`` whose base URL is
     not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``,
-    a blank ``--split`` or ``--tag``.
+    a blank ``--split`` or ``--tag``,
+    ``--sample`` below 1 or with ``--limit``, ``--seed`` without ``--sample``.
     """
     if limit is not None and not 1 <= limit <= MAX_COUNT:
         raise ValueError(f"--limit must be between 1 and {MAX_COUNT}, got {limit}")
+    _sample_check(sample=sample, seed=seed, limit=limit)
     if not 1 <= concurrency <= MAX_CONCURRENCY:
         raise ValueError(f"--concurrency must be between 1 and {MAX_CONCURRENCY}, got {concurrency}")
     # name where the value came from: the user may never have passed the flag
@@ -221,7 +229,20 @@ def eval_request(
         split=split,
         tags=tags,
         agent_options=options,
+        sample=sample,
+        seed=(seed if seed is not None else 0) if sample is not None else None,
     )
+
+
+def _sample_check(*, sample: int | None, seed: int | None, limit: int | None) -> None:
+    """``--sample N`` (1..``MAX_COUNT``, not with ``--limit``) and ``--seed``
+    (only with ``--sample``)."""
+    if sample is not None and not 1 <= sample <= MAX_COUNT:
+        raise ValueError(f"--sample must be between 1 and {MAX_COUNT}, got {sample}")
+    if sample is not None and limit is not None:
+        raise ValueError("give --limit (the first N examples) or --sample (N at random), not both")
+    if seed is not None and sample is None:
+        raise ValueError("--seed goes with --sample: it seeds the random subset")
 
 
 @dataclass(frozen=True)

@@ -138,6 +138,9 @@ def test_every_list_and_page_renders_with_500_turns_and_5000_events(staff_client
             assert text in body, (url, text)
     response = staff_client.get(PREDICTION_LIST, {"run__id__exact": run.pk})
     assert "500 predictions" in response.content.decode()
+    # each prediction beside its question (issue 49)
+    assert '<th scope="col" class="column-question_short">' in response.content.decode()
+    assert '<td class="field-question_short">What is 4+4?</td>' in response.content.decode()
 
 
 # --- runs ----------------------------------------------------------------------------

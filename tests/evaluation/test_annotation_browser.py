@@ -43,13 +43,28 @@ def test_three_items_labelled_with_the_keyboard_then_the_confusion_matrix(live_s
         assert (
             page.locator("#review-score-hidden").count() == 1 and page.locator("#review-score").count() == 0
         )
+        assert page.locator("#review-save").is_disabled()  # no label chosen yet
         if n == 0:
             page.screenshot(path=f"{SHOTS}/annotation-review.png", full_page=True)
         page.locator("body").press(key)
         page.wait_for_function(
             f"document.querySelector('#review-progress').innerText === '{n + 1} of 3 labelled'"
         )
+        # the item just labelled, now with its automatic score
+        score = page.locator("#review-score").inner_text()
+        assert f"Item {n + 1}" in page.locator("#content-main").inner_text()
+        assert "You labelled this item" in score and "judge said" in score
+        if n == 0:
+            page.screenshot(path=f"{SHOTS}/annotation-review-labelled.png", full_page=True)
+        page.locator("body").press("n")  # on to the next item to label
+        page.wait_for_url("**/review/")
     assert page.locator("#review-done").count() == 1
+    ends = page.locator("#review-ends")
+    assert [ends.locator("a").nth(i).get_attribute("href") for i in range(3)] == [
+        f"/admin/evaluation/annotationqueue/{queue.pk}/alignment/",
+        f"/admin/evaluation/run/{queue.run_id}/report/",
+        "/admin/evaluation/annotationqueue/",
+    ]
     assert sorted(HumanLabel.objects.values_list("item__position", "label")) == [
         (1, "correct"),
         (2, "incorrect"),
@@ -64,3 +79,24 @@ def test_three_items_labelled_with_the_keyboard_then_the_confusion_matrix(live_s
     assert matrix.locator("tbody tr").nth(0).inner_text().split() == ["correct", "1", "1"]
     assert matrix.locator("tbody tr").nth(1).inner_text().split() == ["incorrect", "0", "1"]
     page.screenshot(path=f"{SHOTS}/annotation-alignment.png", full_page=True)
+
+
+def test_save_waits_for_a_label_and_an_undefined_kappa_interval_is_a_dash(live_server_url, desktop_page):
+    dataset = make_dataset(n=3)
+    make_run(dataset, "hq-agree", right={0}, judge={0: "correct", 1: "correct", 2: "incorrect"})
+    queue = create_queue("hq-agree", name="Agreeing")
+    staff("bea")
+    page = desktop_page
+    admin_log_in(page, live_server_url, "bea", "pw-bea-123")
+    for label in ("correct", "correct", "incorrect"):  # the judge's own verdicts: κ = 1, no variance
+        page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/review/")
+        assert page.locator("#review-save").is_disabled()
+        page.locator(f'input[name="label"][value="{label}"]').check()
+        assert page.locator("#review-save").is_enabled()
+        page.locator("#review-save").click()
+        page.wait_for_selector("#review-score")
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/alignment/")
+    figures = page.locator("#alignment-figures").inner_text()
+    assert "Cohen's κ 1.000 (95% CI —: undefined for these labels)" in figures
+    assert " to )" not in figures
+    page.screenshot(path=f"{SHOTS}/annotation-alignment-undefined-kappa.png", full_page=True)

@@ -82,3 +82,35 @@ def test_the_leaderboard_page_draws_the_frontier_and_the_pairwise_matrix(
     assert page.js_errors == []
     # everything came from this server: no CDN
     assert all(url.startswith(live_server_url) for url in page.al_requests)
+
+
+def test_a_leaderboard_without_costs_says_why_there_is_no_chart(
+    live_server_url, desktop_page, django_user_model
+):
+    experiment = make_experiment("Embedded prompts", make_dataset())
+    for name, right in (("terse", first(22)), ("chatty", first(20))):  # 55 % vs 50 %: not significant
+        run = add_variant(experiment, name, right, cost=None)
+        run.config = {**run.config, "provider": "local"}
+        run.save(update_fields=["config"])
+    django_user_model.objects.create_user("boss", password="pw-boss-123", is_staff=True)
+    page = desktop_page
+    admin_log_in(page, live_server_url, "boss", "pw-boss-123")
+    page.goto(f"{live_server_url}/admin/evaluation/experiment/{experiment.pk}/change/")
+    page.wait_for_selector("#leaderboard")
+    assert page.locator("canvas#chart-frontier").count() == 0 and page.locator(".al-chart").count() == 0
+    why = page.locator("#no-cost-chart").inner_text()
+    assert why.startswith("No accuracy-vs-cost chart: no finished variant has a known cost (terse, chatty)")
+    # one shared in-process model: the latency columns say they measure queueing
+    assert "†" in page.locator("#leaderboard thead").inner_text()
+    assert "measure queueing" in page.locator("#queueing-note").inner_text()
+    # the best is marked top in green; the worse one, tied with it, in grey
+    assert page.locator("#leaderboard tr[data-variant=terse] .al-top").count() == 1
+    chatty = page.locator("#leaderboard tr[data-variant=chatty]")
+    assert (
+        chatty.locator(".al-top").count() == 0 and chatty.locator(".al-tied").inner_text() == "▲ top (tied)"
+    )
+    assert page.evaluate("getComputedStyle(document.querySelector('.al-tied')).color") != "rgb(32, 122, 32)"
+    # a difference that is not significant is coloured neither better nor worse
+    assert page.locator("#pairs .al-better, #pairs .al-worse").count() == 0
+    assert page.js_errors == []
+    page.locator("#content").screenshot(path="/tmp/leaderboard-without-costs.png")

@@ -40,6 +40,51 @@ def test_a_plain_line_at_most_every_few_seconds_and_one_at_the_end():
     ]
 
 
+def test_a_line_comes_every_few_seconds_while_no_example_finishes_saying_what_is_in_flight():
+    out, clock = io.StringIO(), Clock()
+    bar = PlainProgress("slow", 20, stream=out, every_s=10.0, clock=clock)
+    for key in ("a", "b", "c"):
+        bar.begin(key)
+        clock.now += 1
+    bar.end("a")
+    bar.update(1)  # 3 s in: too soon
+    clock.now += 119
+    bar.update(0)  # a tick, nothing finished: the line is due all the same
+    clock.now += 5
+    bar.update(0)  # too soon after it
+    clock.now += 5
+    bar.end("b")
+    bar.end("c")
+    bar.update(2)
+    assert out.getvalue().splitlines() == [
+        "run slow: 1/20 examples done (5 %), 122 s, 0.01 ex/s, 2 in flight, oldest 121 s",
+        "run slow: 3/20 examples done (15 %), 132 s, 0.02 ex/s",
+    ]
+
+
+def test_run_eval_without_a_terminal_ticks_while_an_example_runs(settings, monkeypatch):
+    """The in-process drive ticks the bars once a second (``evaluate._tick``)."""
+    import asyncio
+
+    from evaluation.run import evaluate
+
+    ticks: list[int] = []
+
+    class Bar:
+        def update(self, n: int = 1) -> None:
+            ticks.append(n)
+
+        def close(self) -> None: ...
+
+    async def three_seconds() -> None:
+        task = asyncio.create_task(evaluate._tick([evaluate.Tally(Bar())]))
+        await asyncio.sleep(2.5)
+        task.cancel()
+
+    asyncio.run(three_seconds())
+    assert ticks == [0, 0]
+
+
 def test_the_last_line_is_not_written_twice_and_the_run_id_is_quoted():
     out, clock = io.StringIO(), Clock()
     bar = PlainProgress("ctrl c 2", 2, stream=out, every_s=5.0, clock=clock)

@@ -36,7 +36,7 @@ APPROVAL_LIST = reverse("admin:turns_approval_changelist")
 # Pinned query counts (session + user + the page's own queries). A list page
 # must not grow with its rows: see test_turn_list_queries_do_not_grow_with_rows.
 TURN_LIST_QUERIES = 11
-TURN_PAGE_QUERIES = 9  # two of them: the datasets holding the turn's question, its online scores
+TURN_PAGE_QUERIES = 10  # three: the datasets holding the question, its online scores, its LLM calls
 
 
 # --- helpers ---------------------------------------------------------------------
@@ -395,9 +395,10 @@ def test_turn_page_shows_question_answer_usage_timings_and_events(staff_client, 
     ):
         assert text in body, text
     assert "Event log · 13 events, seq 1–13" in body  # tool.started before the calculator ran
-    types_in_page = re.findall(r'<td class="al-type">([^<]+)</td>', body)
+    events = body[body.index('id="events"') :]
+    types_in_page = re.findall(r'<span class="al-type">([^<]+)</span>', events)
     assert types_in_page == [e.type for e in events_after(turn_id=turn.pk)]
-    assert 'class="al-terminal"' in body  # turn.answered is highlighted
+    assert 'class="al-event al-terminal"' in body  # turn.answered is highlighted
     # a succeeded turn can be neither resumed, cancelled nor retried
     assert "Act on this turn" not in body
 

@@ -30,8 +30,9 @@ from common.admin import (
     json_block,
 )
 from turns.admin.display import review_text, stop_reason_text, usage_html
+from turns.llm_calls import LLMCall, turn_llm_calls
 from turns.meta import meta_attempts, meta_failure, meta_last_review, meta_setup, meta_usage_total
-from turns.models import TERMINAL_EVENT_TYPES, Approval, Turn
+from turns.models import TERMINAL_EVENT_TYPES, Approval, Turn, TurnEvent
 from turns.selectors import events_after
 from turns.services import RETRYABLE_STATUSES
 
@@ -46,6 +47,12 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     @admin.display(description="steps")
     def steps_of_max(self, turn: Turn) -> str:
         return f"{turn.steps} of {turn.max_steps}"
+
+    @admin.display(description="cancel requested")
+    def cancel_flag(self, turn: Turn) -> str:
+        """Whether a cancel was asked for, in words (not the admin's red ✖,
+        which reads as an error on every turn)."""
+        return "yes" if turn.cancel_requested else "no"
 
     @admin.display(description="failure")
     def failure(self, turn: Turn) -> str:
@@ -76,11 +83,17 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="tools offered")
     def setup_tools(self, turn: Turn) -> SafeString | str:
-        """The tools the current attempt offered the model, in order."""
+        """The tools the current attempt offered the model, in order: those
+        its system prompt names (each step's own, under "What the model saw")."""
         setup = meta_setup(turn.meta)
         if setup is None:
             return DASH
-        calls = "native tool calls" if setup["native_tools"] else "tool calls as JSON in the text"
+        calls = (
+            "native tool calls"
+            if setup["native_tools"]
+            else "tool calls as JSON in the text, the tools the system prompt names; each step may be "
+            "held to some of them by its response schema (see What the model saw)"
+        )
         table = html_table(
             ("tool", "description"),
             [(t["name"], t["description"]) for t in setup["tools"]],
@@ -179,6 +192,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     ) -> HttpResponse:
         if obj is not None:
             context["event_log"] = self._event_log(request, obj)
+            context["llm_calls"] = [call_view(call) for call in turn_llm_calls(obj.pk)]
             context["turn_actions"] = self._available_actions(request, obj)
         return super().render_change_form(request, context, add, change, form_url, obj)
 
@@ -194,24 +208,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
         page = pages if raw == "last" else (int(raw) if raw.isdigit() else 1)
         page = min(max(page, 1), pages)
         events = events_after(turn_id=turn.pk, after=(page - 1) * EVENTS_PER_PAGE, limit=EVENTS_PER_PAGE)
-        rows = []
-        for event in events:
-            data = event.data if isinstance(event.data, dict) else {"value": event.data}
-            text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
-            rows.append(
-                {
-                    "seq": event.seq,
-                    "at": event.created_at,
-                    "type": event.type,
-                    "attempt": data.get("attempt", ""),
-                    "step": data.get("step", ""),
-                    "summary": Truncator(text).chars(160),
-                    "full": json.dumps(data, indent=2, ensure_ascii=False, sort_keys=True, default=str)
-                    if len(text) > 160
-                    else "",
-                    "terminal": event.type in TERMINAL_EVENT_TYPES,
-                }
-            )
+        rows = [event_row(event) for event in events]
 
         def url(p: int) -> str:
             query = request.GET.copy()
@@ -226,6 +223,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
             links.append({"page": p, "url": url(p), "current": p == page})
         return {
             "rows": rows,
+            "groups": step_groups(rows),
             "page": page,
             "pages": pages,
             "total": turn.last_seq,
@@ -250,3 +248,71 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
             for verb, label, ok in possible
             if ok
         ]
+
+
+def pretty_json(value: Any) -> str:
+    """``value`` as indented JSON (what the turn page shows, never a repr)."""
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True, default=str)
+
+
+def event_row(event: TurnEvent) -> dict[str, Any]:
+    """One event of the log as the page shows it: a one-line summary and its
+    data pretty-printed."""
+    data = event.data if isinstance(event.data, dict) else {"value": event.data}
+    text = json.dumps(data, ensure_ascii=False, sort_keys=True, default=str)
+    return {
+        "seq": event.seq,
+        "at": event.created_at,
+        "type": event.type,
+        "attempt": data.get("attempt", ""),
+        "step": data.get("step", ""),
+        "summary": Truncator(text).chars(160),
+        "full": pretty_json(data),
+        "terminal": event.type in TERMINAL_EVENT_TYPES,
+    }
+
+
+def step_groups(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The log read as a tree: consecutive events of one attempt's step under
+    that step (its completion, tool calls, results), the others alone, in seq
+    order. A step's ``llm.delta`` events are folded into one line."""
+    groups: list[dict[str, Any]] = []
+    for row in rows:
+        key = (row["attempt"], row["step"]) if row["step"] not in ("", None) else None
+        if key is not None and groups and groups[-1]["key"] == key:
+            group = groups[-1]
+        else:
+            group = {"key": key, "attempt": row["attempt"], "step": row["step"], "rows": [], "deltas": 0}
+            groups.append(group)
+        if row["type"] == "llm.delta":
+            group["deltas"] += 1
+        else:
+            group["rows"].append(row)
+    return groups
+
+
+def call_view(call: LLMCall) -> dict[str, Any]:
+    """One LLM call as the turn page's "What the model saw" shows it."""
+    request = call.request or {}
+    options = {key: request.get(key) for key in ("max_tokens", "temperature") if key in request}
+    return {
+        "call": call,
+        "recorded": call.request is not None,
+        "messages": [
+            {
+                "role": str(m.get("role", "")),
+                "content": m.get("content")
+                if isinstance(m.get("content"), str)
+                else pretty_json(m.get("content")),
+                "extra": pretty_json({k: v for k, v in m.items() if k not in ("role", "content")})
+                if set(m) - {"role", "content"}
+                else "",
+            }
+            for m in request.get("messages") or []
+        ],
+        "tool_names": call.tool_names,
+        "tools_json": pretty_json(request.get("tools")) if request.get("tools") else "",
+        "schema_json": pretty_json(request.get("response_schema")) if request.get("response_schema") else "",
+        "options": options,
+        "reply_calls": [pretty_json(c) for c in call.reply_calls],
+    }

@@ -169,7 +169,7 @@ class TurnAdmin(TurnPageAdmin):
         "finished_at",
         "heartbeat_at",
         "job_id",
-        "cancel_requested",
+        "cancel_flag",
         "last_seq",
         "duration",
         "question",
@@ -198,7 +198,7 @@ class TurnAdmin(TurnPageAdmin):
                     ("kind", "model", "steps_of_max", "attempts"),
                     ("conversation_link", "owner_name"),
                     ("created_at", "started_at", "finished_at", "duration"),
-                    ("heartbeat_at", "job_id", "cancel_requested", "last_seq"),
+                    ("heartbeat_at", "job_id", "cancel_flag", "last_seq"),
                 )
             },
         ),

@@ -93,9 +93,11 @@ def attempt_setup_record(
 ) -> AttemptSetup:
     """What ``loop`` gives the model at the start of attempt ``attempt``: the
     system prompt of its first call (``AgentLoop.build_messages``, exactly as
-    sent) and the tools offered in ``context``."""
+    sent) and the tools offered in ``context`` to this question — for a
+    constrained model the ones its prompt names (``AgentLoop.offered_tools``),
+    not every tool the registry has."""
     first = loop.build_messages(question, [], context=context)[0]
-    offered = loop.tools.offered(context)
+    offered = loop.offered_tools(question, context)
     return AttemptSetup(
         attempt=attempt,
         system_prompt=str(first.get("content") or "") if first.get("role") == "system" else "",

@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, ToolStartReport
+from agentlab.agent.reports import LLMRequest
+from agentlab.agent.text import json_safe
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
@@ -17,6 +19,7 @@ from common.db import DatabaseThreads
 from turns import events as event_log
 from turns.driver.deltas import DeltaCoalescer
 from turns.event_types import (
+    LLMRequestData,
     LLMUsageData,
     ThinkingData,
     ToolCallEventData,
@@ -68,6 +71,8 @@ class Recorder:
         self.usage = usage
         self.steps = steps
         self.deltas: DeltaCoalescer | None = None
+        #: the messages of the last request recorded (``request_data``)
+        self.last_messages: list[dict[str, Any]] = []
         attempt_begins(attempt)  # the attempt's span (agentlab.telemetry)
 
     def stream_deltas(self) -> DeltaCoalescer:
@@ -127,21 +132,19 @@ class Recorder:
         events = await self.deltas.drain() if self.deltas is not None else []
         if c.text:
             events.append(NewEvent(EventType.THINKING, ThinkingData(attempt=attempt, step=step, text=c.text)))
-        events.append(
-            NewEvent(
-                EventType.LLM_USAGE,
-                LLMUsageData(
-                    attempt=attempt,
-                    step=step,
-                    model=c.model,
-                    input_tokens=c.usage.input_tokens,
-                    output_tokens=c.usage.output_tokens,
-                    cost=c.cost,
-                    finish_reason=c.finish_reason,
-                    decoding=c.decoding,
-                ),
-            )
+        usage = LLMUsageData(
+            attempt=attempt,
+            step=step,
+            model=c.model,
+            input_tokens=c.usage.input_tokens,
+            output_tokens=c.usage.output_tokens,
+            cost=c.cost,
+            finish_reason=c.finish_reason,
+            decoding=c.decoding,
         )
+        if report.request is not None:
+            usage["request"] = self.request_data(report.request)
+        events.append(NewEvent(EventType.LLM_USAGE, usage))
         events.extend(
             NewEvent(
                 EventType.TOOL_CALL,
@@ -152,6 +155,26 @@ class Recorder:
         fields = {"usage": self.usage.to_dict(), "steps": self.steps, "model": c.model}
         hold = bool(c.tool_calls) and all(self._ends_turn(call) for call in c.tool_calls)
         return events, fields, hold
+
+    def request_data(self, request: LLMRequest) -> LLMRequestData:
+        """``request`` as the ``llm.usage`` event keeps it: the messages it
+        shares with the attempt's previous recorded request left out
+        (``LLMRequestData``), JSON-safe."""
+        messages = json_safe(request.messages)
+        shared = 0
+        for before, now in zip(self.last_messages, messages, strict=False):
+            if before != now:
+                break
+            shared += 1
+        self.last_messages = messages
+        return LLMRequestData(
+            shared=shared,
+            messages=messages[shared:],
+            tools=json_safe(request.tools),
+            max_tokens=request.max_tokens,
+            temperature=request.temperature,
+            response_schema=json_safe(request.response_schema),
+        )
 
     def _tool_started(self, report: ToolStartReport) -> list[NewEvent]:
         started = ToolStartedData(

@@ -37,6 +37,7 @@ def make_provider(
     stream_tools: bool = True,
     tokenizer: str | None = None,
     timeout: float = 60.0,
+    n_ctx: int = 8192,
 ) -> LLMProvider:
     """The provider the settings ask for (docs/architecture.md#processes-embedded-and-production;
     docs/configuration.md).
@@ -53,7 +54,8 @@ def make_provider(
     whether requests with tools are streamed, and the GGUF whose tokenizer
     counts a stream's tokens when the server sends no usage
     (``token_count.tokenizer_path``; ``ValueError`` for a path that is not a
-    file). ``timeout``: seconds per request (``AGENTLAB_LLM_TIMEOUT_S``).
+    file). ``timeout``: seconds per request (``AGENTLAB_LLM_TIMEOUT_S``). The embedded
+    model has a context window of ``n_ctx`` tokens (``AGENTLAB_LOCAL_N_CTX``).
     """
     if base_url:
         if not model:
@@ -75,7 +77,7 @@ def make_provider(
         )
     from agentlab.agent.providers.local import LocalGGUFProvider
 
-    return LocalGGUFProvider(model_path=gguf_path or None, price=price)
+    return LocalGGUFProvider(model_path=gguf_path or None, price=price, n_ctx=n_ctx)
 
 
 __all__ = ["OpenAICompatibleProvider", "ScriptedProvider", "make_provider"]

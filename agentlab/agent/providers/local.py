@@ -212,9 +212,10 @@ class LocalGGUFProvider:
     schema-constrained decoding).
 
     ``model_path`` defaults to ``default_gguf_path()``. ``n_ctx`` is the
-    context window in tokens; ``max_tokens`` the default cap per reply (also
-    cut so that prompt + reply fit in ``n_ctx``; a reply that reaches the cap
-    has ``finish_reason == "length"``). Sampling is greedy (temperature 0)
+    context window in tokens (SmolLM2 is trained for 8,192, the default);
+    ``max_tokens`` the default cap per reply (also cut so that prompt +
+    reply fit in ``n_ctx``; a reply that reaches the cap has
+    ``finish_reason == "length"``). Sampling is greedy (temperature 0)
     unless a temperature is passed, so runs are repeatable. A prompt that does
     not fit raises ``ProviderError(kind="context_overflow")``. Cost is unknown
     (``None``) unless ``price`` (``agentlab.agent.pricing.Price``) is given.
@@ -234,7 +235,7 @@ class LocalGGUFProvider:
         self,
         *,
         model_path: str | Path | None = None,
-        n_ctx: int = 2048,
+        n_ctx: int = 8192,
         n_threads: int | None = None,
         max_tokens: int = 256,
         price: Price | None = None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import shlex
 import sys
 from pathlib import Path
@@ -33,6 +34,7 @@ from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
+from evaluation.run.notes import demo_epilogue
 from evaluation.run.progress import progress_for
 from evaluation.run.request import (
     MAX_CONCURRENCY,
@@ -75,6 +77,15 @@ def _add_run_options(parser: CommandParser) -> None:
         help='only the examples carrying this tag (an example\'s "tags"; repeatable: all must match)',
     )
     parser.add_argument(
+        "--sample",
+        type=int,
+        default=None,
+        metavar="N",
+        help="N examples drawn at random (seeded by --seed, default 0), recorded in the run's config "
+        "so a resume drives the same ones; not with --limit",
+    )
+    parser.add_argument("--seed", type=int, default=None, help="the seed of --sample (an integer)")
+    parser.add_argument(
         "--concurrency",
         type=int,
         default=4,
@@ -99,6 +110,46 @@ def _add_run_options(parser: CommandParser) -> None:
         help="when resuming, run again the examples whose turn ended in an error "
         "(a provider outage, say) as a new attempt",
     )
+
+
+def _add_agent_options(parser: CommandParser) -> None:
+    """The agent's sampling and system prompt, as an experiment's variant has them."""
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=None,
+        help="sampling temperature of every agent call, 0 to 2 (default: the provider's; greedy "
+        "for the embedded model)",
+    )
+    parser.add_argument(
+        "--system-prompt",
+        default=None,
+        help="the agent's job description in place of the default (the tool list and protocol "
+        "are still added)",
+    )
+    parser.add_argument(
+        "--system-prompt-file", default=None, metavar="FILE", help="--system-prompt read from FILE (UTF-8)"
+    )
+
+
+def agent_options(opts: dict[str, Any]) -> dict[str, Any]:
+    """``--temperature`` and ``--system-prompt``/``--system-prompt-file``
+    checked, the file read: ``{"temperature", "system_prompt"}``. Raises
+    ``ValueError`` naming the option (exit 2)."""
+    temperature = opts.get("temperature")
+    if temperature is not None and not (math.isfinite(temperature) and 0 <= temperature <= 2):
+        raise ValueError(f"--temperature must be between 0 and 2, got {temperature:g}")
+    prompt, path = opts.get("system_prompt"), opts.get("system_prompt_file")
+    if prompt is not None and path is not None:
+        raise ValueError("give --system-prompt or --system-prompt-file, not both")
+    if path is not None:
+        try:
+            prompt = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ValueError(f"--system-prompt-file {path}: cannot read it ({exc})") from None
+    if prompt is not None and not prompt.strip():
+        raise ValueError("--system-prompt" + ("-file is empty" if path else " is blank"))
+    return {"temperature": temperature, "system_prompt": prompt}
 
 
 def _add_celery_options(parser: CommandParser) -> None:
@@ -212,6 +263,7 @@ def _add_extension_options(parser: CommandParser) -> None:
 #: The option groups of ``run_eval --help``, in its order.
 _OPTION_GROUPS = (
     _add_run_options,
+    _add_agent_options,
     _add_celery_options,
     _add_model_options,
     _add_report_options,
@@ -243,6 +295,9 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         judge_model=opts["judge_model"],
         split=opts["split"],
         tags=opts["tags"],
+        sample=opts.get("sample"),
+        seed=opts.get("seed"),
+        **agent_options(opts),
     )
 
 
@@ -259,13 +314,7 @@ class Command(BaseCommand):
     help = "Run the agent over a dataset (registered name, 'demo', or a .jsonl file) and record predictions."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        for add in (
-            _add_run_options,
-            _add_celery_options,
-            _add_model_options,
-            _add_report_options,
-            _add_extension_options,
-        ):
+        for add in _OPTION_GROUPS:
             add(parser)
 
     def handle(self, *args: Any, **opts: Any) -> None:
@@ -330,6 +379,8 @@ class Command(BaseCommand):
             _write_json(json_path, result, outcome)
         if result.run.config.get("provider") == "local":
             self.stdout.write(EMBEDDED_MODEL_NOTE)
+        if result.dataset.name == "demo":  # make demo: what it got wrong, and what next
+            self.stdout.write("\n".join(demo_epilogue(result.run)))
 
     def _ci_reports(
         self,

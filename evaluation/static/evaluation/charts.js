@@ -13,6 +13,25 @@
   const ORANGE = "rgba(230, 126, 34, 0.75)";
   const GREY = "rgba(60, 60, 60, 0.55)";
   const PALETTE = ["#3674b5", "#e67e22", "#27ae60", "#c0392b", "#8e44ad", "#16a085", "#7f8c8d", "#d35400"];
+  // One colour per stop reason on every run's report (not by position: the
+  // same reason was green on one run and red on the next).
+  const STOP_COLOURS = {
+    final: "#27ae60",
+    asked: "#3674b5",
+    empty_answer: "#e67e22",
+    length: "#d35400",
+    max_steps: "#8e44ad",
+    approval_required: "#16a085",
+    approval_rejected: "#1abc9c",
+    cancelled: "#7f8c8d",
+    timeout: "#f1c40f",
+    context_overflow: "#6d214f",
+    provider_error: "#c0392b",
+    error: "#922b21",
+  };
+  function stopColour(reason) {
+    return STOP_COLOURS[reason] || "#34495e";
+  }
 
   function pct(value) {
     return value === null || value === undefined ? "—" : (value * 100).toFixed(1) + "%";
@@ -96,7 +115,7 @@
       type: "doughnut",
       data: {
         labels: data.stop_reasons.labels,
-        datasets: [{ data: data.stop_reasons.counts, backgroundColor: PALETTE }],
+        datasets: [{ data: data.stop_reasons.counts, backgroundColor: data.stop_reasons.labels.map(stopColour) }],
       },
       options: { plugins: { legend: { position: "right" } } },
     });

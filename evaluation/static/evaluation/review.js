@@ -1,9 +1,22 @@
 // The review page's keyboard (evaluation.admin.annotation): 1-9 pick a label
-// and save it (then the next item comes), j / ArrowRight the next item,
-// k / ArrowLeft the previous one. Keys typed into the note or the corrected
+// and save it (the page comes back with the item's automatic score), n the
+// next item to label, j / ArrowRight the next item, k / ArrowLeft the
+// previous one. "Save" stays disabled until a label is chosen. Keys typed into the note or the corrected
 // answer are text, not shortcuts.
 (function () {
   "use strict";
+  function enableSave() {
+    const save = document.getElementById("review-save");
+    if (save) {
+      save.disabled = false;
+      save.removeAttribute("title");
+    }
+  }
+  document.addEventListener("change", function (event) {
+    if (event.target && event.target.name === "label") {
+      enableSave();
+    }
+  });
   document.addEventListener("keydown", function (event) {
     const target = event.target;
     if (target && (target.tagName === "TEXTAREA" || (target.tagName === "INPUT" && target.type === "text"))) {
@@ -22,7 +35,8 @@
       }
       return;
     }
-    const link = (event.key === "j" || event.key === "ArrowRight") ? document.getElementById("review-next")
+    const link = event.key === "n" ? document.getElementById("review-continue")
+      : (event.key === "j" || event.key === "ArrowRight") ? document.getElementById("review-next")
       : (event.key === "k" || event.key === "ArrowLeft") ? document.getElementById("review-previous") : null;
     if (link) {
       event.preventDefault();

@@ -178,9 +178,13 @@
     var bar = el("div", "bar");
     this.statusEl = el("span", "badge status", "");
     this.phaseEl = el("span", "badge phase", "");
+    // a working sign from the turn's first second (queued included), until it ends
+    this.workingEl = el("span", "badge working", "working…");
+    this.workingEl.setAttribute("role", "status");
     this.liveEl = el("span", "badge live", "reconnecting…");
     this.liveEl.hidden = true;
     bar.appendChild(this.statusEl);
+    bar.appendChild(this.workingEl);
     bar.appendChild(this.phaseEl);
     bar.appendChild(this.liveEl);
     bar.appendChild(el("span", "spacer"));
@@ -227,6 +231,7 @@
     this.statusEl.className = "badge status status-" + this.status;
     this.phaseEl.textContent = this.phase === "load" ? "loading the model…" : this.phase ? "phase: " + this.phase : "";
     this.phaseEl.hidden = !this.phase || !ACTIVE[this.status];
+    this.workingEl.hidden = !ACTIVE[this.status] || this.status === "waiting";
     var s = this.status;
     this.buttons.cancel.hidden = !(ACTIVE[s] || s === "interrupted");
     this.buttons.retry.hidden = !(s === "failed" || s === "interrupted" || s === "cancelled");
