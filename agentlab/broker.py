@@ -43,7 +43,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 __all__ = ["Channel", "Transport"]
 
 
-class Channel(kombu_redis.Channel):  # type: ignore[misc]  # kombu ships no type hints
+class Channel(kombu_redis.Channel):
     """kombu's Redis channel whose connection parameters outlive the
     connection info (see the module docstring)."""
 
@@ -56,12 +56,12 @@ class Channel(kombu_redis.Channel):  # type: ignore[misc]  # kombu ships no type
             if asynchronous not in saved:
                 raise RedisConnectionError("the broker connection is closed (its connection info is gone)")
             return dict(saved[asynchronous])
-        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)
+        params: dict[str, Any] = super()._connparams(asynchronous=asynchronous)  # type: ignore[misc]  # not in the stubs
         saved[asynchronous] = dict(params)
         return params
 
 
-class Transport(kombu_redis.Transport):  # type: ignore[misc]
+class Transport(kombu_redis.Transport):
     """kombu's Redis transport with :class:`Channel`."""
 
     Channel = Channel

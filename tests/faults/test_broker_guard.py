@@ -12,6 +12,7 @@ guarded one raises a connection error while Redis is down (ignored by
 from __future__ import annotations
 
 import shutil
+from typing import Any
 
 import pytest
 from kombu import Connection, Exchange, Queue
@@ -40,7 +41,8 @@ def holding_one_unacked(url: str, transport: str | None) -> tuple[Connection, li
     got: list = []
     conn.Consumer(queue, callbacks=[lambda body, message: got.append(body)], accept=["json"]).consume()
     conn.drain_events(timeout=5)
-    assert got == [{"turn": 1}] and len(conn.default_channel.qos._delivered) == 1
+    channel: Any = conn.default_channel
+    assert got == [{"turn": 1}] and len(channel.qos._delivered) == 1
     return conn, got
 
 
@@ -56,7 +58,7 @@ def test_the_guarded_channel_meets_redis_down_as_a_connection_error(redis):
     conn, _ = holding_one_unacked(redis.url(1), "agentlab.broker:Transport")
     redis.shutdown_nosave()
     conn.transport.client = None
-    channel = conn.default_channel
+    channel: Any = conn.default_channel
     conn.maybe_close_channel(channel)  # a connection error, ignored: the worker reconnects
     assert channel.closed
 
