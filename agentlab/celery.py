@@ -22,6 +22,7 @@ queue; deployments (and the end-to-end test) sharing one broker use their own.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from typing import Any
@@ -67,13 +68,40 @@ def _close_mcp_sessions(**kwargs: Any) -> None:
     mcp_hub_close()
 
 
+#: Longest a process's exit waits for its queued spans to be exported (seconds).
+TRACE_FLUSH_S = 5.0
+
+
+@worker_shutdown.connect
+def _flush_traces_at_shutdown(**kwargs: Any) -> None:
+    """The worker's main process stops: export the spans still queued (the
+    threads pool's turns), waiting at most :data:`TRACE_FLUSH_S`."""
+    _flush_traces()
+
+
 @worker_process_shutdown.connect
 def _metrics_process_gone(pid: int | None = None, **kwargs: Any) -> None:
-    """A prefork child exits: its live gauges leave the multiprocess sum
-    (``agentlab.telemetry.metrics.process_gone``)."""
+    """A prefork child exits: its queued spans are exported first (it leaves
+    with ``os._exit``, so no ``atexit`` would: ``--max-tasks-per-child 1``
+    lost every turn's spans), bounded by :data:`TRACE_FLUSH_S`; then its live
+    gauges leave the multiprocess sum (``agentlab.telemetry.metrics.process_gone``)."""
     from agentlab.telemetry.metrics import process_gone
 
+    _flush_traces()
     process_gone(pid)
+
+
+def _flush_traces() -> None:
+    """``flush_tracing`` bounded by :data:`TRACE_FLUSH_S`; a failure is logged, never raised."""
+    from agentlab.telemetry import flush_tracing
+
+    try:
+        if not flush_tracing(TRACE_FLUSH_S):
+            logging.getLogger(__name__).warning(
+                "spans still queued after %g s at exit were not exported", TRACE_FLUSH_S
+            )
+    except Exception:  # an exit must not fail on its telemetry
+        logging.getLogger(__name__).warning("flushing the spans at exit failed", exc_info=True)
 
 
 @worker_ready.connect

@@ -266,6 +266,9 @@ CELERY_BROKER_CONNECTION_MAX_RETRIES = None
 CELERY_BROKER_HEARTBEAT = 30
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"health_check_interval": 30, "socket_keepalive": True}
+    # kombu's Redis transport with a guard: a Redis restart while the worker
+    # holds unacked turns ended the worker (agentlab/broker.py says how)
+    CELERY_BROKER_TRANSPORT = "agentlab.broker:Transport"
 # a turn in flight goes on after a broker loss: its redelivered message is a
 # duplicate the driver's conditional claim turns into a no-op
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

@@ -111,6 +111,9 @@ def _score(evaluator: OnlineEvaluator, turn: Turn) -> ScoringOutcome:
     existing = OnlineScore.objects.filter(turn_id=turn_id, evaluator_id=evaluator_id).first()
     if existing is not None:
         return ScoringOutcome("exists", existing)
+    finished_at = turn.finished_at
+    if finished_at is None:
+        return ScoringOutcome("not finished")
     results, usage = turn_results(evaluator, turn)
     value, passed = combine(results)
     fields = safe_fields(
@@ -125,7 +128,7 @@ def _score(evaluator: OnlineEvaluator, turn: Turn) -> ScoringOutcome:
     try:
         with transaction.atomic():
             score = OnlineScore.objects.create(
-                turn_id=turn_id, evaluator=evaluator, turn_finished_at=turn.finished_at, **fields
+                turn_id=turn_id, evaluator=evaluator, turn_finished_at=finished_at, **fields
             )
     except IntegrityError:
         # another delivery of the same task wrote it first

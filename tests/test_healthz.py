@@ -16,6 +16,13 @@ from tests.redis_support import LAYER_URL, REDIS
 pytestmark = pytest.mark.django_db
 
 
+@pytest.fixture(autouse=True)
+def _check_connection_closed():
+    """The database check's thread keeps its connection: closed after each test."""
+    yield
+    health.database_check_close()
+
+
 def test_readyz_is_ok_when_the_database_and_the_channel_layer_answer(client):
     response = client.get("/readyz")
     assert response.status_code == 200

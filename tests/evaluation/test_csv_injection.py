@@ -129,7 +129,9 @@ def test_the_admins_csv_download_is_neutralised_too(exported, django_user_model)
     )
     client = Client()
     client.force_login(staff)
-    run = Prediction.objects.first().run  # type: ignore[union-attr]
+    first = Prediction.objects.first()
+    assert first is not None
+    run = first.run
     response = client.post(
         reverse("admin:evaluation_run_changelist"),
         {"action": "export_predictions_csv", "_selected_action": [run.pk]},

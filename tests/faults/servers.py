@@ -129,18 +129,22 @@ class PrivatePostgres:
 class PrivateRedis:
     """A throw-away ``redis-server`` on a free port of 127.0.0.1 that saves
     its data when stopped (as a production Redis with snapshots does), so a
-    restart keeps the broker's queues."""
+    restart keeps the broker's queues; ``persist=False``: one that keeps
+    nothing (``--save ''``), stopped by :meth:`shutdown_nosave` as the
+    incident of issue 47 did."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, persist: bool = True) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="agentlab-redis-"))
         self.port = free_port()
+        self.persist = persist
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> PrivateRedis:
+        save = "3600 1" if self.persist else ""
         with (self.dir / "redis.log").open("ab") as log:
             self.process = subprocess.Popen(
                 ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
-                 "--save", "3600 1", "--appendonly", "no", "--daemonize", "no"],
+                 "--save", save, "--appendonly", "no", "--daemonize", "no"],
                 stdout=log, stderr=subprocess.STDOUT,
             )  # fmt: skip
         wait_for_port(self.port, timeout=20, process=self.process, what="redis-server")
@@ -155,6 +159,12 @@ class PrivateRedis:
         self.stop()
         time.sleep(down_s)
         self.start()
+
+    def shutdown_nosave(self) -> None:
+        """``redis-cli shutdown nosave``: stop at once, keeping nothing."""
+        subprocess.run(["redis-cli", "-p", str(self.port), "shutdown", "nosave"], timeout=20, check=False)
+        if self.process is not None:
+            self.process.wait(timeout=20)
 
     def url(self, db: int) -> str:
         return f"redis://127.0.0.1:{self.port}/{db}"
