@@ -91,6 +91,7 @@ def _cell(pair: PairRow, *, flipped: bool, alpha: float) -> dict[str, Any]:
         "p_holm": DASH if pair.p_holm is None else p_text(pair.p_holm),
         "significant": pair.p_holm is not None and pair.p_holm < alpha,
         "n": pair.n,
+        "detectable": DASH if pair.detectable is None else f"±{pair.detectable * 100:.1f} pp",
         "url": compare_url(pair.a_pk, pair.b_pk) if flipped else compare_url(pair.b_pk, pair.a_pk),
     }
 

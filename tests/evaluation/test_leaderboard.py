@@ -180,6 +180,14 @@ def test_each_pair_is_exact_mcnemar_and_holm_adjusted_across_all_pairs(abc):
     assert [p.difference for p in board.pairs] == pytest.approx([1 / 40, 25 / 40, 24 / 40])
     assert [p.n for p in board.pairs] == [40, 40, 40]
     assert {p.test for p in board.pairs} == {"exact McNemar"}
+    # what each pair could detect with 80 % power, at alpha over the 3 pairs (Holm's first step)
+    from evaluation.compare.power import detectable_difference
+
+    discordant = [1, 25, 26]  # A–B: q0; A–C: q5..q29; B–C: q0 and q5..q29
+    assert [p.detectable for p in board.pairs] == pytest.approx(
+        [detectable_difference(40, discordant=d, alpha=0.05, pairs=3) for d in discordant]
+    )
+    assert all(p.detectable is not None and 0 < p.detectable < 1 for p in board.pairs)
 
 
 def test_the_top_group_holds_the_variants_tied_with_the_best(abc):
@@ -481,6 +489,7 @@ def test_the_experiment_page_is_the_leaderboard(abc, admin_client):
     assert a_c["url"] == compare_url(runs["C"].pk, runs["A"].pk)
     c_a = matrix[2]["cells"][0]
     assert c_a["difference"] == "-62.5 pp" and c_a["url"] == compare_url(runs["A"].pk, runs["C"].pk)
+    assert a_c["detectable"].startswith("±") and f"could detect {a_c['detectable']}" in html
     assert matrix[1]["cells"][1] is None
     assert 'id="pairs"' in html and f'href="{compare_url(runs["C"].pk, runs["A"].pk)}"' in html
     assert html.count('class="al-pair') == 6
