@@ -33,8 +33,9 @@ from evaluation.compare.charts import comparison_chart_data
 from evaluation.compare.comparison_table import accuracy_rows, delta_sections
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.selectors import run_previous_on_dataset
-from evaluation.compare.services import run_compare, run_slices
+from evaluation.compare.services import run_compare
 from evaluation.compare.shapes import ExamplePair, PairSide
+from evaluation.compare.slice_data import run_slices
 from evaluation.metrics.report_data import run_report_data
 from evaluation.models import Run
 from evaluation.selectors import dataset_accuracy_trend, run_latencies, run_stored_metrics

@@ -21,7 +21,8 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
 from common.errors import AgentLabError, BadInput
 from evaluation.compare.comparison_table import format_comparison, format_slices
-from evaluation.compare.services import run_compare_ids, run_slices_ids
+from evaluation.compare.services import run_compare_ids
+from evaluation.compare.slice_data import run_slices_ids
 from evaluation.compare.slices import DEFAULT_FDR
 
 
