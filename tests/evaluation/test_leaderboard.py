@@ -230,6 +230,47 @@ def test_the_pareto_frontier_leaves_out_dominated_variants_and_unknown_costs():
     assert unpriced.cost is None and unpriced.cost_per_correct is None
     text = leaderboard_text(board)
     assert "cost unknown, so not on the frontier: unpriced" in text
+    # with uncertainty (issue 43): every example costs the same here, so each cost interval is a
+    # point; the accuracies' Wilson intervals decide the rest. cheap (75 %, $0.04) could be as
+    # accurate as best (90 %: Wilson 0.70–0.97; cheap's reaches 0.89) for less: best's place is
+    # open; nothing cheaper could reach cheap's or cheapest's accuracy, so theirs is decided;
+    # nothing dominates "same but dearer" or "worse and dearer" for certain
+    by_name = {v.name: v for v in board.variants}
+    assert by_name["cheap"].cost_per_example == pytest.approx(0.002)
+    assert by_name["cheap"].cost_ci == pytest.approx((0.002, 0.002))
+    assert board.frontier_undecided == ["best", "same but dearer", "worse and dearer"]
+    assert "not decided by the intervals (more examples could move it): best, same but dearer" in text
+    assert leaderboard_json(board)["variants"][1]["cost_per_example_ci"] == pytest.approx([0.01, 0.01])
+
+
+def test_the_frontier_uncertainty_rules():
+    from evaluation.experiments.frontier import cost_interval, frontier_undecided
+
+    def point(name, acc, cost):
+        return {
+            "name": name,
+            "acc_low": acc[0],
+            "acc_high": acc[1],
+            "cost_low": cost[0],
+            "cost_high": cost[1],
+        }
+
+    # B's cost interval reaches below A's upper bound and its accuracy reaches A's: A's place is open
+    points = [
+        point("A", (0.6, 0.8), (1.0, 2.0)),
+        point("B", (0.7, 0.9), (1.8, 3.0)),
+        point("C", (0.1, 0.2), (5, 6)),
+    ]
+    assert frontier_undecided(points, {"A", "B"}) == ["A", "B"]
+    # far apart, everything is decided; C is dominated for certain by A
+    points[1] = point("B", (0.85, 0.95), (4.0, 4.5))
+    assert frontier_undecided(points, {"A", "B"}) == []
+    # the bootstrap interval of a mean cost holds the mean and is seeded (the same every time)
+    interval = cost_interval([0.001, 0.002, 0.003, 0.010] * 10)
+    assert interval is not None and interval.low < interval.mean < interval.high
+    assert interval.mean == pytest.approx(0.004)
+    assert interval == cost_interval([0.001, 0.002, 0.003, 0.010] * 10)
+    assert cost_interval([]) is None
 
 
 def test_ties_in_accuracy_go_to_the_cheaper_variant_then_the_name():
