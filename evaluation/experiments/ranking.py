@@ -28,7 +28,10 @@ they are:
 - **Pareto frontier** on accuracy vs total cost: the ranked variants with a
   known cost that no other such variant dominates (at least as accurate and at
   most as costly, and strictly better in one). A variant of unknown cost is
-  not on it (``cost_unknown`` names them).
+  not on it (``cost_unknown`` names them). With uncertainty
+  (``evaluation.experiments.frontier``): each variant's cost per example with
+  a bootstrap interval, and the variants whose place the intervals leave
+  undecided (``frontier_undecided``).
 """
 
 from __future__ import annotations
