@@ -243,6 +243,9 @@ class LeaderboardVariantOut(Schema):
     cost_per_correct: float | None = Field(description="USD per correct answer; null: unknown, or none right")
     top_group: bool = Field(description="not significantly worse than the best at alpha (Holm-adjusted)")
     pareto: bool = Field(description="on the Pareto frontier of accuracy vs total cost")
+    cost_per_example: float | None = Field(description="mean cost per example in USD; null: unknown")
+    cost_per_example_ci: list[float] | None = Field(description="its 95% bootstrap interval over examples")
+    frontier_undecided: bool = Field(description="its place on the frontier is not decided by the intervals")
     per_task_type: dict[str, dict[str, Any]]
     tokens: dict[str, int]
     latency_p50_s: float | None
@@ -275,6 +278,7 @@ class LeaderboardOut(Schema):
     top_group: list[str]
     frontier: list[str] = Field(description="the Pareto frontier, by ascending cost")
     cost_unknown: list[str] = Field(description="finished variants of unknown cost: not on the frontier")
+    frontier_undecided: list[str] = Field(description="variants whose place on the frontier is not decided")
 
 
 @router.get(

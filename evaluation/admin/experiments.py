@@ -91,6 +91,7 @@ def _cell(pair: PairRow, *, flipped: bool, alpha: float) -> dict[str, Any]:
         "p_holm": DASH if pair.p_holm is None else p_text(pair.p_holm),
         "significant": pair.p_holm is not None and pair.p_holm < alpha,
         "n": pair.n,
+        "detectable": DASH if pair.detectable is None else f"±{pair.detectable * 100:.1f} pp",
         "url": compare_url(pair.a_pk, pair.b_pk) if flipped else compare_url(pair.b_pk, pair.a_pk),
     }
 
@@ -115,10 +116,18 @@ def pair_matrix(board: Leaderboard) -> list[dict[str, Any]]:
     return rows
 
 
+def _cost_bounds(v: Any) -> dict[str, float | None]:
+    if not (v.cost_ci and v.cost_per_example and v.cost is not None):
+        return {"x_low": None, "x_high": None}
+    examples = v.cost / v.cost_per_example
+    return {"x_low": v.cost_ci[0] * examples, "x_high": v.cost_ci[1] * examples}
+
+
 def chart_data(board: Leaderboard) -> dict[str, Any]:
     """What ``leaderboard.js`` draws: ``points`` (each ranked variant of known
     cost and accuracy: ``name``, ``x`` cost in USD, ``y`` accuracy, its
-    interval, ``top_group``, ``pareto``, ``url`` of its report), ``frontier``
+    interval, ``x_low``/``x_high`` the cost's bootstrap interval, ``top_group``,
+    ``pareto``, ``undecided`` (its frontier place), ``url`` of its report), ``frontier``
     (the frontier's points by ascending cost) and ``cost_unknown`` (names)."""
     points = [
         {
@@ -130,6 +139,9 @@ def chart_data(board: Leaderboard) -> dict[str, Any]:
             "top_group": v.top_group,
             "pareto": v.pareto,
             "url": report_url(v.run_pk),
+            # the cost's 95 % bootstrap interval on the total-cost axis (per example × examples)
+            **_cost_bounds(v),
+            "undecided": v.frontier_undecided,
         }
         for v in board.variants
         if v.rank is not None and v.cost is not None and v.accuracy is not None

@@ -30,11 +30,12 @@ from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.annotation.alignment import human_accuracy
 from evaluation.compare.charts import comparison_chart_data
-from evaluation.compare.comparison_table import accuracy_rows, delta_sections
+from evaluation.compare.comparison_table import accuracy_rows, delta_sections, slice_rows
 from evaluation.compare.pairing import few_examples_warning, unfinished_warning, versions_note
 from evaluation.compare.selectors import run_previous_on_dataset
-from evaluation.compare.services import run_compare, run_slices
+from evaluation.compare.services import run_compare
 from evaluation.compare.shapes import ExamplePair, PairSide
+from evaluation.compare.slice_data import run_slices
 from evaluation.compare.trajectory_table import trajectory_page
 from evaluation.datasets.subsets import subset_words
 from evaluation.metrics.report_data import run_report_data
@@ -143,6 +144,7 @@ class RunReportViews(StaffReadOnlyAdmin):
         except AgentLabError as exc:
             context = self._context(request, title, base=base, candidate=candidate, error=str(exc))
             return TemplateResponse(request, "admin/evaluation/run/compare.html", context, status=400)
+        slices = run_slices(base=base, candidate=candidate)
         context = self._context(
             request,
             title,
@@ -152,7 +154,8 @@ class RunReportViews(StaffReadOnlyAdmin):
             charts=comparison_chart_data(comparison),
             delta_sections=delta_sections(comparison),
             accuracy_rows=accuracy_rows(comparison),
-            slices=run_slices(base=base, candidate=candidate),
+            slices=slices,
+            slice_rows=slice_rows(slices),
             swap_url=compare_url(candidate.pk, base.pk),
             unfinished=unfinished_warning(comparison),
             few_examples=few_examples_warning(comparison),

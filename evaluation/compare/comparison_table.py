@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     # the admin (rich is about a tenth of a command's start-up)
     from rich.table import Table
 
-__all__ = ["format_comparison", "format_slices"]
+__all__ = ["format_comparison", "format_slices", "slice_rows"]
 
 _DASH = "—"
 
@@ -235,6 +235,20 @@ def _delta_tables(comparison: Comparison) -> list[Table]:
     return tables
 
 
+def slice_rows(report: SliceReport) -> list[list[str]]:
+    """The regression slices' rows as the CLI prints them (accuracies in %,
+    the difference in pp, p and q to four places or in e-notation): slice,
+    examples, base, candidate, difference, fixed, broken, p, q. The admin's
+    comparison page shows these."""
+    return [
+        [
+            r["slice"], str(r["examples"]), _pct(r["base_accuracy"]), _pct(r["candidate_accuracy"]),
+            _pp(r["difference"]), str(r["fixed"]), str(r["broken"]), _p(r["p_value"]), _p(r["q_value"]),
+        ]
+        for r in report["regressions"]
+    ]  # fmt: skip
+
+
 def format_slices(report: SliceReport, *, width: int = 120) -> str:
     """The regression slices (``evaluation.compare.slices``) as a table: each
     slice where the candidate is worse below the FDR, with its counts,
@@ -244,11 +258,8 @@ def format_slices(report: SliceReport, *, width: int = 120) -> str:
     table = Table(title=f"Regression slices: candidate worse, Benjamini–Hochberg q < {report['fdr']:g}")
     for name in ("slice", "examples", "base", "candidate", "difference", "fixed", "broken", "p", "q"):
         table.add_column(name, justify="left" if name == "slice" else "right")
-    for r in report["regressions"]:
-        table.add_row(
-            r["slice"], str(r["examples"]), _pct(r["base_accuracy"]), _pct(r["candidate_accuracy"]),
-            _pp(r["difference"]), str(r["fixed"]), str(r["broken"]), _p(r["p_value"]), _p(r["q_value"]),
-        )  # fmt: skip
+    for row in slice_rows(report):
+        table.add_row(*row)
     found = len(report["regressions"])
     table.caption = (
         f"{report['tested']} slices tested, {found} with the candidate worse at q < {report['fdr']:g}"

@@ -16,7 +16,6 @@ from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
 from evaluation.compare.shapes import CONFIDENCE, Comparison, Detectable, RunSide
-from evaluation.compare.slices import DEFAULT_FDR, SliceReport, regression_slices
 from evaluation.compare.trajectory_view import trajectory_comparison
 from evaluation.datasets.versions import versions_compared
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
@@ -113,24 +112,6 @@ def comparison_detectable(comparison: Comparison, *, alpha: float = 0.05, pairs:
         alpha=alpha,
         pairs=pairs,
     )
-
-
-def run_slices_ids(*, base_run_id: str, candidate_run_id: str, fdr: float) -> SliceReport:
-    """The regression slices of ``candidate_run_id`` against ``base_run_id``
-    (``evaluation.compare.slices``). Raises ``NotFound`` for an unknown run,
-    ``BadInput`` for runs on different datasets or one run twice, and
-    ``ValueError`` for ``fdr`` outside (0, 1)."""
-    return run_slices(base=run_get(run_id=base_run_id), candidate=run_get(run_id=candidate_run_id), fdr=fdr)
-
-
-def run_slices(*, base: Run, candidate: Run, fdr: float = DEFAULT_FDR) -> SliceReport:
-    """The regression slices of ``candidate`` against ``base`` (the admin's
-    comparison page shows them). Raises as :func:`run_slices_ids`."""
-    from evaluation.compare.slice_data import run_slice_examples
-
-    if base.pk == candidate.pk or base.dataset_id != candidate.dataset_id:
-        run_compare(base=base, candidate=candidate)  # raises the comparison's own BadInput
-    return regression_slices(run_slice_examples(base=base, candidate=candidate), fdr=fdr)
 
 
 def run_compare_ids(*, base_run_id: str, candidate_run_id: str) -> Comparison:

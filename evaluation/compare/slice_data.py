@@ -9,6 +9,8 @@ called (sorted, joined by ``+``; ``none``); the base run's ``scorer``; and
 A feature with one value only is left out: its slice is every example, the
 comparison's overall test. Runs with epochs are reduced to each example's
 majority vote (``evaluation.compare.over_epochs.majority_rows``).
+:func:`run_slices` (the admin's comparison page) and :func:`run_slices_ids`
+(``compare_runs --slices``) load them and call ``slices.regression_slices``.
 """
 
 from __future__ import annotations
@@ -17,14 +19,16 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
+from common.errors import BadInput
 from evaluation.compare.over_epochs import majority_rows
 from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.shapes import ComparedRow
-from evaluation.compare.slices import MAX_VALUES, SliceExample
+from evaluation.compare.slices import DEFAULT_FDR, MAX_VALUES, SliceExample, SliceReport, regression_slices
 from evaluation.models import Example, Prediction, Run
+from evaluation.selectors import run_get
 from turns.models import EventType, TurnEvent
 
-__all__ = ["run_slice_examples"]
+__all__ = ["run_slice_examples", "run_slices", "run_slices_ids"]
 
 #: Tools every answer calls: they say nothing about the example.
 _ENDING_TOOLS = frozenset({"final_answer", "ask_user"})
@@ -107,3 +111,24 @@ def run_slice_examples(*, base: Run, candidate: Run) -> list[SliceExample]:
         chosen: dict[str, Any] = {k: v for k, v in f.items() if k in kept}
         result.append(SliceExample(row.example_id, bool(row.correct), bool(other.correct), chosen))
     return result
+
+
+def run_slices_ids(*, base_run_id: str, candidate_run_id: str, fdr: float) -> SliceReport:
+    """The regression slices of ``candidate_run_id`` against ``base_run_id``
+    (``evaluation.compare.slices``). Raises ``NotFound`` for an unknown run,
+    ``BadInput`` for runs on different datasets or one run twice, and
+    ``ValueError`` for ``fdr`` outside (0, 1)."""
+    return run_slices(base=run_get(run_id=base_run_id), candidate=run_get(run_id=candidate_run_id), fdr=fdr)
+
+
+def run_slices(*, base: Run, candidate: Run, fdr: float = DEFAULT_FDR) -> SliceReport:
+    """The regression slices of ``candidate`` against ``base`` (the admin's
+    comparison page shows them). Raises as :func:`run_slices_ids`."""
+    if base.pk == candidate.pk:
+        raise BadInput(f"cannot compare run {base.run_id!r} with itself: give two different runs")
+    if base.dataset_id != candidate.dataset_id:
+        raise BadInput(
+            f"runs {base.run_id!r} and {candidate.run_id!r} are on different datasets: slices pair the same "
+            "examples, so both runs must be on one dataset"
+        )
+    return regression_slices(run_slice_examples(base=base, candidate=candidate), fdr=fdr)

@@ -177,6 +177,16 @@ def _notes(board: Mapping[str, Any]) -> list[str]:
         notes.append(f"not ranked (not finished): {listed}")
     if board["cost_unknown"]:
         notes.append(f"cost unknown, so not on the frontier: {', '.join(board['cost_unknown'])}")
+    costs = [v for v in board["variants"] if v.get("cost_per_example_ci")]
+    if costs:
+        notes.append("cost per example, 95% bootstrap interval: " + "; ".join(
+            f"{v['name']} ${v['cost_per_example']:.5f} (${v['cost_per_example_ci'][0]:.5f}–"
+            f"${v['cost_per_example_ci'][1]:.5f})" for v in costs))  # fmt: skip
+    if board.get("frontier_undecided"):
+        notes.append(
+            "frontier place not decided by the intervals (more examples could move it): "
+            + ", ".join(board["frontier_undecided"])
+        )
     if ranked == 1:
         notes.append("one finished variant: no pairs to compare")
     elif ranked == 0:

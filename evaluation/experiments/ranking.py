@@ -28,7 +28,10 @@ they are:
 - **Pareto frontier** on accuracy vs total cost: the ranked variants with a
   known cost that no other such variant dominates (at least as accurate and at
   most as costly, and strictly better in one). A variant of unknown cost is
-  not on it (``cost_unknown`` names them).
+  not on it (``cost_unknown`` names them). With uncertainty
+  (``evaluation.experiments.frontier``): each variant's cost per example with
+  a bootstrap interval, and the variants whose place the intervals leave
+  undecided (``frontier_undecided``).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from evaluation.compare.bootstrap import RESAMPLES, SEED, paired_bootstrap
 from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
+from evaluation.experiments.frontier import mark_uncertainty, pareto_frontier
 from evaluation.experiments.leaderboard_table import format_leaderboard
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
@@ -101,6 +105,10 @@ class VariantRow:
     rank: int | None = None
     top_group: bool = False
     pareto: bool = False
+    #: mean cost per example (USD) and its 95 % bootstrap interval (``evaluation.experiments.frontier``)
+    cost_per_example: float | None = None
+    cost_ci: tuple[float, float] | None = None
+    frontier_undecided: bool = False
 
 
 @dataclass(frozen=True)
@@ -142,6 +150,7 @@ class Leaderboard:
     top_group: list[str] = field(default_factory=list)
     frontier: list[str] = field(default_factory=list)
     cost_unknown: list[str] = field(default_factory=list)
+    frontier_undecided: list[str] = field(default_factory=list)
 
 
 def experiment_get(name: str) -> Experiment:
@@ -315,21 +324,6 @@ def _top_group(ranked: list[VariantRow], pairs: list[PairRow], alpha: float) -> 
     return [v.name for v in ranked if v.name not in worse]
 
 
-def _frontier(ranked: list[VariantRow]) -> tuple[list[str], list[str]]:
-    """The Pareto frontier on accuracy vs total cost (names by ascending cost,
-    then higher accuracy) and the ranked variants of unknown cost."""
-    known = [(v, v.accuracy, v.cost) for v in ranked if v.cost is not None and v.accuracy is not None]
-
-    def dominated(accuracy: float, cost: float) -> bool:
-        return any(acc >= accuracy and c <= cost and (acc > accuracy or c < cost) for _, acc, c in known)
-
-    frontier = sorted(
-        ((acc, c, v) for v, acc, c in known if not dominated(acc, c)), key=lambda t: (t[1], -t[0], t[2].name)
-    )
-    frontier_names = [v.name for _, _, v in frontier]
-    return frontier_names, [v.name for v in ranked if v.cost is None]
-
-
 def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leaderboard:
     """The leaderboard of ``experiment`` at significance level ``alpha``
     (``None``: the experiment's own ``alpha``), from its stored runs and
@@ -348,7 +342,8 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
     unranked = sorted((v for v in rows if v.status != RunStatus.SUCCESS), key=lambda v: v.name)
     pairs = _pairs(ranked, runs, level)
     top_group = _top_group(ranked, pairs, level)
-    frontier, cost_unknown = _frontier(ranked)
+    frontier, cost_unknown = pareto_frontier(ranked)
+    undecided = mark_uncertainty(ranked, runs, frontier)
     for rank, v in enumerate(ranked, start=1):
         v.rank, v.top_group, v.pareto = rank, v.name in top_group, v.name in frontier
     return Leaderboard(
@@ -362,6 +357,7 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
         top_group=top_group,
         frontier=frontier,
         cost_unknown=cost_unknown,
+        frontier_undecided=undecided,
     )
 
 
@@ -397,6 +393,9 @@ def _variant_json(v: VariantRow) -> dict[str, Any]:
         "pass_at_k": v.pass_at_k,
         "cost": v.cost,
         "cost_per_correct": v.cost_per_correct,
+        "cost_per_example": v.cost_per_example,
+        "cost_per_example_ci": list(v.cost_ci) if v.cost_ci else None,
+        "frontier_undecided": v.frontier_undecided,
         "top_group": v.top_group,
         "pareto": v.pareto,
         "per_task_type": v.per_task_type,
@@ -434,6 +433,7 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "top_group": list(board.top_group),
         "frontier": list(board.frontier),
         "cost_unknown": list(board.cost_unknown),
+        "frontier_undecided": list(board.frontier_undecided),
     }
 
 

@@ -180,6 +180,14 @@ def test_each_pair_is_exact_mcnemar_and_holm_adjusted_across_all_pairs(abc):
     assert [p.difference for p in board.pairs] == pytest.approx([1 / 40, 25 / 40, 24 / 40])
     assert [p.n for p in board.pairs] == [40, 40, 40]
     assert {p.test for p in board.pairs} == {"exact McNemar"}
+    # what each pair could detect with 80 % power, at alpha over the 3 pairs (Holm's first step)
+    from evaluation.compare.power import detectable_difference
+
+    discordant = [1, 25, 26]  # A–B: q0; A–C: q5..q29; B–C: q0 and q5..q29
+    assert [p.detectable for p in board.pairs] == pytest.approx(
+        [detectable_difference(40, discordant=d, alpha=0.05, pairs=3) for d in discordant]
+    )
+    assert all(p.detectable is not None and 0 < p.detectable < 1 for p in board.pairs)
 
 
 def test_the_top_group_holds_the_variants_tied_with_the_best(abc):
@@ -222,6 +230,47 @@ def test_the_pareto_frontier_leaves_out_dominated_variants_and_unknown_costs():
     assert unpriced.cost is None and unpriced.cost_per_correct is None
     text = leaderboard_text(board)
     assert "cost unknown, so not on the frontier: unpriced" in text
+    # with uncertainty (issue 43): every example costs the same here, so each cost interval is a
+    # point; the accuracies' Wilson intervals decide the rest. cheap (75 %, $0.04) could be as
+    # accurate as best (90 %: Wilson 0.70–0.97; cheap's reaches 0.89) for less: best's place is
+    # open; nothing cheaper could reach cheap's or cheapest's accuracy, so theirs is decided;
+    # nothing dominates "same but dearer" or "worse and dearer" for certain
+    by_name = {v.name: v for v in board.variants}
+    assert by_name["cheap"].cost_per_example == pytest.approx(0.002)
+    assert by_name["cheap"].cost_ci == pytest.approx((0.002, 0.002))
+    assert board.frontier_undecided == ["best", "same but dearer", "worse and dearer"]
+    assert "not decided by the intervals (more examples could move it): best, same but dearer" in text
+    assert leaderboard_json(board)["variants"][1]["cost_per_example_ci"] == pytest.approx([0.01, 0.01])
+
+
+def test_the_frontier_uncertainty_rules():
+    from evaluation.experiments.frontier import cost_interval, frontier_undecided
+
+    def point(name, acc, cost):
+        return {
+            "name": name,
+            "acc_low": acc[0],
+            "acc_high": acc[1],
+            "cost_low": cost[0],
+            "cost_high": cost[1],
+        }
+
+    # B's cost interval reaches below A's upper bound and its accuracy reaches A's: A's place is open
+    points = [
+        point("A", (0.6, 0.8), (1.0, 2.0)),
+        point("B", (0.7, 0.9), (1.8, 3.0)),
+        point("C", (0.1, 0.2), (5, 6)),
+    ]
+    assert frontier_undecided(points, {"A", "B"}) == ["A", "B"]
+    # far apart, everything is decided; C is dominated for certain by A
+    points[1] = point("B", (0.85, 0.95), (4.0, 4.5))
+    assert frontier_undecided(points, {"A", "B"}) == []
+    # the bootstrap interval of a mean cost holds the mean and is seeded (the same every time)
+    interval = cost_interval([0.001, 0.002, 0.003, 0.010] * 10)
+    assert interval is not None and interval.low < interval.mean < interval.high
+    assert interval.mean == pytest.approx(0.004)
+    assert interval == cost_interval([0.001, 0.002, 0.003, 0.010] * 10)
+    assert cost_interval([]) is None
 
 
 def test_ties_in_accuracy_go_to_the_cheaper_variant_then_the_name():
@@ -481,6 +530,7 @@ def test_the_experiment_page_is_the_leaderboard(abc, admin_client):
     assert a_c["url"] == compare_url(runs["C"].pk, runs["A"].pk)
     c_a = matrix[2]["cells"][0]
     assert c_a["difference"] == "-62.5 pp" and c_a["url"] == compare_url(runs["A"].pk, runs["C"].pk)
+    assert a_c["detectable"].startswith("±") and f"could detect {a_c['detectable']}" in html
     assert matrix[1]["cells"][1] is None
     assert 'id="pairs"' in html and f'href="{compare_url(runs["C"].pk, runs["A"].pk)}"' in html
     assert html.count('class="al-pair') == 6

@@ -25,7 +25,8 @@ from common.errors import AgentLabError, BadInput
 from evaluation.ci.outputs import add_report_arguments, report_targets
 from evaluation.ci.reports import comparison_reports
 from evaluation.compare.comparison_table import format_comparison, format_slices
-from evaluation.compare.services import run_compare, run_slices
+from evaluation.compare.services import run_compare
+from evaluation.compare.slice_data import run_slices
 from evaluation.compare.slices import DEFAULT_FDR
 from evaluation.selectors import run_get
 

@@ -2,8 +2,11 @@
  * An experiment's accuracy-vs-cost chart on its leaderboard page, drawn with
  * the vendored Chart.js (vendor/chartjs, no CDN). Every number comes from the
  * page's JSON (evaluation.admin.experiments.chart_data): this file only
- * draws. Each variant is a labelled point (green: the top group), the Pareto
- * frontier a line through its points by ascending cost. The chart is kept in
+ * draws. Each variant is a labelled point (green: the top group) with its
+ * 95% intervals on both axes (accuracy: Wilson or bootstrap; cost: bootstrap
+ * over examples), a dashed ring where its place on the frontier is not
+ * decided by them, and the Pareto frontier a line through its points by
+ * ascending cost. The chart is kept in
  * window.agentlabCharts["chart-frontier"], as charts.js keeps its own, so a
  * browser test can check what it shows.
  */
@@ -36,6 +39,43 @@
       meta.data.forEach((element, i) => {
         const point = chart.data.datasets[0].data[i];
         ctx.fillText(point.name, element.x + 7, element.y - 4);
+      });
+      ctx.restore();
+    },
+  };
+
+  // Each variant's interval on both axes, and a dashed ring where its frontier place is undecided.
+  const intervals = {
+    id: "agentlabIntervals",
+    afterDatasetsDraw(chart) {
+      const ctx = chart.ctx;
+      const x = chart.scales.x;
+      const y = chart.scales.y;
+      ctx.save();
+      ctx.strokeStyle = "rgba(60, 60, 60, 0.55)";
+      ctx.lineWidth = 1.5;
+      chart.data.datasets[0].data.forEach((p) => {
+        const px = x.getPixelForValue(p.x);
+        const py = y.getPixelForValue(p.y);
+        ctx.beginPath();
+        if (p.ci_low !== null && p.ci_high !== null) {
+          ctx.moveTo(px, y.getPixelForValue(p.ci_low));
+          ctx.lineTo(px, y.getPixelForValue(p.ci_high));
+        }
+        if (p.x_low !== null && p.x_high !== null) {
+          ctx.moveTo(x.getPixelForValue(p.x_low), py);
+          ctx.lineTo(x.getPixelForValue(p.x_high), py);
+        }
+        ctx.stroke();
+        if (p.undecided) {
+          ctx.save();
+          ctx.setLineDash([3, 3]);
+          ctx.strokeStyle = "rgba(200, 120, 0, 0.95)";
+          ctx.beginPath();
+          ctx.arc(px, py, 11, 0, 2 * Math.PI);
+          ctx.stroke();
+          ctx.restore();
+        }
       });
       ctx.restore();
     },
@@ -89,7 +129,9 @@
             callbacks: {
               label: (ctx) => {
                 const p = data.points[ctx.dataIndex];
-                return p.name + ": " + pct(p.y) + " (" + pct(p.ci_low) + "–" + pct(p.ci_high) + "), " + usd(p.x);
+                const cost = usd(p.x) + (p.x_low === null ? "" : " (" + usd(p.x_low) + "–" + usd(p.x_high) + ")");
+                const place = p.undecided ? "; frontier place undecided" : "";
+                return p.name + ": " + pct(p.y) + " (" + pct(p.ci_low) + "–" + pct(p.ci_high) + "), " + cost + place;
               },
             },
           },
@@ -103,7 +145,7 @@
           if (hit) window.location.href = data.points[hit.index].url;
         },
       },
-      plugins: [pointLabels],
+      plugins: [pointLabels, intervals],
     });
   }
 
