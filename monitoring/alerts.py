@@ -18,7 +18,7 @@ from django.utils import timezone
 
 from monitoring.drift import WindowComparison, compare_windows
 from monitoring.models import OnlineEvaluator
-from monitoring.windows import score_windows, window_floor, window_length
+from monitoring.windows import WindowCounts, feedback_windows, score_windows, window_floor, window_length
 
 logger = logging.getLogger("monitoring")
 
@@ -32,33 +32,46 @@ class CheckOutcome:
     status: str
     comparison: WindowComparison | None = None
     mailed: bool = False
+    #: the end users' thumbs-up share compared alike (docs/monitoring.md#feedback)
+    feedback: WindowComparison | None = None
 
 
-def drop_body(evaluator: OnlineEvaluator, comparison: WindowComparison, window_start: datetime) -> str:
-    """The mail's text: the evaluator, the window, the figures and its trend page's path."""
+#: What each comparison of a check measures, as its line says it.
+PASS_RATE = "pass rate"
+THUMBS_UP = "thumbs-up share"
+
+
+def drop_body(
+    evaluator: OnlineEvaluator, comparison: WindowComparison, window_start: datetime, what: str = PASS_RATE
+) -> str:
+    """The mail's text: the evaluator, the window, what dropped (``what``),
+    the figures and its trend page's path."""
     return "\n".join(
         [
             f"Online evaluator {evaluator.name!r} ({evaluator.window} windows, alpha {evaluator.alpha}):",
-            f"the window starting {window_start:%Y-%m-%d %H:%M} UTC is significantly worse "
-            "than the one before.",
+            f"in the window starting {window_start:%Y-%m-%d %H:%M} UTC its {what} "
+            + ("(end users' feedback) " if what == THUMBS_UP else "")
+            + "is significantly worse than in the one before.",
             "",
-            f"- {comparison.describe()}",
+            f"- {comparison.describe(what)}",
             "",
             f"Trend: {reverse('admin:monitoring_onlineevaluator_trend', args=[evaluator.pk])}",
         ]
     )
 
 
-def drop_alert(evaluator: OnlineEvaluator, comparison: WindowComparison, window_start: datetime) -> bool:
-    """Log the drop at WARNING and mail ``ADMINS`` (when set); returns whether
-    a mail was sent. A mail that cannot be sent is logged at ERROR."""
-    logger.warning("online evaluator %r dropped: %s", evaluator.name, comparison.describe())
+def drop_alert(
+    evaluator: OnlineEvaluator, comparison: WindowComparison, window_start: datetime, what: str = PASS_RATE
+) -> bool:
+    """Log the drop (of ``what``) at WARNING and mail ``ADMINS`` (when set);
+    returns whether a mail was sent. A mail that cannot be sent is logged at ERROR."""
+    logger.warning("online evaluator %r dropped: %s", evaluator.name, comparison.describe(what))
     if not settings.ADMINS:
         return False
     try:
         mail_admins(
-            f"Online evaluator {evaluator.name} dropped: {comparison.describe()}"[:250],
-            drop_body(evaluator, comparison, window_start),
+            f"Online evaluator {evaluator.name} dropped: {comparison.describe(what)}"[:250],
+            drop_body(evaluator, comparison, window_start, what),
         )
     except Exception:
         logger.exception("online evaluator %r: could not mail ADMINS about its drop", evaluator.name)
@@ -84,24 +97,42 @@ def evaluator_check(*, evaluator_id: int, now: datetime | None = None) -> CheckO
         last_start = window_floor(now, evaluator.window) - length
         if evaluator.last_checked_window is not None and evaluator.last_checked_window >= last_start:
             return CheckOutcome("checked")
-        previous, last = score_windows(evaluator, since=last_start - length, until=last_start + length)
-        comparison = compare_windows(
-            k1=last.passed,
-            n1=last.n,
-            k0=previous.passed,
-            n0=previous.n,
-            alpha=evaluator.alpha,
-            min_count=evaluator.min_count,
-        )
+        comparisons = _comparisons(evaluator, last_start)
         evaluator.last_checked_window = last_start
-        evaluator.last_check = (
-            f"{last_start:%Y-%m-%d %H:%M} UTC: {comparison.verdict}; {comparison.describe()}"
+        evaluator.last_check = f"{last_start:%Y-%m-%d %H:%M} UTC: " + "; ".join(
+            f"{c.verdict}; {c.describe(what)}" for what, c in comparisons
         )
         fields = ["last_checked_window", "last_check"]
-        if comparison.verdict == "drop":
+        dropped = [(what, c) for what, c in comparisons if c.verdict == "drop"]
+        if dropped:
             evaluator.flagged, evaluator.flagged_at = True, now
             evaluator.flag_reason = evaluator.last_check
             fields += ["flagged", "flagged_at", "flag_reason"]
         evaluator.save(update_fields=fields)
-    mailed = drop_alert(evaluator, comparison, last_start) if comparison.verdict == "drop" else False
-    return CheckOutcome(comparison.verdict, comparison, mailed)
+    mailed = [drop_alert(evaluator, c, last_start, what) for what, c in dropped]
+    score, feedback = comparisons[0][1], comparisons[1][1]
+    return CheckOutcome("drop" if dropped else score.verdict, score, any(mailed), feedback)
+
+
+def _compare(previous: WindowCounts, last: WindowCounts, evaluator: OnlineEvaluator) -> WindowComparison:
+    return compare_windows(
+        k1=last.passed,
+        n1=last.n,
+        k0=previous.passed,
+        n0=previous.n,
+        alpha=evaluator.alpha,
+        min_count=evaluator.min_count,
+    )
+
+
+def _comparisons(evaluator: OnlineEvaluator, last_start: datetime) -> list[tuple[str, WindowComparison]]:
+    """The last complete window against the one before, for the evaluator's
+    pass rate and for the end users' thumbs-up share on the same turns."""
+    length = window_length(evaluator.window)
+    since, until = last_start - length, last_start + length
+    previous, last = score_windows(evaluator, since=since, until=until)
+    rated_before, rated_last = feedback_windows(evaluator, since=since, until=until)
+    return [
+        (PASS_RATE, _compare(previous, last, evaluator)),
+        (THUMBS_UP, _compare(rated_before, rated_last, evaluator)),
+    ]

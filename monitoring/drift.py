@@ -54,13 +54,13 @@ class WindowComparison:
     verdict: str
     interval: tuple[float, float] | None
 
-    def describe(self) -> str:
-        """One line: both rates, the difference and its interval."""
+    def describe(self, what: str = "pass rate") -> str:
+        """One line: both rates (of ``what``), the difference and its interval."""
 
         def rate(k: int, n: int) -> str:
             return f"{k}/{n} ({k / n:.1%})" if n else f"{k}/{n}"
 
-        text = f"pass rate {rate(self.k1, self.n1)} vs {rate(self.k0, self.n0)} in the window before"
+        text = f"{what} {rate(self.k1, self.n1)} vs {rate(self.k0, self.n0)} in the window before"
         if self.interval is not None and self.n1 and self.n0:
             diff = self.k1 / self.n1 - self.k0 / self.n0
             text += f"; difference {diff:+.1%}, interval [{self.interval[0]:+.1%}, {self.interval[1]:+.1%}]"

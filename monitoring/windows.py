@@ -16,6 +16,7 @@ from evaluation.metrics.compute import percentile
 from evaluation.metrics.intervals import wilson_interval
 from monitoring.models import OnlineEvaluator, OnlineScore, Window
 from monitoring.sampling import finished_chat_turns, turns_matching
+from turns.models import FeedbackRating, TurnFeedback
 
 #: Windows shown on the trend page by default.
 DEFAULT_WINDOWS: dict[str, int] = {Window.HOURLY: 48, Window.DAILY: 30}
@@ -90,6 +91,32 @@ def score_windows(evaluator: OnlineEvaluator, *, since: datetime, until: datetim
     return out
 
 
+def feedback_windows(evaluator: OnlineEvaluator, *, since: datetime, until: datetime) -> list[WindowCounts]:
+    """End users' feedback on the chat turns in the evaluator's filters, per
+    window of the turn's end (``score_windows``' windows): ``n`` current
+    ratings, ``passed`` the thumbs up among them, so ``rate`` is the share of
+    thumbs up with its Wilson ``interval`` (docs/monitoring.md#feedback). One
+    aggregate query."""
+    length = window_length(evaluator.window)
+    turns = turns_matching(evaluator, finished_chat_turns()).filter(
+        finished_at__gte=since, finished_at__lt=until
+    )
+    rows = (
+        TurnFeedback.objects.filter(current=True, turn__in=turns.values("pk"))
+        .annotate(w=_trunc(evaluator.window, "turn__finished_at"))
+        .values("w")
+        .annotate(n=Count("pk"), k=Count("pk", filter=Q(rating=FeedbackRating.UP)))
+    )
+    found = {row["w"]: row for row in rows}
+    out: list[WindowCounts] = []
+    start = window_floor(since, evaluator.window)
+    while start < until:
+        row = found.get(start)
+        out.append(WindowCounts(start, row["n"], row["k"]) if row else WindowCounts(start))
+        start += length
+    return out
+
+
 @dataclass
 class TurnWindow:
     """The chat turns that ended in one window (within the evaluator's
@@ -133,18 +160,21 @@ def trend_data(evaluator: OnlineEvaluator, *, now: datetime, count: int | None =
     """The trend page's figures as JSON-ready values: the last ``count``
     windows up to and including ``now``'s (default :data:`DEFAULT_WINDOWS`),
     per window its label, scored count, pass rate and Wilson interval, mean
-    value, the turns' outcome counts and latency p50/p95 (ms)."""
+    value, the turns' outcome counts and latency p50/p95 (ms), and the end
+    users' feedback: ``rated`` turns, the thumbs-up share ``up_rate`` with
+    its Wilson interval ``up_low`` / ``up_high``."""
     count = count or DEFAULT_WINDOWS[evaluator.window]
     until = window_floor(now, evaluator.window) + window_length(evaluator.window)
     since = until - count * window_length(evaluator.window)
     scores = score_windows(evaluator, since=since, until=until)
     turns = turn_windows(evaluator, since=since, until=until)
+    feedback = feedback_windows(evaluator, since=since, until=until)
     fmt = "%Y-%m-%d %H:00" if evaluator.window == Window.HOURLY else "%Y-%m-%d"
     rows: list[dict[str, Any]] = []
     seen: set[str] = set()
-    for s, t in zip(scores, turns, strict=True):
+    for s, t, f in zip(scores, turns, feedback, strict=True):
         seen.update(t.outcomes)
-        interval = s.interval
+        interval, f_interval = s.interval, f.interval
         rows.append(
             {
                 "label": s.start.strftime(fmt),
@@ -157,6 +187,10 @@ def trend_data(evaluator: OnlineEvaluator, *, now: datetime, count: int | None =
                 "outcomes": dict(sorted(t.outcomes.items())),
                 "p50_ms": t.p50,
                 "p95_ms": t.p95,
+                "rated": f.n,
+                "up_rate": f.rate,
+                "up_low": f_interval[0] if f_interval else None,
+                "up_high": f_interval[1] if f_interval else None,
             }
         )
     return {"window": evaluator.window, "rows": rows, "outcomes": sorted(seen)}

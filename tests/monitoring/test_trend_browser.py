@@ -52,7 +52,8 @@ def test_the_trend_page_draws_its_charts(live_server_url, desktop_page, django_u
     page.wait_for_function("window.agentlabCharts && window.agentlabCharts['chart-turns']")
 
     score_chart = chart(page, "chart-score")
-    low, high, rate, counts = score_chart["datasets"]
+    low, high, rate, counts, thumbs_up = score_chart["datasets"]
+    assert thumbs_up == [None] * 10  # no end user rated these turns (tests/monitoring/test_feedback_trend.py)
     assert len(score_chart["labels"]) == 10 and score_chart["painted"] > 5000
     # ten windows: two empty days, the seven days filled, today (still open, empty)
     assert counts == [0, 0, *(p + f for p, f in DAYS), 0]

@@ -36,7 +36,7 @@ APPROVAL_LIST = reverse("admin:turns_approval_changelist")
 # Pinned query counts (session + user + the page's own queries). A list page
 # must not grow with its rows: see test_turn_list_queries_do_not_grow_with_rows.
 TURN_LIST_QUERIES = 11
-TURN_PAGE_QUERIES = 10  # three: the datasets holding the question, its online scores, its LLM calls
+TURN_PAGE_QUERIES = 11  # four: the datasets holding the question, its online scores, its feedback, its LLM calls
 
 
 # --- helpers ---------------------------------------------------------------------

@@ -59,9 +59,9 @@ def with_feedback_counts(queryset: QuerySet[Turn]) -> QuerySet[Turn]:
 
 
 def feedback_counts_text(turn: Turn) -> str:
-    """``👍 2 · 👎 1`` for the list column, a dash without feedback."""
+    """``up 2 · down 1`` for the list column, a dash without feedback."""
     up, down = getattr(turn, "feedback_up", 0), getattr(turn, "feedback_down", 0)
-    return f"👍 {up} · 👎 {down}" if up or down else DASH
+    return f"up {up} · down {down}" if up or down else DASH
 
 
 def feedback_table(turn: Turn) -> SafeString:
@@ -70,9 +70,9 @@ def feedback_table(turn: Turn) -> SafeString:
     rows = [
         (
             f.user.get_username(),
-            "👍 up" if f.rating == FeedbackRating.UP else "👎 down",
+            "thumbs up" if f.rating == FeedbackRating.UP else "thumbs down",
             f.comment or DASH,
-            f.created_at,
+            f.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             "current" if f.current else "replaced",
         )
         for f in turn.feedback.select_related("user").order_by("-created_at", "-pk")

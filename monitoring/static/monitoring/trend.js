@@ -2,7 +2,8 @@
  * An online evaluator's trend page, drawn with the vendored Chart.js (no CDN).
  * Every number comes from the page's JSON (monitoring.windows.trend_data): this
  * file only draws. Chart one: the pass rate per window with its Wilson interval
- * as a band, and the scored turns as bars on a second axis. Chart two: the chat
+ * as a band, the scored turns as bars on a second axis, and the end users'
+ * thumbs-up share (dashed). Chart two: the chat
  * turns per window stacked by outcome, latency p50 and p95 as lines. The charts
  * are kept in window.agentlabCharts (as charts.js keeps its own) so a browser
  * test can check what they show.
@@ -62,6 +63,9 @@
             backgroundColor: "rgb(32, 122, 32)", pointRadius: 3, yAxisID: "y", spanGaps: false },
           { type: "bar", label: "scored turns", data: data.rows.map((r) => r.n),
             backgroundColor: "rgba(60, 60, 60, 0.25)", yAxisID: "count" },
+          // end users' feedback on the same turns: the share of thumbs up (its interval is in the table)
+          { type: "line", label: "thumbs-up share", data: data.rows.map((r) => r.up_rate), borderColor: "rgb(47, 91, 211)",
+            backgroundColor: "rgb(47, 91, 211)", borderDash: [6, 4], pointRadius: 3, yAxisID: "y", spanGaps: false },
         ],
       },
       plugins: [whiskers],

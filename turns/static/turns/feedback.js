@@ -37,8 +37,8 @@
     box.setAttribute("role", "group");
     box.setAttribute("aria-label", "Rate this answer");
     var mine = current[turnId] || { rating: "", comment: "" };
-    var up = el("button", "small", "👍");
-    var down = el("button", "small", "👎");
+    var up = el("button", "small", "Good");
+    var down = el("button", "small", "Bad");
     up.type = down.type = "button";
     up.setAttribute("aria-label", "Good answer");
     down.setAttribute("aria-label", "Bad answer");
