@@ -61,6 +61,10 @@ def stub_handler(body):
     messages = body.get("messages") or []
     question = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
     delay = 30.0 if "slow" in question else 1.5
+    if "no usage" in question:  # a server that reports no tokens (llama.cpp's, streaming)
+        if not body.get("tools"):
+            return text_reply(REVIEW, usage=None, delay=delay)
+        return final_answer_reply("42", "", "", usage=None, delay=delay)
     if not body.get("tools"):
         return text_reply(REVIEW, usage=(12, 6), delay=delay)
     if "approve" in question:  # a tool that needs approval, then a long streamed Markdown answer
@@ -306,6 +310,29 @@ def test_a_truncated_answer_shows_as_truncated_and_usage_is_the_same_in_chat_api
     page.screenshot(path=str(SCREENS / "turn-truncated.png"), full_page=True)
     cut.refresh_from_db()
     assert (cut.status, cut.stop_reason) == ("failed", "length")
+    assert page.js_errors == []
+
+
+def test_tokens_no_call_reported_read_unknown_not_zero(live_server_url, browser_page, django_user_model):
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("dave", password="pw-dave-123")
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+    log_in(page, live_server_url, "dave", "pw-dave-123")
+    page.fill("textarea[name=question]", "no usage: what is 6*7?")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    turn = Turn.objects.get()
+    card = page.locator(f"#turn-{turn.pk}")
+    expect(card.locator(".steps")).to_contain_text("Review: accepted", timeout=20000)
+    expect(card.locator(".meta")).to_contain_text("tokens: unknown, 2 calls", timeout=20000)
+    expect(card.locator(".meta")).to_contain_text("agent: unknown, 1 call")
+    expect(card.locator(".meta")).to_contain_text("review: unknown, 1 call")
+    assert "0 in / 0 out" not in card.locator(".meta").inner_text()
+    page.screenshot(path=str(SCREENS / "turn-unknown-tokens.png"), full_page=True)
+    turn.refresh_from_db()
+    assert (turn.usage["calls"], turn.usage["unknown_calls"]) == (2, 2)
     assert page.js_errors == []
 
 

@@ -169,6 +169,7 @@ def test_the_reviewers_verdict_is_decoded_under_its_schema(endpoint) -> None:
     assert verdict.verdict in ("accept", "retry", "cannot_judge") and verdict.error is None
 
 
+@pytest.mark.timeout(1200)  # a CPU-only server: a few tokens a second on a loaded machine
 @pytest.mark.django_db(transaction=True)
 def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
     endpoint, settings, owner, db_threads
@@ -181,6 +182,7 @@ def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 300.0
     settings.AGENTLAB_MAX_OUTPUT_TOKENS = 160
+    settings.AGENTLAB_MAX_STEPS = 3
     question = "Use the calculator: what is 1234 * 5678?"
 
     async def run():
@@ -199,7 +201,7 @@ def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
     results = [e.data for e in events if e.type == "tool.result"]
     assert calls and calls[0]["name"] == "calculator", [e.type for e in events]
     assert {r["call_id"] for r in results} >= {calls[0]["call_id"]}
-    assert turn.stop_reason != "provider_error", turn.error
+    assert turn.stop_reason != "provider_error", turn.meta
     reviews = [e.data for e in events if e.type == "review"]
     assert reviews and reviews[0]["verdict"] in ("accept", "retry", "cannot_judge"), reviews
     usage = [e.data for e in events if e.type == "llm.usage"]
@@ -207,13 +209,14 @@ def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
     assert turn.usage["unknown_calls"] == 0 and turn.usage["input_tokens"] > 0
 
 
+@pytest.mark.timeout(1200)
 @pytest.mark.django_db(transaction=True)
 def test_run_eval_on_three_gsm8k_examples_makes_tool_calls(endpoint) -> None:
     from evaluation.models import Prediction
 
     call_command(
         "run_eval", str(dataset_path("gsm8k-test-200.jsonl")), "--limit", "3", "--no-review",
-        "--concurrency", "1", "--max-steps", "4", "--max-output-tokens", "160", "--run-id", "llama-3",
+        "--concurrency", "1", "--max-steps", "3", "--max-output-tokens", "128", "--run-id", "llama-3",
     )  # fmt: skip
     predictions = list(Prediction.objects.filter(run__run_id="llama-3").select_related("turn"))
     assert len(predictions) == 3

@@ -89,7 +89,7 @@ async def test_no_tool_choice_without_tools_and_a_null_content_from_a_caller_is_
     stub_server: Start, connect: Any
 ) -> None:
     server = stub_server([text_reply("ok")])
-    history = [
+    history: list[dict[str, Any]] = [
         {"role": "user", "content": QUESTION},
         {"role": "assistant", "content": None, "tool_calls": [{"id": "x", "type": "function"}]},
         {"role": "tool", "tool_call_id": "x", "content": "9"},
