@@ -108,7 +108,8 @@ def test_each_prediction_gets_trajectory_verdicts_beside_its_answer_verdict(endp
 
     m = run.metrics["trajectory"]
     assert (m["trajectory"]["scored"], m["trajectory"]["correct"]) == (4, 1)
-    assert m["trajectory"]["accuracy_ci"] == pytest.approx(list(wilson_interval(1, 4)))
+    interval = wilson_interval(1, 4)
+    assert interval is not None and m["trajectory"]["accuracy_ci"] == pytest.approx(list(interval))
     assert m["tool_f1"]["mean"] == pytest.approx((1 + 0 + 2 / 3 + 0) / 4)
     assert m["steps"]["per_task_type"]["math"]["correct"] == 3
     out = capsys.readouterr().out
