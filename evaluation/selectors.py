@@ -16,6 +16,7 @@ from django.db.models.fields.json import KT
 from django.db.models.functions import Cast
 from django.utils import timezone
 
+from agentlab.agent.usage import UsageTotals
 from common.errors import NotFound
 from evaluation.metrics.checks import CheckRow, check_metrics, check_row
 from evaluation.metrics.compute import PredictionRow, compute_metrics
@@ -144,6 +145,18 @@ def run_check_names(*, run: Run) -> list[str]:
     return sorted((run.metrics or {}).get("checks") or {})
 
 
+def _judge_usage(p: Prediction) -> dict[str, Any] | None:
+    """The judges' usage of a prediction: the answer's judge and the path's (role ``judge``)."""
+    answer = (p.judgement or {}).get("usage") or None
+    path_judge = ((p.trajectory_scores or {}).get("trajectory_judge") or {}).get("judgement") or {}
+    path = path_judge.get("usage") or None
+    if not path or not answer:
+        return answer or path
+    total = UsageTotals.from_dict(dict(answer))
+    total.merge(UsageTotals.from_dict(dict(path)))
+    return total.to_dict()
+
+
 def run_metrics(*, run: Run) -> dict[str, Any]:
     """Metrics over every prediction row of the run (completed or not), read
     from the database so a resumed run never counts an example twice;
@@ -171,7 +184,7 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
             scorer=p.scorer,
             judge_grade=(p.judgement or {}).get("grade", ""),
             judge_cached=bool((p.judgement or {}).get("cached")),
-            judge_usage=(p.judgement or {}).get("usage") or None,
+            judge_usage=_judge_usage(p),
         )
         for p in predictions
     ]

@@ -4,7 +4,8 @@ a dataset (``evaluation.datasets.from_turns``).
 Like Django's "delete selected", the action first answers with an
 intermediate page (``templates/admin/evaluation/add_to_dataset.html``): one
 row per turn with its question, read-only, and its gold answer, pre-filled
-with the turn's answer for staff to confirm or correct; the dataset (an
+with the turn's answer for staff to confirm or correct, and its expected
+trajectory, pre-filled with the turn's tool calls, to keep, edit or empty; the dataset (an
 existing one, or a new name), the task type and the scorer. Submitting it
 calls :func:`~evaluation.datasets.from_turns.examples_from_turns` once — one
 new version — and reports what was added and which turns were already there.
@@ -16,6 +17,7 @@ error on its row or at the top; nothing is written then.
 
 from __future__ import annotations
 
+import json
 from typing import Any, cast
 
 from django import forms
@@ -31,7 +33,9 @@ from common.errors import AgentLabError
 from evaluation.datasets.from_turns import MAX_TURNS, GoldMissing, TurnPick, examples_from_turns
 from evaluation.datasets.names import MAX_NAME
 from evaluation.models import Dataset, Example
+from evaluation.run.agent_path import agent_trajectories
 from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, KNOWN_SCORERS
+from evaluation.scoring.trajectory_spec import PROTOCOL_TOOLS, TrajectoryFormatError, expected_trajectory
 from turns.models import Turn
 
 TEMPLATE = "admin/evaluation/add_to_dataset.html"
@@ -82,12 +86,47 @@ class AddToDatasetForm(forms.Form):
 
 
 class GoldForm(forms.Form):
-    """One turn's row: which turn, and its gold answer."""
+    """One turn's row: which turn, its gold answer, and its expected
+    trajectory — the turn's own tool calls as a draft (JSON), to keep, edit
+    or empty (no expected path)."""
 
     turn_id = forms.IntegerField(widget=forms.HiddenInput)
     answer = forms.CharField(
         required=False, strip=True, label="gold answer", widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
     )
+    trajectory = forms.CharField(
+        required=False,
+        strip=True,
+        label="expected trajectory",
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 50}),
+    )
+
+    def clean_trajectory(self) -> list[dict[str, Any]] | None:
+        """``None`` for an empty box, else the JSON list of calls, checked as an import checks it."""
+        text = self.cleaned_data.get("trajectory") or ""
+        if not text:
+            return None
+        try:
+            value = json.loads(text)
+            expected_trajectory({"trajectory": value})
+        except json.JSONDecodeError as exc:
+            raise forms.ValidationError(
+                f"not JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
+            ) from None
+        except TrajectoryFormatError as exc:
+            raise forms.ValidationError(str(exc)) from None
+        return list(value)
+
+
+def trajectory_drafts(turns: list[Turn]) -> dict[int, str]:
+    """Each turn's tool calls (the protocol's left out) as the JSON draft of
+    its expected trajectory; ``""`` for a turn that called no tool."""
+    paths = agent_trajectories(t.pk for t in turns)
+    drafts = {}
+    for turn_id, path in paths.items():
+        calls = [{"tool": c.tool, "args": c.args} for c in path if c.tool not in PROTOCOL_TOOLS]
+        drafts[turn_id] = json.dumps(calls, ensure_ascii=False) if calls else ""
+    return drafts
 
 
 GoldFormSet = formset_factory(GoldForm, extra=0)
@@ -105,7 +144,13 @@ def add_to_dataset(modeladmin: StaffReadOnlyAdmin, request: HttpRequest, queryse
         return None
     if "post" not in request.POST:
         form = AddToDatasetForm()
-        rows = GoldFormSet(prefix="gold", initial=[{"turn_id": t.pk, "answer": t.answer} for t in turns])
+        drafts = trajectory_drafts(turns)
+        rows = GoldFormSet(
+            prefix="gold",
+            initial=[
+                {"turn_id": t.pk, "answer": t.answer, "trajectory": drafts.get(t.pk, "")} for t in turns
+            ],
+        )
         return _page(modeladmin, request, turns, form, rows)
     form = AddToDatasetForm(request.POST)
     rows = GoldFormSet(request.POST, prefix="gold")
@@ -119,6 +164,7 @@ def add_to_dataset(modeladmin: StaffReadOnlyAdmin, request: HttpRequest, queryse
                         gold=row["answer"],
                         task_type=form.cleaned_data["task_type"],
                         scorer=form.cleaned_data["scorer"],
+                        trajectory=row.get("trajectory"),
                     )
                     for row in rows.cleaned_data
                 ],

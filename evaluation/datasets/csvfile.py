@@ -44,11 +44,11 @@ MAPPABLE_FIELDS = ("question_id", "question", "answer", "task_type", "choices", 
 _FIELDS = (*MAPPABLE_FIELDS, "plugins")
 
 #: The fields whose cells are JSON text, and the JSON type each must be.
-_JSON_FIELDS = {"choices": list, "plugins": list, "context": dict}
+_JSON_FIELDS: dict[str, type] = {"choices": list, "plugins": list, "context": dict}
 
 #: Metadata columns of the expected trajectory whose cells are JSON text (an
 #: empty cell absent), and the JSON type each must be.
-_TRAJECTORY_JSON = {
+_TRAJECTORY_JSON: dict[str, type] = {
     "trajectory": list,
     "arg_rules": dict,
     "trajectory_max_steps": int,
@@ -196,14 +196,14 @@ def _json_cell(cell: str, field: str, column: str, source: str, line: int) -> An
     """A ``choices``/``plugins``/``trajectory`` (JSON array), ``context``/``arg_rules``
     (JSON object) or a trajectory step count (JSON number) cell, decoded."""
     want = _JSON_FIELDS.get(field) or _TRAJECTORY_JSON[field]
-    kind = {list: "a JSON array", dict: "a JSON object"}.get(want, "a whole number")
+    kind = "a JSON array" if want is list else "a JSON object" if want is dict else "a whole number"
     try:
         value = json.loads(cell)
     except json.JSONDecodeError as exc:
         message = f"field {field!r} (column {column!r}) must be {kind}: {exc.msg} (character {exc.pos + 1})"
         raise DatasetFormatError(message, path=source, line=line) from exc
     if not isinstance(value, want) or isinstance(value, bool):
-        example = {list: '["Paris", "Rome"]', dict: '{"documents": []}'}.get(want, "3")
+        example = '["Paris", "Rome"]' if want is list else '{"documents": []}' if want is dict else "3"
         message = f"field {field!r} (column {column!r}) must be {kind}, e.g. {example}"
         raise DatasetFormatError(message, path=source, line=line)
     return value

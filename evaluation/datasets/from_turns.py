@@ -70,12 +70,16 @@ class TurnExampleMetadata(TypedDict):
 class TurnPick:
     """One turn to add: ``gold`` is the gold answer staff gave (``None``: the
     turn's own answer); ``task_type`` the example's task type; ``scorer`` its
-    scorer (``""``: by task type, ``evaluation.scoring.scorer_for``)."""
+    scorer (``""``: by task type, ``evaluation.scoring.scorer_for``);
+    ``trajectory`` its expected path (the example's ``metadata.trajectory``)."""
 
     turn_id: int
     task_type: str
     gold: str | None = None
     scorer: str = ""
+    #: the expected trajectory staff kept (``[{"tool", "args"}, …]``, checked
+    #: by ``evaluation.scoring.trajectory_spec``), ``None``: none
+    trajectory: list[dict[str, Any]] | None = None
 
 
 @dataclass
@@ -308,12 +312,14 @@ def _taken(dataset: Dataset, turns: Iterable[Turn]) -> _Taken:
 
 
 def _spec(turn: Turn, pick: TurnPick, gold: str, history: list[ConversationEntry]) -> ExampleSpec:
-    metadata = TurnExampleMetadata(source_turn=turn.pk, conversation=history)
+    metadata: dict[str, Any] = dict(TurnExampleMetadata(source_turn=turn.pk, conversation=history))
+    if pick.trajectory is not None:
+        metadata["trajectory"] = pick.trajectory
     return ExampleSpec(
         external_id=turn_question_id(turn.pk),
         question=turn.question,
         answer=gold,
         task_type=pick.task_type.strip(),
         scorer=pick.scorer or None,
-        metadata=dict(metadata),
+        metadata=metadata,
     )

@@ -26,9 +26,11 @@ from common.errors import BadInput, StateConflict
 from common.version import code_version
 from evaluation.judge.grader import JUDGE
 from evaluation.judge.judge_pass import JudgeTally, judge_pass
-from evaluation.judge.provider import judge_check
+from evaluation.judge.provider import judge_check, judge_provider
+from evaluation.judge.trajectory_judge import TRAJECTORY_JUDGE
 from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run.lifecycle import run_finish, run_start
+from evaluation.run.path_judging import path_judge_pass
 from evaluation.run.record import AWAITING_JUDGE, score_without_judge
 from evaluation.run.request import RUN_ID_MAX
 from evaluation.scoring.dispatch import answer_mismatch, check_scorer
@@ -63,6 +65,10 @@ _COPIED = (
 #: (``evaluation.run.trajectory_pass``, run by ``run_finish``), the answers' verdicts copied.
 TRAJECTORY = "trajectory"
 
+#: What ``rescore --scorer`` takes beside the answer scorers: the paths' scorers
+#: (``trajectory_judge`` also asks the LLM judge about each path, ``evaluation.run.path_judging``).
+PATH_SCORERS = frozenset({TRAJECTORY, TRAJECTORY_JUDGE})
+
 #: The answer's verdict, copied as it is by ``--scorer trajectory``.
 _ANSWER_VERDICT = (
     "scorer",
@@ -87,10 +93,10 @@ def rescore_start(
     or when ``run_id`` names a run that is not a re-scoring of ``source``
     under ``scorer``."""
     try:
-        if scorer != TRAJECTORY:
+        if scorer not in PATH_SCORERS:
             check_scorer(scorer)
     except ValueError as exc:
-        raise BadInput(f"{exc}, or {TRAJECTORY!r} (the agent's paths)") from None
+        raise BadInput(f"{exc}, or {TRAJECTORY!r} or {TRAJECTORY_JUDGE!r} (the agent's paths)") from None
     if source.status == RunStatus.STARTED:
         raise StateConflict(
             f"run {source.run_id!r} is not finished (status started); re-score a finished run, "
@@ -136,7 +142,7 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
     rows: list[Prediction] = []
     for p in source.predictions.select_related("example__dataset", "turn").order_by("pk"):
         new = Prediction(run=target, **{name: getattr(p, name) for name in _COPIED})
-        if scorer == TRAJECTORY:  # the answer's verdict as it was; the paths are scored at the finish
+        if scorer in PATH_SCORERS:  # the answer's verdict as it was; the paths are scored at the finish
             for name in _ANSWER_VERDICT:
                 setattr(new, name, getattr(p, name))
             rows.append(new)
@@ -197,7 +203,9 @@ def rescore(
     run (``run_id``, else ``<source>-<scorer>-<time>-<hex>``) that records
     ``rescored_from``, and finish it with its metrics.
 
-    ``judge_model``: the grading model for ``scorer == "judge"`` (``None``:
+    ``scorer`` ``trajectory`` scores the paths from the log; ``trajectory_judge``
+    also has the LLM judge grade each path (``evaluation.run.path_judging``).
+    ``judge_model``: the grading model for ``judge`` and ``trajectory_judge`` (``None``:
     the source run's model; see ``evaluation.judge.judge_pass.judge_provider``);
     ``provider`` replaces it (tests). Judge grades are cached, so a second
     re-score of the same answers makes no call. Giving the ``run_id`` of a
@@ -212,13 +220,19 @@ def rescore(
         raise ValueError(f"--concurrency must be at least 1, got {concurrency}")
     source = run_get(run_id=source_run_id)
     run_model = str(source.config.get("model") or "") or None
-    if scorer == JUDGE and provider is None:  # before anything is written
+    if scorer in (JUDGE, TRAJECTORY_JUDGE) and provider is None:  # before anything is written
         judge_check(judge_model=judge_model or run_model)
     run, resumed = rescore_start(source=source, scorer=scorer, run_id=run_id, judge_model=judge_model)
     copied = 0 if resumed else rescore_copy(source=source, target=run, scorer=scorer)
     status = RunStatus.SUCCESS
     tally = None
     try:
+        if scorer == TRAJECTORY_JUDGE:
+            grader = provider or judge_provider(judge_model=judge_model, run_model=run_model)
+            paths = path_judge_pass(run=run, provider=grader, concurrency=concurrency)
+            tally = JudgeTally(
+                graded=paths.graded, cached=paths.cached, calls=paths.calls, unscored=paths.unscored
+            )
         if scorer == JUDGE:
             tally = judge_pass(
                 run=run,

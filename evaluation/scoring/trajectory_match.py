@@ -42,6 +42,7 @@ Two deliberate deviations from agentevals 0.0.9, each tested in
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from collections.abc import Sequence
@@ -49,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from evaluation.scoring.base import Score
-from evaluation.scoring.trajectory_spec import ArgRule, ExpectedTrajectory, TrajectoryStep
+from evaluation.scoring.trajectory_spec import PROTOCOL_TOOLS, ArgRule, ExpectedTrajectory, TrajectoryStep
 
 TRAJECTORY = "trajectory"
 TOOL_F1 = "tool_f1"
@@ -117,8 +118,6 @@ def calls_match(expected: ExpectedTrajectory, actual: TrajectoryStep, wanted: Tr
 def agent_path(expected: ExpectedTrajectory, calls: Sequence[TrajectoryStep]) -> list[TrajectoryStep]:
     """The agent's calls that count: the protocol's own (``final_answer``,
     ``ask_user``) left out unless the expected trajectory lists them."""
-    from evaluation.scoring.trajectory_spec import PROTOCOL_TOOLS
-
     keep = expected.listed_protocol_tools
     return [call for call in calls if call.tool not in PROTOCOL_TOOLS or call.tool in keep]
 
@@ -204,7 +203,7 @@ def match_path(expected: ExpectedTrajectory, calls: Sequence[TrajectoryStep]) ->
 def score_trajectory(expected: ExpectedTrajectory | None, calls: Sequence[TrajectoryStep]) -> Score:
     """The ``trajectory`` scorer: pass/fail by ``expected``'s modes. No
     expected trajectory (``None``, or only a step limit) is unscored, never wrong."""
-    if expected is None or (not expected.steps and expected.max_steps is not None):
+    if expected is None or not expected.given:
         return Score.unscored(TRAJECTORY, "the example has no expected trajectory")
     result = match_path(expected, calls)
     n = len(agent_path(expected, calls))
@@ -251,7 +250,7 @@ def tool_f1(expected: ExpectedTrajectory, calls: Sequence[TrajectoryStep]) -> To
 
 def score_tool_f1(expected: ExpectedTrajectory | None, calls: Sequence[TrajectoryStep]) -> Score:
     """The ``tool_f1`` scorer: ``value`` the F1, ``correct`` exactly when it is 1."""
-    if expected is None or (not expected.steps and expected.max_steps is not None):
+    if expected is None or not expected.given:
         return Score.unscored(TOOL_F1, "the example has no expected trajectory")
     counts = tool_f1(expected, calls)
     why = (
@@ -272,7 +271,5 @@ def score_steps(expected: ExpectedTrajectory | None, calls: Sequence[TrajectoryS
 
 
 def _short(value: Any) -> str:
-    import json
-
     text = json.dumps(value, ensure_ascii=False)
     return text if len(text) <= 60 else text[:57] + "…"

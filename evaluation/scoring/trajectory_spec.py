@@ -32,6 +32,7 @@ rather than per tool.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -73,8 +74,6 @@ class TrajectoryStep:
 
     def label(self) -> str:
         """``calculator({"expression": "2+2"})`` — the call for a sentence."""
-        import json
-
         return f"{self.tool}({json.dumps(self.args, ensure_ascii=False, sort_keys=True)})"
 
 
@@ -99,6 +98,9 @@ class ExpectedTrajectory:
     arg_rules: Mapping[str, ArgRule] = field(default_factory=dict)
     max_steps: int | None = None
     slack: int = 0
+    #: whether the example gives a ``trajectory`` (``[]`` included: no call
+    #: expected), not only a step limit
+    given: bool = True
 
     def rule_for(self, tool: str, argument: str) -> ArgRule:
         """The rule of ``argument`` of ``tool``: ``tool.argument``'s, else
@@ -203,6 +205,7 @@ def expected_trajectory(metadata: Mapping[str, Any] | None) -> ExpectedTrajector
         arg_rules=_rules(metadata.get("arg_rules")),
         max_steps=max_steps,
         slack=_count(metadata.get("trajectory_slack"), "trajectory_slack") or 0,
+        given=raw is not None,
     )
 
 

@@ -50,7 +50,9 @@ def test_the_comparison_page_lists_diverged_paths_side_by_side(
         "calculator(expression=2+2)",
     ]
     assert cells.nth(3).locator("ol.al-path li").all_inner_texts() == ["calculator(expression=2+2)"]
-    assert "trajectory failed" in cells.nth(2).inner_text() and "trajectory passed" in cells.nth(3).inner_text()
+    assert (
+        "trajectory failed" in cells.nth(2).inner_text() and "trajectory passed" in cells.nth(3).inner_text()
+    )
     assert page.js_errors == []
     SHOTS.mkdir(parents=True, exist_ok=True)
     page.locator("#trajectories").scroll_into_view_if_needed()

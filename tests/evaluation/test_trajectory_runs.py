@@ -108,7 +108,8 @@ def test_each_prediction_gets_trajectory_verdicts_beside_its_answer_verdict(endp
 
     m = run.metrics["trajectory"]
     assert (m["trajectory"]["scored"], m["trajectory"]["correct"]) == (4, 1)
-    assert m["trajectory"]["accuracy_ci"] == pytest.approx(list(wilson_interval(1, 4)))
+    interval = wilson_interval(1, 4)
+    assert interval is not None and m["trajectory"]["accuracy_ci"] == pytest.approx(list(interval))
     assert m["tool_f1"]["mean"] == pytest.approx((1 + 0 + 2 / 3 + 0) / 4)
     assert m["steps"]["per_task_type"]["math"]["correct"] == 3
     out = capsys.readouterr().out
@@ -210,3 +211,66 @@ def test_compare_runs_diffs_the_paths_with_mcnemar_and_wilcoxon_as_statsmodels_a
     extra = next(d for d in view["diverged"] if d["example_id"] == "extra")
     assert extra["base"]["path"] == [{"tool": t, "args": a} for t, a in SCRIPT_A["extra"]]
     assert extra["candidate"]["path"] == [{"tool": "calculator", "args": {"expression": "2+2"}}]
+
+
+def path_grader(grades: dict[str, str]):
+    """A scripted trajectory judge: the grade per question id's question (``unreadable``: prose)."""
+    from agentlab.agent.providers.scripted import ScriptedProvider, text
+    from agentlab.agent.types import Completion, Usage
+
+    by_question = {question: grades[qid] for qid, (question, _) in EXAMPLES.items()}
+
+    def grade(messages: list[dict]) -> Completion:
+        assert messages[0]["content"].startswith("You grade the path an agent took")
+        user = messages[-1]["content"]
+        question = user.split("Question:\n", 1)[1].split("\n\nPath:", 1)[0]
+        verdict = by_question[question]
+        body = "no idea" if verdict == "unreadable" else json.dumps({"grade": verdict, "explanation": "x"})
+        return text(body, usage=Usage(100, 20), model="grader")
+
+    return ScriptedProvider([grade] * len(grades), model="grader")
+
+
+def test_the_trajectory_judge_grades_each_path_with_its_usage_and_cache(endpoint, tmp_path):
+    from evaluation.run.rescoring import rescore
+
+    run_a(endpoint, tmp_path)
+    grades = {
+        "right": "correct",
+        "wrong": "incorrect",
+        "extra": "partial",
+        "missing": "incorrect",
+        "plain": "unreadable",
+    }
+    grader = path_grader(grades)
+    result = rescore(source_run_id="A", scorer="trajectory_judge", run_id="A-judged", provider=grader)
+    assert len(grader.calls) == 5
+    transcript = next(c[-1]["content"] for c in grader.calls if "(extra)" in c[-1]["content"])
+    assert '1. search_documents({"query": "two plus two"})\n   result: ' in transcript
+    assert '2. calculator({"expression": "2+2"})\n   result: 4' in transcript
+    assert "Final answer:\n4" in transcript and "Expected path" in transcript
+    got = {q: v["trajectory_judge"] for q, v in verdicts(result.run).items()}
+    assert {q: (v["value"], v["correct"]) for q, v in got.items()} == {
+        "right": (1.0, True),
+        "wrong": (0.0, False),
+        "extra": (0.5, False),
+        "missing": (0.0, False),
+        "plain": (None, None),  # an unreadable grade is unscored, never wrong
+    }
+    assert "no readable grade" in got["plain"]["explanation"]
+    assert got["right"]["judgement"]["usage"]["by_role"]["judge"]["calls"] == 1
+    m = result.run.metrics
+    assert (
+        m["trajectory"]["trajectory_judge"]["scored"],
+        m["trajectory"]["trajectory_judge"]["correct"],
+    ) == (4, 1)
+    assert (
+        m["usage"]["by_role"]["judge"]["calls"] == 5 and m["usage"]["by_role"]["judge"]["input_tokens"] == 500
+    )
+    assert m["trajectory"]["trajectory"]["correct"] == 1  # the pure verdicts are there too
+
+    again = path_grader(grades)
+    second = rescore(source_run_id="A", scorer="trajectory_judge", run_id="A-judged-2", provider=again)
+    assert len(again.calls) == 1  # four readable grades from the cache; the unreadable one is asked again
+    assert second.judge is not None and (second.judge.cached, second.judge.calls) == (4, 1)
+    assert verdicts(second.run)["right"]["trajectory_judge"]["judgement"]["cached"] is True

@@ -166,6 +166,9 @@ def test_steps_limit_and_slack():
     assert score_steps(only_limit, [CALC, CALC, FINAL]).correct is True
     assert score_steps(only_limit, [CALC, CALC, CALC]).correct is False
     assert score_trajectory(only_limit, [CALC]).correct is None  # a limit alone is no trajectory
+    no_calls = expected_trajectory({"trajectory": [], "trajectory_max_steps": 0})
+    assert score_trajectory(no_calls, [FINAL]).correct is True  # [] expects no call: scored
+    assert score_trajectory(no_calls, [CALC]).correct is False
 
 
 # -- the fields' checks -------------------------------------------------------------------
@@ -211,5 +214,5 @@ def test_bad_fields_are_refused_naming_the_field(metadata, message):
 def test_defaults_and_no_fields():
     assert expected_trajectory({"gold_sql": "SELECT 1"}) is None
     result = expected_trajectory({"trajectory": [{"tool": "calculator"}]})
-    assert result == ExpectedTrajectory(steps=(TrajectoryStep("calculator", {}),))
+    assert result == ExpectedTrajectory(steps=(TrajectoryStep("calculator", {}),), given=True)
     assert (result.match, result.args_match, result.slack) == ("strict", "exact", 0)

@@ -33,7 +33,7 @@ class Command(BaseCommand):
             "--scorer",
             required=True,
             help=f"the scorer: {', '.join(sorted(KNOWN_SCORERS))}, "
-            "or trajectory (the agent's paths, from the event log)",
+            "or trajectory / trajectory_judge (the agent's paths, from the event log)",
         )
         parser.add_argument(
             "--judge-model",
