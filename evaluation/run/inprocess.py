@@ -147,7 +147,7 @@ class _ExampleDriver:
             prediction_complete(
                 prediction_id=item.prediction_id,
                 example=item.example,
-                turn=TurnFinal.from_fields(turn_fields),
+                turn=TurnFinal.from_fields(turn_fields, turn_id=turn_id),
             )
             recorded = True
 
