@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from django.db.models import Field, Max
+from django.db.models import Field
 
 from agentlab.agent.text import clean_text, json_safe
 from agentlab.agent.usage import UsageTotals
@@ -119,7 +119,8 @@ def attempt_archive(
       the same question).
 
     The row's event-log range runs from after the previous archived
-    attempt's to the turn's ``last_seq`` now.
+    attempt's to the turn's ``last_seq`` now; its ``reason`` is what ended
+    the previous attempt (``first`` for attempt 1).
     """
     new = meta_of(meta)
     attempt.failure_cause = new.pop("failure_cause", None)
@@ -138,10 +139,14 @@ def attempt_archive(
 
 
 def _attempt_range(attempt: TurnAttempt) -> None:
-    previous = TurnAttempt.objects.filter(turn_id=attempt.turn_id, number__lt=attempt.number).aggregate(
-        last=Max("last_seq")
-    )["last"]
-    attempt.first_seq = (previous or 0) + 1
+    previous = (
+        TurnAttempt.objects.filter(turn_id=attempt.turn_id, number__lt=attempt.number)
+        .order_by("-number")
+        .values("last_seq", "ended_by")
+        .first()
+    ) or {"last_seq": 0, "ended_by": AttemptReason.FIRST}
+    attempt.reason = previous["ended_by"]
+    attempt.first_seq = (previous["last_seq"] or 0) + 1
     attempt.last_seq = Turn.objects.values_list("last_seq", flat=True).get(pk=attempt.turn_id)
 
 

@@ -161,7 +161,8 @@ class TurnAttempt(models.Model):
     (``turns.attempts.attempt_archive``, the one writer) and the next attempt
     starts from the columns' defaults.
 
-    ``number`` is 1, 2, 3 … per turn; ``ended_by`` what ended it
+    ``number`` is 1, 2, 3 … per turn; ``reason`` why it started (``first``,
+    else what ended the attempt before it), ``ended_by`` what ended it
     (``AttemptReason``). ``first_seq``..``last_seq`` is its range
     in the turn's event log (the ``attempt.retry`` event that starts the next
     attempt is the next attempt's). ``usage`` is ``UsageTotals.to_dict()``,
@@ -174,6 +175,7 @@ class TurnAttempt(models.Model):
 
     turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="attempt_rows")
     number = models.PositiveIntegerField()
+    reason = models.CharField(max_length=16, choices=AttemptReason.choices, default=AttemptReason.FIRST)
     ended_by = models.CharField(max_length=16, choices=AttemptReason.choices)
     first_seq = models.PositiveIntegerField(null=True, blank=True)
     last_seq = models.PositiveIntegerField(null=True, blank=True)

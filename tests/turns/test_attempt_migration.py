@@ -154,6 +154,10 @@ def test_archived_attempts_become_rows_with_nothing_lost_and_come_back(at_0008):
     assert (third.failure_cause, third.failure_error) == ("provider_error", "HTTP 503 from the provider")
     assert TurnAttempt.objects.count() == 3
 
+    apps = _migrate([("turns", "0010_h40_attempt_reason")])  # why each started: what ended the one before
+    rows = apps.get_model("turns", "TurnAttempt").objects.filter(turn_id=turn_id).order_by("number")
+    assert [row.reason for row in rows] == ["first", "review", "continue"]
+
     apps = _migrate(BEFORE)
     Turn = apps.get_model("turns", "Turn")
     assert Turn.objects.get(pk=turn_id).meta == meta  # key for key, value for value

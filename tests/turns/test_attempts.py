@@ -117,6 +117,7 @@ def test_the_row_holds_the_attempts_range_of_the_event_log():
     # seq 1 is turn.queued, 2 and 3 the attempt's thinking
     assert (first.first_seq, first.last_seq, second.first_seq, second.last_seq) == (1, 3, 4, 4)
     assert (first.ended_by, second.ended_by, first.max_steps, second.max_steps) == ("continue", "retry", 2, 3)
+    assert (first.reason, second.reason) == ("first", "continue")  # why each started
     assert continued_attempts(turn_id=turn.pk, attempt=2) == [1]
     assert continued_attempts(turn_id=turn.pk, attempt=3) == []  # 2 was retried, not continued
 

@@ -103,6 +103,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
                 fmt_ms((a.timings or {}).get("total_ms")),
                 ": ".join(str(p) for p in (a.failure_cause, a.failure_error) if p),
                 Truncator(a.answer or "").chars(200),
+                f"{a.reason} / {a.ended_by}",
             )
             for a in turn_attempts(turn)
         ]
@@ -118,6 +119,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
                 "duration",
                 "failure",
                 "answer",
+                "started / ended by",
             ),
             rows,
             empty="none: this is the turn's first attempt",
