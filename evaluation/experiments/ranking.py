@@ -43,7 +43,6 @@ from evaluation.compare.bootstrap import RESAMPLES, SEED, paired_bootstrap
 from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
-from evaluation.experiments.leaderboard_table import format_leaderboard
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
 
@@ -55,7 +54,6 @@ __all__ = [
     "experiment_get",
     "leaderboard",
     "leaderboard_json",
-    "leaderboard_text",
 ]
 
 #: How a pair was tested, as ``PairRow.test`` says it.
@@ -422,9 +420,3 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "frontier": list(board.frontier),
         "cost_unknown": list(board.cost_unknown),
     }
-
-
-def leaderboard_text(board: Leaderboard, *, width: int = 150) -> str:
-    """``board`` as plain-text tables (``manage.py leaderboard`` and
-    ``run_experiment`` print it): see ``leaderboard_table.format_leaderboard``."""
-    return format_leaderboard(leaderboard_json(board), width=width)

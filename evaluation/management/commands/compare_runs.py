@@ -15,7 +15,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError
 from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.services import run_compare_ids
@@ -37,14 +43,12 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
-        try:
+        with exit_codes(AgentLabError, ValueError):
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
             with database_errors():
                 database_check()
                 comparison = run_compare_ids(base_run_id=opts["base"], candidate_run_id=opts["candidate"])
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_comparison(comparison))
         if json_path:
             try:
