@@ -4,7 +4,9 @@ input, as ``run_eval`` documents it) instead of a traceback.
 
 ``database_check()`` runs before a command writes anything; ``database_errors()``
 wraps the command's work and catches what the check cannot see in advance (a
-table dropped in between, say).
+table dropped in between, say). ``exit_codes()`` is the rest of the exit-code
+ladder every command shares (docs/exit-codes.md): bad input exits 2 with its
+message, Ctrl-C 130.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from django.core.checks import Tags
-from django.core.management.base import CommandError
+from django.core.management.base import CommandError, OutputWrapper
 from django.db import DEFAULT_DB_ALIAS, DatabaseError, OperationalError, connections
 
 MIGRATE_HINT = "run `manage.py migrate` first"
@@ -111,6 +113,27 @@ def database_errors() -> Iterator[None]:
         raise CommandError(
             f"the database has no AgentLab tables yet ({exc}); {MIGRATE_HINT}", returncode=2
         ) from exc
+
+
+@contextmanager
+def exit_codes(
+    *bad_input: type[Exception], stderr: OutputWrapper | None = None, interrupted: str = ""
+) -> Iterator[None]:
+    """The exit-code ladder of a command's work (docs/exit-codes.md), in one
+    place: an exception of a ``bad_input`` type raised inside the block
+    (``AgentLabError``, ``ValueError``, a format error …) becomes
+    ``CommandError(returncode=2)`` with its message; with ``interrupted``,
+    Ctrl-C writes it to ``stderr`` (say how to resume) and exits 130; any
+    other exception propagates unchanged."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if not interrupted or stderr is None:
+            raise
+        stderr.write(interrupted)
+        raise SystemExit(130) from None
+    except bad_input as exc:
+        raise CommandError(str(exc), returncode=2) from exc
 
 
 def json_target_check(json_path: str, *, option: str = "--json") -> None:

@@ -18,7 +18,7 @@ from pydantic import AfterValidator
 from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
 from turns import selectors, services
-from turns.meta import meta_usage_total
+from turns.attempts import usage_total
 from turns.models import Approval, Conversation, FeedbackRating, Turn, TurnFeedback
 
 
@@ -116,7 +116,7 @@ class TurnOut(Schema):
 
     @staticmethod
     def resolve_usage(obj: Turn) -> dict[str, Any]:
-        return meta_usage_total(obj.meta, obj.usage)
+        return usage_total(obj)
 
 
 class EventOut(Schema):

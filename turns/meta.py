@@ -2,9 +2,6 @@
 
 ``Turn.meta`` is a JSON object (``TurnMeta``):
 
-- ``attempts``: earlier attempts, oldest first (``ArchivedAttempt``), written
-  only by ``attempt_archive`` — for a review retry (the driver),
-  ``turn_retry`` and ``turn_continue``;
 - ``retry_context``: what a review retry asks the next attempt with
   (``RetryContext``; kept for resumes and continued attempts);
 - ``review``: the current attempt's review (the ``review`` event's payload);
@@ -20,8 +17,10 @@
   the driver when the attempt starts and written with the turn's meta at the
   review phase or the finish: a turn still running does not show it yet).
 
-``Turn.usage`` is the current attempt's usage; ``meta_usage_total`` adds the
-archived attempts' — the one sum every view of a turn shows.
+Earlier attempts are ``TurnAttempt`` rows (``turns.attempts``): an archive
+moves the failure, the answer's type and a review retry's review out of the
+meta into the attempt's row. ``Turn.usage`` is the current attempt's usage;
+``turns.attempts.usage_total`` adds the archived attempts'.
 
 Reads take any mapping (a row's ``meta``, or the fields a driver just wrote)
 and never raise on a missing key; writes return a new dict and never change
@@ -31,17 +30,12 @@ their argument.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 from typing_extensions import TypedDict
 
 from agentlab.agent.text import json_safe
-from agentlab.agent.usage import UsageTotals
 from turns.event_types import ReviewData
-
-#: Why an attempt was archived: a review asked for a retry, a person retried
-#: the turn, or a person gave a ``max_steps`` turn more steps.
-AttemptReason = Literal["review", "retry", "continue"]
 
 
 class RetryContext(TypedDict):
@@ -54,39 +48,6 @@ class CancelRequest(TypedDict):
     by: str | None
     #: ISO-8601
     at: str
-
-
-class ArchivedAttempt(TypedDict, total=False):
-    """An earlier attempt of a turn, as ``attempt_archive`` wrote it.
-
-    Always: ``attempt``, ``reason``, ``status``, ``outcome``, ``stop_reason``,
-    ``answer``, ``evidence``, ``reasoning``, ``steps``, ``usage``
-    (``UsageTotals.to_dict()``), ``finished_at`` (ISO-8601 or ``None``).
-    ``reason == "review"`` adds ``question``, ``review`` and ``trace`` (the
-    attempt's steps, ``Step.to_dict()``); the others add ``timings`` and the
-    failure (``failure_cause``, ``failure_error``, moved out of the meta);
-    ``retry`` adds ``clarifying_question``, ``continue`` the ``max_steps``.
-    """
-
-    attempt: int
-    reason: AttemptReason
-    status: str
-    outcome: str
-    stop_reason: str
-    answer: str
-    evidence: str
-    reasoning: str
-    steps: int
-    usage: dict[str, Any]
-    finished_at: str | None
-    question: str
-    review: ReviewData | None
-    trace: list[dict[str, Any]]
-    clarifying_question: str
-    max_steps: int
-    timings: dict[str, Any]
-    failure_cause: str | None
-    failure_error: str | None
 
 
 class TurnExtensions(TypedDict):
@@ -119,7 +80,6 @@ class AttemptSetup(TypedDict):
 
 
 class TurnMeta(TypedDict, total=False):
-    attempts: list[ArchivedAttempt]
     retry_context: RetryContext
     review: ReviewData
     cancel: CancelRequest
@@ -136,11 +96,6 @@ def meta_of(raw: Mapping[str, Any] | None) -> TurnMeta:
 
 
 # --- reads -------------------------------------------------------------------------
-
-
-def meta_attempts(meta: Mapping[str, Any] | None) -> list[ArchivedAttempt]:
-    """The archived attempts, oldest first (``[]`` if none)."""
-    return list((meta or {}).get("attempts") or [])
 
 
 def meta_review(meta: Mapping[str, Any] | None) -> ReviewData | None:
@@ -167,51 +122,6 @@ def meta_failure(meta: Mapping[str, Any] | None) -> tuple[str | None, str | None
 def meta_answer_type(meta: Mapping[str, Any] | None) -> str | None:
     """The JSON type of the current attempt's final answer, if recorded."""
     return (meta or {}).get("answer_type") or None
-
-
-def meta_usage_total(meta: Mapping[str, Any] | None, usage: Mapping[str, Any] | None) -> dict[str, Any]:
-    """The usage of every attempt of a turn: the current attempt's (the
-    turn's ``usage``) plus the archived ones' — a review retry's first attempt
-    cost tokens too. ``UsageTotals.to_dict()`` shape, agent and review calls
-    apart in ``by_role``. What the chat page sums from the event log, the
-    API, the admin and a prediction all show this."""
-    archived = [a.get("usage") or {} for a in meta_attempts(meta)]
-    if not archived:
-        return dict(usage or {})  # as stored: {} before the first call
-    total = UsageTotals.from_dict(dict(usage or {}))
-    for item in archived:
-        total.merge(UsageTotals.from_dict(dict(item)))
-    return total.to_dict()
-
-
-def meta_review_retries(meta: Mapping[str, Any] | None) -> int:
-    """How many attempts a review has retried so far."""
-    return sum(1 for a in meta_attempts(meta) if a.get("reason") == "review")
-
-
-def meta_first_attempt_if_review_retried(meta: Mapping[str, Any] | None) -> ArchivedAttempt | None:
-    """The turn's first archived attempt when a review retried the turn
-    (some archived attempt has ``reason == "review"``), else ``None``."""
-    attempts = meta_attempts(meta)
-    if not any(a.get("reason") == "review" for a in attempts):
-        return None
-    return attempts[0]
-
-
-def meta_last_review(meta: Mapping[str, Any] | None) -> ReviewData | None:
-    """A turn's last review: the current attempt's, else the last archived
-    attempt's; ``None`` if none has a verdict."""
-    reviews = [a.get("review") for a in meta_attempts(meta)] + [meta_review(meta)]
-    for review in reversed(reviews):
-        if review and review.get("verdict"):
-            return review
-    return None
-
-
-def meta_last_review_verdict(meta: Mapping[str, Any] | None) -> str:
-    """The verdict of a turn's last review (``meta_last_review``); ``""`` if none."""
-    review = meta_last_review(meta)
-    return str(review["verdict"]) if review else ""
 
 
 def meta_extensions(meta: Mapping[str, Any] | None) -> TurnExtensions | None:
@@ -282,79 +192,3 @@ def meta_with_failure(meta: Mapping[str, Any] | None, *, cause: str | None, erro
     if error:
         new["failure_error"] = error
     return new
-
-
-def attempt_archive(
-    meta: Mapping[str, Any] | None,
-    *,
-    attempt: int,
-    reason: AttemptReason,
-    status: str,
-    outcome: str,
-    stop_reason: str,
-    answer: str,
-    evidence: str,
-    reasoning: str,
-    steps: int,
-    usage: Mapping[str, Any],
-    finished_at: str | None,
-    question: str | None = None,
-    trace: Sequence[Mapping[str, Any]] | None = None,
-    retry_instruction: str | None = None,
-    clarifying_question: str | None = None,
-    max_steps: int | None = None,
-    timings: Mapping[str, Any] | None = None,
-) -> tuple[TurnMeta, ArchivedAttempt]:
-    """Archive attempt ``attempt`` of a turn: the one place that writes
-    ``meta["attempts"]``. Returns ``(new meta, the archived attempt)``.
-
-    ``reason``:
-
-    - ``"review"`` (the driver, after a review asked for a retry): the
-      attempt's ``question``, ``trace`` and the meta's ``review`` go into the
-      archive; the new meta drops ``review`` and gets ``retry_context`` with
-      ``answer`` and ``retry_instruction``, for the next attempt's question;
-    - ``"retry"`` (``turn_retry``): ``clarifying_question`` and ``timings`` go
-      into the archive with the failure; the next attempt starts afresh, so
-      ``retry_context`` and ``review`` are dropped;
-    - ``"continue"`` (``turn_continue``): ``max_steps`` and ``timings`` go in
-      with the failure; ``retry_context`` stays (the continued attempt was
-      asked the same question).
-
-    The failure (``failure_cause``/``failure_error``) always leaves the meta.
-    """
-    new = meta_of(meta)
-    failure_cause = new.pop("failure_cause", None)
-    failure_error = new.pop("failure_error", None)
-    new.pop("answer_type", None)  # the next attempt answers afresh
-    archived = ArchivedAttempt(
-        attempt=attempt,
-        reason=reason,
-        status=status,
-        outcome=outcome,
-        stop_reason=stop_reason,
-        answer=answer,
-        evidence=evidence,
-        reasoning=reasoning,
-        steps=steps,
-        usage=dict(usage),
-        finished_at=finished_at,
-    )
-    if reason == "review":
-        archived["question"] = question or ""
-        archived["review"] = new.pop("review", None)
-        archived["trace"] = [dict(step) for step in trace or []]
-        new["retry_context"] = RetryContext(previous_answer=answer, instruction=retry_instruction)
-    else:
-        if reason == "retry":
-            archived["clarifying_question"] = clarifying_question or ""
-            new.pop("retry_context", None)  # the same question again, afresh
-            new.pop("review", None)
-        elif max_steps is not None:
-            archived["max_steps"] = max_steps
-        archived["timings"] = dict(timings or {})
-        archived["failure_cause"] = failure_cause
-        archived["failure_error"] = failure_error
-    archived = cast(ArchivedAttempt, json_safe(archived))
-    new["attempts"] = [*meta_attempts(new), archived]
-    return new, archived

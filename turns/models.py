@@ -72,8 +72,9 @@ class Turn(models.Model):
     ``last_seq`` is the seq of the newest event in the turn's log; it is only
     changed by ``turns.events.event_append`` under a row lock. ``usage`` is the
     ``UsageTotals.to_dict()`` shape (tokens, calls, unknown calls, cost, per
-    model); ``timings`` holds milliseconds; ``meta`` holds archived attempts and
-    the failure cause. ``context`` is what the tools may read (for evaluation,
+    model); ``timings`` holds milliseconds; ``meta`` holds the failure cause,
+    the review and what the attempt started with (``turns.meta``); earlier
+    attempts are ``TurnAttempt`` rows. ``context`` is what the tools may read (for evaluation,
     the example's documents). ``cancel_requested`` is the cancel flag the
     driver polls between steps and while waiting.
     """
@@ -136,6 +137,75 @@ class Turn(models.Model):
 
     def can_resume(self) -> bool:
         return self.status in RESUMABLE_STATUSES
+
+
+class AttemptReason(models.TextChoices):
+    """Why an attempt of a turn started (``TurnAttempt.reason``), or — as
+    ``TurnAttempt.ended_by`` — what ended it and started the next one."""
+
+    #: the turn's first attempt
+    FIRST = "first"
+    #: a review's ``retry`` verdict (the driver, ``turns.driver.review_phase``)
+    REVIEW = "review"
+    #: a person retried the turn (``turns.services.turn_retry``)
+    RETRY = "retry"
+    #: a person gave a ``max_steps`` turn more steps (``turns.services.turn_continue``)
+    CONTINUE = "continue"
+
+
+class TurnAttempt(models.Model):
+    """One earlier attempt of a turn, archived when the next attempt started
+    (docs/architecture.md#the-turn-lifecycle). The current attempt's values
+    are on the ``Turn`` row (its ``ATTEMPT_COLUMNS``); a review retry, a
+    person's retry or continue moves them into a row of this table
+    (``turns.attempts.attempt_archive``, the one writer) and the next attempt
+    starts from the columns' defaults.
+
+    ``number`` is 1, 2, 3 … per turn; ``reason`` why it started (``first``,
+    else what ended the attempt before it), ``ended_by`` what ended it
+    (``AttemptReason``). ``first_seq``..``last_seq`` is its range
+    in the turn's event log (the ``attempt.retry`` event that starts the next
+    attempt is the next attempt's). ``usage`` is ``UsageTotals.to_dict()``,
+    ``timings`` milliseconds (``{}`` for a review retry: the turn's timings run
+    on). ``question`` and ``trace`` (``Step.to_dict()`` each) are a review
+    retry's: what the attempt was asked and did; ``review`` the review's
+    payload (``ReviewData``) when it had one; ``failure_cause`` /
+    ``failure_error`` why it failed; ``max_steps`` its step limit.
+    """
+
+    turn = models.ForeignKey(Turn, on_delete=models.CASCADE, related_name="attempt_rows")
+    number = models.PositiveIntegerField()
+    reason = models.CharField(max_length=16, choices=AttemptReason.choices, default=AttemptReason.FIRST)
+    ended_by = models.CharField(max_length=16, choices=AttemptReason.choices)
+    first_seq = models.PositiveIntegerField(null=True, blank=True)
+    last_seq = models.PositiveIntegerField(null=True, blank=True)
+    status = models.CharField(max_length=16, choices=TurnStatus.choices)
+    outcome = models.CharField(max_length=16, choices=TurnOutcome.choices, blank=True, default="")
+    stop_reason = models.CharField(max_length=32, blank=True, default="")
+    answer = models.TextField(blank=True, default="")
+    evidence = models.TextField(blank=True, default="")
+    reasoning = models.TextField(blank=True, default="")
+    clarifying_question = models.TextField(blank=True, default="")
+    question = models.TextField(blank=True, default="")
+    steps = models.PositiveIntegerField(default=0)
+    max_steps = models.PositiveIntegerField(null=True, blank=True)
+    usage = models.JSONField(default=dict, blank=True)
+    timings = models.JSONField(default=dict, blank=True)
+    review = models.JSONField(null=True, blank=True)
+    trace = models.JSONField(default=list, blank=True)
+    failure_cause = models.TextField(null=True, blank=True)
+    failure_error = models.TextField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["turn_id", "number"]
+        constraints = [
+            models.UniqueConstraint(fields=["turn", "number"], name="turnattempt_unique_turn_number"),
+            models.CheckConstraint(condition=Q(number__gte=1), name="turnattempt_number_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.turn_id} attempt {self.number} ({self.status})"
 
 
 class EventType(models.TextChoices):

@@ -103,7 +103,7 @@ async def complete_with_retries(
                 )
             assert stream is not None
             return call.done(
-                await provider.complete(  # type: ignore[call-arg]
+                await provider.complete(
                     messages,
                     tools,
                     max_tokens=max_tokens,

@@ -9,7 +9,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from agentlab.agent.streaming import OnDelta
 
 #: The agent loop's own stop reasons (docs/architecture.md#the-turn-lifecycle).
 StopReason = Literal[
@@ -255,12 +258,12 @@ class LLMProvider(Protocol):
     one that does not ignores it and decodes freely. ``max_tokens`` caps the
     reply; a reply cut by it has ``finish_reason == "length"``.
 
-    A provider whose ``streaming`` attribute is true also takes ``on_delta``
-    (``agentlab.agent.streaming.OnDelta``) in ``complete``: it then streams
+    Every provider takes ``on_delta`` (``agentlab.agent.streaming.OnDelta``)
+    in ``complete``; one whose ``streaming`` attribute is true then streams
     the reply and hands each fragment to ``on_delta`` as it comes, and
-    returns the same ``Completion``. A stream cut mid-way raises a transient
-    ``ProviderError``. ``agentlab.agent.retry`` passes ``on_delta`` only to
-    such providers.
+    returns the same ``Completion`` (one that does not ignores it). A stream
+    cut mid-way raises a transient ``ProviderError``. ``agentlab.agent.retry``
+    passes ``on_delta`` only to streaming providers.
 
     Raises ``ProviderError`` (never a raw SDK exception).
     """
@@ -278,6 +281,7 @@ class LLMProvider(Protocol):
         max_tokens: int | None = None,
         temperature: float | None = None,
         response_schema: dict[str, Any] | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion: ...
 
     async def aclose(self) -> None:

@@ -34,7 +34,6 @@ from evaluation.experiments.ranking import (
     VariantRow,
     best_variant,
     leaderboard,
-    leaderboard_json,
 )
 from evaluation.models import Experiment, Run
 
@@ -232,7 +231,7 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
             task_types=task_types(board),
             matrix=pair_matrix(board),
             chart=chart_data(board),
-            legend=legend(leaderboard_json(board)),
+            legend=legend(board),
             top_mark=TOP_MARK,
             frontier_mark=FRONTIER_MARK,
             shared_model=shares_one_model(experiment),

@@ -17,7 +17,7 @@ from evaluation.models import Example, HumanLabel, Prediction, Run, RunStatus
 from evaluation.selectors import predictions_failing, run_check_names
 from turns.admin import status_badge
 from turns.admin.display import review_text, stop_reason_text, usage_html
-from turns.meta import meta_last_review
+from turns.attempts import last_review
 from turns.models import Turn
 
 
@@ -329,8 +329,8 @@ class PredictionAdmin(StaffReadOnlyAdmin):
     def review_display(self, prediction: Prediction) -> str:
         if prediction.turn_id is None:
             return "not reviewed"
-        turn = Turn.objects.only("meta").get(pk=prediction.turn_id)
-        return review_text(meta_last_review(turn.meta))
+        turn = Turn.objects.only("meta", "attempts").get(pk=prediction.turn_id)
+        return review_text(last_review(turn))
 
     @admin.display(description="cost")
     def cost_display(self, prediction: Prediction) -> str:

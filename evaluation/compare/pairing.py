@@ -29,7 +29,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from evaluation.compare.shapes import (
-    CONFIDENCE,
     ComparedRow,
     Comparison,
     Delta,
@@ -40,6 +39,7 @@ from evaluation.compare.shapes import (
 )
 from evaluation.compare.statistics import PairedTable, holm_adjust, mcnemar_exact_p, newcombe_paired_interval
 from evaluation.metrics.checks import checks_side_by_side
+from evaluation.metrics.intervals import CONFIDENCE  # every interval shown has one confidence level
 
 __all__ = [
     "CONFIDENCE",

@@ -15,10 +15,11 @@ from common.errors import BadInput
 from evaluation.compare.over_epochs import apply_bootstrap, majority_rows
 from evaluation.compare.pairing import compare_rows
 from evaluation.compare.selectors import run_compared_epoch_rows, run_compared_rows
-from evaluation.compare.shapes import CONFIDENCE, Comparison, Detectable, RunSide
+from evaluation.compare.shapes import Comparison, Detectable, RunSide
 from evaluation.compare.trajectory_view import trajectory_comparison
 from evaluation.datasets.versions import versions_compared
 from evaluation.metrics.compute import CONTINUOUS_SCORERS
+from evaluation.metrics.intervals import CONFIDENCE
 from evaluation.models import Prediction, Run
 from evaluation.selectors import run_get, run_stored_metrics
 

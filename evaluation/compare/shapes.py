@@ -10,9 +10,6 @@ from typing import Any, NotRequired
 
 from typing_extensions import TypedDict
 
-#: The confidence level of every interval of a comparison.
-CONFIDENCE = 0.95
-
 
 @dataclass(frozen=True)
 class ComparedRow:

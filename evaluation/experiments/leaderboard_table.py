@@ -2,22 +2,25 @@
 leaderboard`` and ``run_experiment`` print), drawn with ``rich`` like the
 metrics and comparison tables.
 
-Presentation only: it reads the leaderboard's JSON
-(``evaluation.experiments.ranking.leaderboard_json``), so what is printed
-and what is written with ``--json`` are the same figures.
+Presentation only: it reads the typed leaderboard
+(``evaluation.experiments.ranking.Leaderboard``), the same values
+``leaderboard_json`` writes with ``--json``, so what is printed and what is
+written are the same figures.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from evaluation.experiments.ranking import Leaderboard, VariantRow
 
 if TYPE_CHECKING:
     # rich is imported where a table is built: the admin's leaderboard page
     # imports this module for its marks and legend at every command's start
     from rich.table import Table
 
-__all__ = ["FRONTIER_MARK", "TOP_MARK", "format_leaderboard", "legend"]
+__all__ = ["FRONTIER_MARK", "TOP_MARK", "format_leaderboard", "leaderboard_text", "legend"]
 
 _DASH = "—"
 #: The marks of the top group and of the Pareto frontier.
@@ -55,32 +58,32 @@ def _seconds(value: float | None) -> str:
     return _DASH if value is None else f"{value:.2f}"
 
 
-def _accuracy(v: Mapping[str, Any]) -> str:
-    if v["accuracy"] is None:
+def _accuracy(v: VariantRow) -> str:
+    if v.accuracy is None:
         return f"{_DASH} (0 scored)"
-    if v["ci_low"] is None:
-        return _pct(v["accuracy"])
-    return f"{_pct(v['accuracy'])} ({v['ci_low'] * 100:.1f}–{v['ci_high'] * 100:.1f}%)"
+    if v.ci_low is None or v.ci_high is None:
+        return _pct(v.accuracy)
+    return f"{_pct(v.accuracy)} ({v.ci_low * 100:.1f}–{v.ci_high * 100:.1f}%)"
 
 
-def _marks(v: Mapping[str, Any]) -> str:
-    return " ".join(m for m, on in ((TOP_MARK, v["top_group"]), (FRONTIER_MARK, v["pareto"])) if on)
+def _marks(v: VariantRow) -> str:
+    return " ".join(m for m, on in ((TOP_MARK, v.top_group), (FRONTIER_MARK, v.pareto)) if on)
 
 
-def _pass_at_k(v: Mapping[str, Any]) -> str:
-    if not v["pass_at_k"]:
+def _pass_at_k(v: VariantRow) -> str:
+    if not v.pass_at_k:
         return _DASH
-    return _pct(v["pass_at_k"].get(str(v["epochs"])))
+    return _pct(v.pass_at_k.get(str(v.epochs)))
 
 
-def _variants_table(board: Mapping[str, Any]) -> Table:
+def _variants_table(board: Leaderboard) -> Table:
     """One row per variant, best first, the unranked after."""
     from rich.table import Table
 
-    epochs = max((v["epochs"] for v in board["variants"]), default=1)
+    epochs = max((v.epochs for v in board.variants), default=1)
     title = (
-        f"Leaderboard · {board['experiment']} · dataset {board['dataset']}@{board['dataset_version']}"
-        f" · alpha {board['alpha']:g}"
+        f"Leaderboard · {board.experiment} · dataset {board.dataset}@{board.dataset_version}"
+        f" · alpha {board.alpha:g}"
     )
     table = Table(title=title)
     columns = ["#", "", "variant", "status", "accuracy (95% CI)", "n"]
@@ -90,26 +93,26 @@ def _variants_table(board: Mapping[str, Any]) -> Table:
         table.add_column(
             name, justify="left" if name in ("", "variant", "status", "stop reasons") else "right"
         )
-    for v in board["variants"]:
-        cells = [str(v["rank"] or _DASH), _marks(v), v["name"], v["status"], _accuracy(v), str(v["n"])]
+    for v in board.variants:
+        cells = [str(v.rank or _DASH), _marks(v), v.name, v.status, _accuracy(v), str(v.n)]
         cells += [_pass_at_k(v)] if epochs > 1 else []
         cells += [
-            _usd(v["cost"]),
-            _usd(v["cost_per_correct"]),
-            f"{v['tokens']['input']:,} / {v['tokens']['output']:,}",
-            f"{_seconds(v['latency_p50_s'])} / {_seconds(v['latency_p95_s'])}",
-            str(v["errors"]),
-            ", ".join(f"{reason} {n}" for reason, n in v["stop_reasons"].items()) or _DASH,
+            _usd(v.cost),
+            _usd(v.cost_per_correct),
+            f"{v.tokens['input']:,} / {v.tokens['output']:,}",
+            f"{_seconds(v.latency_p50_s)} / {_seconds(v.latency_p95_s)}",
+            str(v.errors),
+            ", ".join(f"{reason} {n}" for reason, n in v.stop_reasons.items()) or _DASH,
         ]
         table.add_row(*cells)
     return table
 
 
-def _task_type_table(variants: Sequence[Mapping[str, Any]]) -> Table | None:
+def _task_type_table(variants: Sequence[VariantRow]) -> Table | None:
     """Accuracy per task type: a row per variant, a column per task type."""
     from rich.table import Table
 
-    task_types = sorted({t for v in variants for t in v["per_task_type"]})
+    task_types = sorted({t for v in variants for t in v.per_task_type})
     if not task_types:
         return None
     table = Table(title="Accuracy per task type")
@@ -119,21 +122,21 @@ def _task_type_table(variants: Sequence[Mapping[str, Any]]) -> Table | None:
     for v in variants:
         cells = []
         for task_type in task_types:
-            b = v["per_task_type"].get(task_type)
+            b = v.per_task_type.get(task_type)
             cells.append(f"{_pct(b['accuracy'])} (n={b['n']})" if b else _DASH)
-        table.add_row(v["name"], *cells)
+        table.add_row(v.name, *cells)
     return table
 
 
-def _matrix(board: Mapping[str, Any]) -> Table | None:
+def _matrix(board: Leaderboard) -> Table | None:
     """Row − column accuracy on the examples both scored, with its
     Holm-adjusted p; the upper triangle, rows and columns in rank order."""
     from rich.table import Table
 
-    ranked = [v["name"] for v in board["variants"] if v["rank"] is not None]
+    ranked = [v.name for v in board.variants if v.rank is not None]
     if len(ranked) < 2:
         return None
-    pairs = {(p["a"], p["b"]): p for p in board["pairs"]}
+    pairs = {(p.a, p.b): p for p in board.pairs}
     title = "Pairs: row − column accuracy on the examples both scored, Holm-adjusted p"
     table = Table(title=title, min_width=len(title))
     table.add_column("")
@@ -146,46 +149,45 @@ def _matrix(board: Mapping[str, Any]) -> Table | None:
             if j <= i or pair is None:
                 cells.append("")
                 continue
-            star = " *" if pair["p_holm"] is not None and pair["p_holm"] < board["alpha"] else ""
-            reach = pair.get("detectable_difference")
-            could = f"\n±{reach * 100:.1f} pp" if reach is not None else "\n± —"
-            cells.append(f"{pp_text(pair['difference'])}\np={_p(pair['p_holm'])}{star} n={pair['n']}{could}")
+            star = " *" if pair.p_holm is not None and pair.p_holm < board.alpha else ""
+            could = f"\n±{pair.detectable * 100:.1f} pp" if pair.detectable is not None else "\n± —"
+            cells.append(f"{pp_text(pair.difference)}\np={_p(pair.p_holm)}{star} n={pair.n}{could}")
         table.add_row(a, *cells)
     return table
 
 
-def legend(board: Mapping[str, Any]) -> str:
+def legend(board: Leaderboard) -> str:
     """What the marks and the pairs' p-values mean, in one line."""
-    tests = sorted({p["test"] for p in board["pairs"]})
+    tests = sorted({p.test for p in board.pairs})
     test = " / ".join(tests) if tests else "exact McNemar"
     return (
-        f"{TOP_MARK}: not significantly worse than the best (Holm-adjusted p ≥ {board['alpha']:g}, or not "
+        f"{TOP_MARK}: not significantly worse than the best (Holm-adjusted p ≥ {board.alpha:g}, or not "
         f"worse); {FRONTIER_MARK}: Pareto frontier, no other variant at least as accurate for at most the "
         f"cost; pairs: {test} on the examples both scored (McNemar 1947; with epochs the paired bootstrap), "
-        f"p Holm (1979)-adjusted across all {len(board['pairs'])} pairs, * below alpha; ± the smallest "
+        f"p Holm (1979)-adjusted across all {len(board.pairs)} pairs, * below alpha; ± the smallest "
         "difference the pair could detect with 80% power (exact McNemar at alpha over the pairs); "
         "intervals: 95% Wilson (with epochs: bootstrap)."
     )
 
 
-def _notes(board: Mapping[str, Any]) -> list[str]:
-    unranked = [v for v in board["variants"] if v["rank"] is None]
-    ranked = len(board["variants"]) - len(unranked)
+def _notes(board: Leaderboard) -> list[str]:
+    unranked = [v for v in board.variants if v.rank is None]
+    ranked = len(board.variants) - len(unranked)
     notes = []
     if unranked:
-        listed = ", ".join(f"{v['name']} ({v['status']})" for v in unranked)
+        listed = ", ".join(f"{v.name} ({v.status})" for v in unranked)
         notes.append(f"not ranked (not finished): {listed}")
-    if board["cost_unknown"]:
-        notes.append(f"cost unknown, so not on the frontier: {', '.join(board['cost_unknown'])}")
-    costs = [v for v in board["variants"] if v.get("cost_per_example_ci")]
+    if board.cost_unknown:
+        notes.append(f"cost unknown, so not on the frontier: {', '.join(board.cost_unknown)}")
+    costs = [v for v in board.variants if v.cost_ci and v.cost_per_example is not None]
     if costs:
         notes.append("cost per example, 95% bootstrap interval: " + "; ".join(
-            f"{v['name']} ${v['cost_per_example']:.5f} (${v['cost_per_example_ci'][0]:.5f}–"
-            f"${v['cost_per_example_ci'][1]:.5f})" for v in costs))  # fmt: skip
-    if board.get("frontier_undecided"):
+            f"{v.name} ${v.cost_per_example:.5f} (${v.cost_ci[0]:.5f}–${v.cost_ci[1]:.5f})"
+            for v in costs if v.cost_ci and v.cost_per_example is not None))  # fmt: skip
+    if board.frontier_undecided:
         notes.append(
             "frontier place not decided by the intervals (more examples could move it): "
-            + ", ".join(board["frontier_undecided"])
+            + ", ".join(board.frontier_undecided)
         )
     if ranked == 1:
         notes.append("one finished variant: no pairs to compare")
@@ -194,12 +196,12 @@ def _notes(board: Mapping[str, Any]) -> list[str]:
     return notes
 
 
-def format_leaderboard(board: Mapping[str, Any], *, width: int = 150) -> str:
-    """Render a leaderboard's JSON (``leaderboard_json``) as plain text
+def format_leaderboard(board: Leaderboard, *, width: int = 150) -> str:
+    """Render a leaderboard as plain text
     ``width`` columns wide: the variants best first with the top group
     (``▲ top``) and the frontier (``◆``) marked, accuracy per task type, the
     pairwise matrix, notes (unranked variants, unknown costs) and the legend."""
-    tables = [_variants_table(board), _task_type_table(board["variants"]), _matrix(board)]
+    tables = [_variants_table(board), _task_type_table(board.variants), _matrix(board)]
     from evaluation.metrics.metrics_table import text_console
 
     console, buffer = text_console(width)
@@ -210,3 +212,9 @@ def format_leaderboard(board: Mapping[str, Any], *, width: int = 150) -> str:
         console.print(note)
     console.print(legend(board))
     return buffer.getvalue()
+
+
+def leaderboard_text(board: Leaderboard, *, width: int = 150) -> str:
+    """``board`` as plain-text tables (``manage.py leaderboard`` and
+    ``run_experiment`` print it): ``format_leaderboard``."""
+    return format_leaderboard(board, width=width)

@@ -47,7 +47,6 @@ from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
 from evaluation.experiments.frontier import mark_uncertainty, pareto_frontier
-from evaluation.experiments.leaderboard_table import format_leaderboard
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
 
@@ -59,7 +58,6 @@ __all__ = [
     "experiment_get",
     "leaderboard",
     "leaderboard_json",
-    "leaderboard_text",
 ]
 
 #: How a pair was tested, as ``PairRow.test`` says it.
@@ -435,9 +433,3 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "cost_unknown": list(board.cost_unknown),
         "frontier_undecided": list(board.frontier_undecided),
     }
-
-
-def leaderboard_text(board: Leaderboard, *, width: int = 150) -> str:
-    """``board`` as plain-text tables (``manage.py leaderboard`` and
-    ``run_experiment`` print it): see ``leaderboard_table.format_leaderboard``."""
-    return format_leaderboard(leaderboard_json(board), width=width)

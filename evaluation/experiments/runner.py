@@ -8,8 +8,8 @@ checked against the file (a changed variant, a changed dataset, a run id
 taken by another run are refused), every provider is built and the dataset
 resolved (``eval_check``). Only then is the ``Experiment`` row written and
 each unfinished variant's run started or resumed (``run_open``); the runs are
-driven together (``drive``, i.e. ``drive_and_finish``: one concurrency budget shared fairly,
-or one in-flight cap on Celery) and finished, and with a ``baseline`` each
+driven together (``evaluation.run.evaluate.drive_and_finish``: one
+concurrency budget shared fairly, or one in-flight cap on Celery) and finished, and with a ``baseline`` each
 other variant is compared with it.
 """
 
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import re
 import shlex
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -27,6 +27,7 @@ from common.errors import BadInput, StateConflict
 from evaluation.compare.gate import BaselineOutcome, baseline_compare
 from evaluation.experiments.experiment_file import ExperimentSpec, VariantSpec
 from evaluation.models import Experiment, Run, RunStatus
+from evaluation.run.evaluate import drive_and_finish
 from evaluation.run.exits import outage_as_run_outage, run_failure
 from evaluation.run.extensions import mcp_preflight
 from evaluation.run.lifecycle import run_regression_record
@@ -52,16 +53,6 @@ _SHARED_AS_IS = (
 )
 #: Variant keys passed to ``eval_request`` under the same name (they win over the shared ones).
 _VARIANT_AS_IS = ("model", "review", "max_steps", "max_output_tokens", "price_in", "price_out")
-
-
-class DriveRuns(Protocol):
-    """``evaluation.run.evaluate.drive_and_finish``'s shape: drive the open
-    runs at once sharing ``concurrency`` and finish each; the finished runs
-    in order. ``name``: what Ctrl-C interrupted."""
-
-    def __call__(
-        self, opens: Sequence[OpenRun], *, progress: ProgressFactory, concurrency: int, name: str
-    ) -> list[Run]: ...
 
 
 @dataclass
@@ -324,7 +315,6 @@ def run_experiment(
     *,
     note: Callable[[str], None],
     progress: ProgressFactory,
-    drive: DriveRuns,
     fail_on_regression: bool = False,
     retry_errors: bool = False,
 ) -> ExperimentResult:
@@ -337,11 +327,8 @@ def run_experiment(
     ``retry_errors`` runs the errored examples of every variant again
     (``run_eval --retry-errors``), a finished variant's included.
 
-    ``drive``: how the open runs are driven and finished —
-    ``evaluation.run.evaluate.drive_and_finish``, given by the caller (a
-    command, a schedule's firing) so that the experiment layer reads the run
-    layer's parts without sitting on top of its driver
-    (docs/architecture.md#the-package-map: the import chain stays short).
+    The open runs are driven and finished together by
+    ``evaluation.run.evaluate.drive_and_finish``, as ``run_eval`` drives one.
 
     Raises what ``experiment_plan`` raises before anything is written;
     ``RunInterrupted`` (named by the experiment) on Ctrl-C, ``RunOutage``
@@ -355,7 +342,7 @@ def run_experiment(
         broker_precheck(spec.name)
     with outage_as_run_outage(spec.name):
         experiment = _experiment_save(spec, plan)
-        outcomes = _drive(spec, experiment, plan, note=note, progress=progress, drive=drive)
+        outcomes = _drive(spec, experiment, plan, note=note, progress=progress)
     result = ExperimentResult(experiment=experiment, variants=outcomes)
     if spec.baseline:
         _compare_with_baseline(spec, result, fail_on_regression=fail_on_regression)
@@ -369,7 +356,6 @@ def _drive(
     *,
     note: Callable[[str], None],
     progress: ProgressFactory,
-    drive: DriveRuns,
 ) -> list[VariantOutcome]:
     """Open every unfinished variant's run, drive them together, finish them."""
     outcomes: list[VariantOutcome] = []
@@ -395,7 +381,7 @@ def _drive(
             opens.append(opened)
             outcomes.append(VariantOutcome(variant=variant, run=opened.run))
         concurrency = int(spec.shared.get("concurrency", 4))
-        finished = iter(drive(opens, progress=progress, concurrency=concurrency, name=spec.name))
+        finished = iter(drive_and_finish(opens, progress=progress, concurrency=concurrency, name=spec.name))
     finally:
         for opened in opens:
             opened.lease.stop()

@@ -100,13 +100,6 @@ async def drive_examples(
         raise DatabaseOutage.of(driver.outage[0])
 
 
-def _settings_extensions() -> RunExtensions:
-    """The plugins and MCP servers of the settings only."""
-    return RunExtensions(
-        settings_plugins=tuple(settings.AGENTLAB_PLUGINS), mcp_servers=tuple(settings.AGENTLAB_MCP_SERVERS)
-    )
-
-
 @dataclass
 class _ExampleDriver:
     """``drive_examples``' settings and the outage it met: drives one
@@ -153,7 +146,7 @@ class _ExampleDriver:
             prediction_complete(
                 prediction_id=item.prediction_id,
                 example=item.example,
-                turn=TurnFinal.from_fields(turn_fields),
+                turn=TurnFinal.from_fields(turn_fields, turn_id=turn_id),
             )
             recorded = True
 

@@ -4,8 +4,9 @@ and a prediction row written before the turn runs."""
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import StrEnum
 from typing import Any
 
 from django.conf import settings
@@ -27,21 +28,80 @@ from turns.services import (
 )
 
 
-@dataclass(frozen=True)
+class PlanAction(StrEnum):
+    """What a (possibly resumed) run does with one (example, epoch)
+    (``plan_action`` decides, one writer in ``run_plan`` per action):
+
+    - ``skip``: its prediction is complete — nothing to do;
+    - ``retry``: ``--retry-errors`` and its completed prediction recorded an
+      error or was cancelled — its turn gets a new attempt (``turn_retry``)
+      and the row is completed anew;
+    - ``follow``: ``run_eval --celery`` following again, and its turn is live
+      on a worker (a heartbeat younger than ``TURN_STALE_S``) — left to it;
+    - ``resume``: its turn was cut off (a killed process: running or waiting
+      with no one driving it, or interrupted or failed) — interrupted if
+      need be, then resumed (``turn_resume``) so the driver continues from
+      its event log;
+    - ``keep``: its turn exists but cannot be resumed (still queued; cut
+      off with a cancel asked for, which the interruption ends cancelled;
+      ended with its prediction not yet complete) — it is driven as it
+      stands (the driver claims a queued turn; an ended one only has its
+      prediction recorded) and is not reported as resumed;
+    - ``fresh``: no turn yet — a queued turn and a pessimistic prediction row
+      are written (in batches).
+    """
+
+    SKIP = "skip"
+    RETRY = "retry"
+    FOLLOW = "follow"
+    RESUME = "resume"
+    KEEP = "keep"
+    FRESH = "fresh"
+
+
+#: The turn statuses whose process is gone when a run is resumed without ``live_ok``.
+_CUT_OFF = frozenset({TurnStatus.RUNNING, TurnStatus.WAITING})
+
+
+def plan_action(prediction: Prediction | None, *, retry_errors: bool, live_ok: bool) -> PlanAction:
+    """What to do with an (example, epoch) whose prediction row is
+    ``prediction`` (``None``: none yet; its ``turn`` read). See ``PlanAction``."""
+    if prediction is None or prediction.turn is None:
+        return PlanAction.FRESH if prediction is None or prediction.completed_at is None else PlanAction.SKIP
+    turn = prediction.turn
+    if prediction.completed_at is not None:
+        # an error, or cancelled (manage.py cancel_run): neither is an answer
+        failed = bool(prediction.error) or prediction.stop_reason == "cancelled"
+        if retry_errors and failed and turn.status in RETRYABLE_STATUSES:
+            return PlanAction.RETRY
+        return PlanAction.SKIP
+    if live_ok and _is_live(turn):
+        return PlanAction.FOLLOW
+    if turn.can_resume() or (turn.status in _CUT_OFF and not turn.cancel_requested):
+        return PlanAction.RESUME
+    return PlanAction.KEEP
+
+
+@dataclass(frozen=True, kw_only=True)
 class PlannedExample:
     """An example of a run still to be driven — one epoch of it: its
-    prediction row, its turn, and the example itself (scored in memory when
-    the turn finishes)."""
+    prediction row, its turn, the example itself (scored in memory when the
+    turn finishes) and what the plan did with it (``PlanAction``)."""
 
     prediction_id: int
     turn_id: int
     example: Example
-    resumed: bool
+    action: PlanAction
     epoch: int = 1
 
     @property
     def example_id(self) -> int:
         return self.example.pk
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the plan resumed the turn (``turn_resume``): only a turn that could be."""
+        return self.action == PlanAction.RESUME
 
 
 def _turn_context(example: Example) -> dict[str, Any]:
@@ -71,9 +131,10 @@ def run_plan(
     epochs that are not done. Planned in example order, epochs 1..K of an
     example together.
     For the first ``limit`` examples of the run's dataset (all when ``None``):
-    an example with a completed prediction is skipped; one whose earlier turn
-    was cut off (killed process) gets that turn interrupted and resumed, so the
-    driver continues from its event log; one with nothing yet gets a queued
+    each (example, epoch) gets one ``PlanAction`` (``plan_action``) and
+    its writer: an example with a completed prediction is skipped; one whose
+    earlier turn was cut off (killed process) gets that turn interrupted and
+    resumed, so the driver continues from its event log; one with nothing yet gets a queued
     turn and a pessimistic prediction row (stop reason ``error``, wrong), in
     one transaction (for up to ``PLAN_BATCH`` examples at a time), so a
     prediction exists even if the turn never finishes.
@@ -101,38 +162,24 @@ def run_plan(
     skipped = 0
     for example, epoch in ((e, k) for e in examples for k in range(1, epochs + 1)):
         prediction = predictions.get((example.pk, epoch))
-        if (
-            retry_errors
-            and prediction is not None
-            and prediction.completed_at is not None
-            # an error, or cancelled (manage.py cancel_run): neither is an answer
-            and (prediction.error or prediction.stop_reason == "cancelled")
-            and prediction.turn is not None
-            and prediction.turn.status in RETRYABLE_STATUSES
-        ):
-            with transaction.atomic():
-                turn_retry(turn_id=prediction.turn.pk)
-                Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
-            planned.append(PlannedExample(prediction.pk, prediction.turn.pk, example, True, epoch))
-            continue
-        if prediction is not None and prediction.completed_at is not None:
+        action = plan_action(prediction, retry_errors=retry_errors, live_ok=live_ok)
+        if action == PlanAction.SKIP:
             skipped += 1
-            continue
-        if prediction is not None and prediction.turn is not None:
-            turn = prediction.turn
-            if live_ok and _is_live(turn):
-                planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
-                continue
-            if turn.status in (TurnStatus.RUNNING, TurnStatus.WAITING):
-                # its process is gone (the run was killed): the log is kept
-                turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
-                turn.refresh_from_db()
-            if turn.can_resume():
-                turn_resume(turn_id=turn.pk)
-            planned.append(PlannedExample(prediction.pk, turn.pk, example, True, epoch))
-            continue
-        fresh.append((len(planned), example, prediction, epoch))
-        planned.append(None)
+        elif action == PlanAction.FRESH:
+            fresh.append((len(planned), example, prediction, epoch))
+            planned.append(None)
+        else:
+            assert prediction is not None and prediction.turn is not None  # plan_action's contract
+            _ACT[action](prediction)
+            planned.append(
+                PlannedExample(
+                    prediction_id=prediction.pk,
+                    turn_id=prediction.turn.pk,
+                    example=example,
+                    action=action,
+                    epoch=epoch,
+                )
+            )
     for start in range(0, len(fresh), PLAN_BATCH):
         for index, item in _queue_fresh(
             run=run,
@@ -143,10 +190,50 @@ def run_plan(
         ):
             planned[index] = item
     result = [item for item in planned if item is not None]
-    resumed = [item.turn_id for item in result if item.resumed]
-    if resumed:
-        turns_set_output_limit(turn_ids=resumed, max_output_tokens=max_output_tokens)
+    existing = [item.turn_id for item in result if item.action != PlanAction.FRESH]
+    if existing:
+        turns_set_output_limit(turn_ids=existing, max_output_tokens=max_output_tokens)
     return result, skipped
+
+
+def _retry(prediction: Prediction) -> None:
+    """``PlanAction.RETRY``: a new attempt of the turn, the row to be completed anew."""
+    assert prediction.turn is not None
+    with transaction.atomic():
+        turn_retry(turn_id=prediction.turn.pk)
+        Prediction.objects.filter(pk=prediction.pk).update(completed_at=None)
+
+
+def _resume(prediction: Prediction) -> None:
+    """``PlanAction.RESUME``: a turn whose process is gone (the run was
+    killed; its log is kept) is interrupted first, then resumed."""
+    turn = prediction.turn
+    assert turn is not None
+    if turn.status in _CUT_OFF:
+        turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
+    turn_resume(turn_id=turn.pk)
+
+
+def _keep(prediction: Prediction) -> None:
+    """``PlanAction.KEEP``: a cut-off turn is interrupted (with its cancel
+    asked for, that ends it cancelled); any other is left as it is."""
+    turn = prediction.turn
+    assert turn is not None
+    if turn.status in _CUT_OFF:
+        turn_interrupt(turn_id=turn.pk, reason="run_eval resumed the run")
+
+
+def _leave(prediction: Prediction) -> None:
+    """``PlanAction.FOLLOW``: the turn is live on a worker; nothing is written."""
+
+
+#: The one writer of each action of an existing turn (``fresh`` is batched in ``_queue_fresh``).
+_ACT: dict[PlanAction, Callable[[Prediction], None]] = {
+    PlanAction.RETRY: _retry,
+    PlanAction.RESUME: _resume,
+    PlanAction.FOLLOW: _leave,
+    PlanAction.KEEP: _keep,
+}
 
 
 def sample_examples(examples: list[Example], *, n: int, seed: int) -> list[Example]:
@@ -247,6 +334,15 @@ def _queue_fresh(
         Prediction.objects.bulk_update(relinked, ["turn"])
     by_key = {(p.example_id, p.epoch): p for p in [*new_rows, *relinked]}
     return [
-        (index, PlannedExample(by_key[(example.pk, epoch)].pk, turn.pk, example, False, epoch))
+        (
+            index,
+            PlannedExample(
+                prediction_id=by_key[(example.pk, epoch)].pk,
+                turn_id=turn.pk,
+                example=example,
+                action=PlanAction.FRESH,
+                epoch=epoch,
+            ),
+        )
         for (index, example, _, epoch), turn in zip(fresh, turns, strict=True)
     ]

@@ -16,14 +16,9 @@ from evaluation.judge.grader import JUDGE, JudgeRequest, judge_precheck
 from evaluation.models import Example, Prediction
 from evaluation.scoring.base import Score
 from evaluation.scoring.dispatch import MODEL_GRADED_SCORERS, answer_mismatch, score, scorer_for
-from turns.meta import (
-    meta_answer_type,
-    meta_failure,
-    meta_first_attempt_if_review_retried,
-    meta_last_review_verdict,
-    meta_usage_total,
-)
-from turns.models import Turn, TurnOutcome
+from turns.attempts import first_attempt_if_review_retried, last_review_of, turn_attempts, usage_sum
+from turns.meta import meta_answer_type, meta_failure
+from turns.models import Turn, TurnAttempt, TurnOutcome
 
 #: ``score_explanation`` of a prediction whose answer waits for the LLM judge
 #: (``evaluation.judge.judge_pass.judge_run`` grades it and completes the row).
@@ -78,10 +73,13 @@ class TurnFinal:
     usage: dict[str, Any]
     meta: dict[str, Any]
     timings: dict[str, Any]
+    #: the turn's archived attempts, oldest first (``TurnAttempt``)
+    archived: tuple[TurnAttempt, ...] = ()
 
     @classmethod
     def from_turn(cls, turn: Turn) -> TurnFinal:
         return cls(
+            archived=tuple(turn_attempts(turn)),
             outcome=turn.outcome,
             answer=turn.answer,
             evidence=turn.evidence,
@@ -94,9 +92,14 @@ class TurnFinal:
         )
 
     @classmethod
-    def from_fields(cls, fields: Mapping[str, Any]) -> TurnFinal:
-        """From the turn fields of a terminal event (``TurnPolicy.on_finish``)."""
+    def from_fields(cls, fields: Mapping[str, Any], *, turn_id: int) -> TurnFinal:
+        """From the turn fields of a terminal event (``TurnPolicy.on_finish``):
+        no query when they say the turn is on its first attempt (``attempts``
+        1), one for its archived attempts otherwise."""
+        attempts = fields.get("attempts")
+        archived = () if attempts == 1 else tuple(TurnAttempt.objects.filter(turn_id=turn_id))
         return cls(
+            archived=archived,
             outcome=fields.get("outcome") or "",
             answer=fields.get("answer") or "",
             evidence=fields.get("evidence") or "",
@@ -142,7 +145,7 @@ def _prediction_values(
     awaiting = result is None
     if result is None:
         result = Score.unscored(JUDGE, AWAITING_JUDGE)
-    usage = meta_usage_total(turn.meta, turn.usage) if turn is not None else {}
+    usage = usage_sum(turn.usage, turn.archived) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0
@@ -153,11 +156,11 @@ def _prediction_values(
         error = "no turn was run"
     if latency_ms is None and turn is not None:
         latency_ms = turn.timings.get("total_ms")
-    first = meta_first_attempt_if_review_retried(turn.meta if turn is not None else {})
+    first = first_attempt_if_review_retried(turn.archived) if turn is not None else None
     if first is None:
         first_correct = result.correct
     else:
-        first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
+        first_answer = first.answer if first.outcome == TurnOutcome.ANSWERED else None
         # the judge is not paid twice for one example: its first attempt stays unscored
         first_score = score_without_judge(example=example, answer=first_answer, scorer=scorer)
         first_correct = first_score.correct if first_score is not None else None
@@ -179,7 +182,7 @@ def _prediction_values(
         "latency_ms": latency_ms,
         "review_retried": first is not None,
         "first_correct": first_correct,
-        "review_verdict": meta_last_review_verdict(turn.meta if turn is not None else {}),
+        "review_verdict": _verdict(turn),
         "usage": usage,
         "answer_mismatch": answer_mismatch(
             answer_type=meta_answer_type(turn.meta) if answered and turn is not None else None, scorer=scorer
@@ -210,3 +213,9 @@ def prediction_complete(*, prediction_id: int, example: Example, turn: TurnFinal
     these values. Raises ``Prediction.DoesNotExist`` if the row is gone."""
     if update_by_pk(Prediction, prediction_id, prediction_values(example=example, turn=turn)) != 1:
         raise Prediction.DoesNotExist(f"prediction {prediction_id} does not exist")
+
+
+def _verdict(turn: TurnFinal | None) -> str:
+    """The verdict of the turn's last review; ``""`` if none."""
+    review = last_review_of(turn.meta, turn.archived) if turn is not None else None
+    return str(review["verdict"]) if review else ""

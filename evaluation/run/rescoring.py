@@ -35,7 +35,8 @@ from evaluation.run.record import AWAITING_JUDGE, score_without_judge
 from evaluation.run.request import RUN_ID_MAX
 from evaluation.scoring.dispatch import answer_mismatch, check_scorer
 from evaluation.selectors import run_get
-from turns.meta import meta_answer_type, meta_first_attempt_if_review_retried
+from turns.attempts import first_attempt_if_review_retried, turn_attempts
+from turns.meta import meta_answer_type
 from turns.models import TurnOutcome
 
 #: Copied from the source prediction as they are: what the agent did.
@@ -165,13 +166,15 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
         new.answer_mismatch = answer_mismatch(
             answer_type=meta_answer_type(meta) if answered else None, scorer=scorer
         )
-        first = meta_first_attempt_if_review_retried(meta) if p.review_retried else None
+        first = (
+            first_attempt_if_review_retried(turn_attempts(p.turn)) if p.review_retried and p.turn else None
+        )
         if first is None:
             new.first_correct = new.correct
         elif scorer == JUDGE:
             new.first_correct = None
         else:
-            first_answer = first.get("answer") if first.get("outcome") == TurnOutcome.ANSWERED else None
+            first_answer = first.answer if first.outcome == TurnOutcome.ANSWERED else None
             first_score = score_without_judge(example=p.example, answer=first_answer, scorer=scorer)
             new.first_correct = first_score.correct if first_score is not None else None
         rows.append(new)

@@ -36,7 +36,7 @@ from common.loop_thread import LoopThread
 from evaluation.models import Prediction
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.on_workers import EVAL_TASK
-from evaluation.run.plan import PlannedExample
+from evaluation.run.plan import PlanAction, PlannedExample
 from turns.jobs.tasks import DRIVER_TASK_OPTIONS, shared_db
 from turns.llm import get_provider
 
@@ -50,7 +50,18 @@ def _planned(prediction_ids: list[int]) -> list[tuple[PlannedExample, Prediction
     joined = Prediction.objects.select_related("example__dataset", "run")
     rows = joined.filter(pk__in=prediction_ids).order_by()
     return [
-        (PlannedExample(p.pk, p.turn_id, p.example, True, p.epoch), p) for p in rows if p.turn_id is not None
+        (
+            PlannedExample(
+                prediction_id=p.pk,
+                turn_id=p.turn_id,
+                example=p.example,
+                action=PlanAction.KEEP,
+                epoch=p.epoch,
+            ),
+            p,
+        )
+        for p in rows
+        if p.turn_id is not None
     ]
 
 

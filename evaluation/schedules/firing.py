@@ -31,7 +31,7 @@ from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.experiments.runner import run_experiment
 from evaluation.models import BaselinePolicy, EvalSchedule, Run, RunStatus
-from evaluation.run.evaluate import drive_and_finish, run_eval
+from evaluation.run.evaluate import run_eval
 from evaluation.run.exits import RunOutage
 from evaluation.run.lifecycle import run_regression_record
 from evaluation.schedules.alerts import regression_alert
@@ -141,9 +141,7 @@ def scheduled_experiment(schedule: EvalSchedule) -> ScheduledOutcome:
         spec = experiment_spec(schedule.experiment_file.strip())
         # a name of its own per firing (the random part keeps two firings in one second apart)
         spec = replace(spec, name=f"{spec.name[:75]} {timezone.now():%Y-%m-%d %H%M%S} {secrets.token_hex(2)}")
-        result = run_experiment(
-            spec, note=_note, progress=lambda run_id, total: _NoProgress(), drive=drive_and_finish
-        )
+        result = run_experiment(spec, note=_note, progress=lambda run_id, total: _NoProgress())
     except Exception as exc:
         expected = isinstance(exc, ValueError | AgentLabError | DatasetFormatError | RunOutage)
         message = str(exc) or type(exc).__name__

@@ -9,7 +9,7 @@ import pytest
 
 from evaluation.experiments.experiment_file import run_id_of, slug
 from evaluation.run.on_workers import FollowState, _rooms
-from evaluation.run.plan import PlannedExample
+from evaluation.run.plan import PlanAction, PlannedExample
 from evaluation.run.sharing import FairShare
 
 
@@ -93,7 +93,11 @@ def test_capacity_below_one_is_refused():
 
 
 def _state(n: int, *, sent: int = 0) -> FollowState:
-    state = FollowState([PlannedExample(i, i, None, False, 1) for i in range(n)])  # type: ignore[arg-type]
+    planned = [
+        PlannedExample(prediction_id=i, turn_id=i, example=None, action=PlanAction.FRESH)  # type: ignore[arg-type]
+        for i in range(n)
+    ]
+    state = FollowState(planned)
     for i in range(sent):
         state.sent[i] = 0.0
     return state

@@ -29,7 +29,8 @@ from statsmodels.stats.multitest import multipletests
 from evaluation.admin.regressions import compare_url
 from evaluation.admin.report import report_url
 from evaluation.experiments.experiment_file import slug
-from evaluation.experiments.ranking import leaderboard, leaderboard_json, leaderboard_text
+from evaluation.experiments.leaderboard_table import leaderboard_text
+from evaluation.experiments.ranking import leaderboard, leaderboard_json
 from evaluation.models import Dataset, Example, Experiment, Prediction, Run, RunStatus
 from evaluation.selectors import run_metrics
 from tests.api_support import ApiClient, assert_error

@@ -391,7 +391,7 @@ def test_retry_errors_runs_failed_examples_again_as_a_new_attempt(endpoint):
     assert run.predictions.count() == 4
     retried = Prediction.objects.get(run=run, example__external_id=gsm[1]["question_id"])
     assert (retried.correct, retried.error, retried.turn.attempts) == (True, "", 2)
-    assert retried.turn.meta["attempts"][0]["stop_reason"] == "provider_error"
+    assert retried.turn.attempt_rows.get(number=1).stop_reason == "provider_error"
 
 
 @pytest.mark.local_model  # the model file is checked after llama-cpp-python is found

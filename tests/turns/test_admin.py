@@ -23,7 +23,7 @@ from common.db import DatabaseThreads
 from turns.admin import EVENTS_PER_PAGE, TURNS_INLINE_LIMIT
 from turns.driver import EVALUATION, EvaluationPolicy, drive_turn, turn_claim
 from turns.events import NewEvent, event_append, event_append_many
-from turns.models import Approval, Conversation, EventType, Turn
+from turns.models import Approval, Conversation, EventType, Turn, TurnAttempt
 from turns.selectors import events_after
 from turns.services import turn_cancel, turn_create, turn_interrupt
 
@@ -36,7 +36,7 @@ APPROVAL_LIST = reverse("admin:turns_approval_changelist")
 # Pinned query counts (session + user + the page's own queries). A list page
 # must not grow with its rows: see test_turn_list_queries_do_not_grow_with_rows.
 TURN_LIST_QUERIES = 11
-TURN_PAGE_QUERIES = 11  # four: the datasets holding the question, its online scores, its feedback, its LLM calls
+TURN_PAGE_QUERIES = 11  # four: datasets holding the question, online scores, feedback, LLM calls
 
 
 # --- helpers ---------------------------------------------------------------------
@@ -512,10 +512,10 @@ def test_retry_action_starts_a_new_attempt_and_archives_the_old_one(staff_client
         0,
     )
     assert failed.usage == {} and failed.timings == {} and "failure_cause" not in failed.meta
-    [archived] = failed.meta["attempts"]
-    assert archived["attempt"] == 1 and archived["status"] == "failed"
-    assert archived["stop_reason"] == "max_steps" and archived["failure_cause"] == "max_steps"
-    assert archived["usage"]["input_tokens"] == 5 and archived["steps"] == 1
+    [archived] = TurnAttempt.objects.filter(turn=failed)
+    assert archived.number == 1 and archived.status == "failed"
+    assert archived.stop_reason == "max_steps" and archived.failure_cause == "max_steps"
+    assert archived.usage["input_tokens"] == 5 and archived.steps == 1
     last = events_after(turn_id=failed.pk)[-1]
     assert last.type == "attempt.retry" and last.seq == failed.last_seq
     assert last.data == {
@@ -550,7 +550,7 @@ def test_retry_of_a_turn_cancelled_before_it_ran(staff_client, owner, enqueued):
     act(staff_client, "retry_turns", [cancelled])
     cancelled.refresh_from_db()
     assert (cancelled.status, cancelled.attempts, cancelled.cancel_requested) == ("queued", 2, False)
-    assert cancelled.meta["attempts"][0]["status"] == "cancelled"
+    assert TurnAttempt.objects.get(turn=cancelled, number=1).status == "cancelled"
 
 
 def test_retry_keeps_one_active_turn_per_conversation(staff_client, owner, enqueued):

@@ -22,7 +22,7 @@ from turns.driver import review_phase as review_module
 from turns.driver import watch as watch_module
 from turns.driver.replay import recorded_steps
 from turns.jobs.sweep import turns_sweep_stale
-from turns.models import Approval, Turn
+from turns.models import Approval, Turn, TurnAttempt
 from turns.selectors import events_after
 from turns.services import approval_decide, turn_continue, turn_create, turn_resume
 
@@ -30,6 +30,11 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 REVIEWED_EVAL = EvaluationPolicy(review=True)
 ACCEPT = '{"verdict": "accept", "note": "checks out", "retry_instruction": null}'
+
+
+def archived_attempts(turn_id: int) -> list[TurnAttempt]:
+    """The turn's archived attempts, oldest first."""
+    return list(TurnAttempt.objects.filter(turn_id=turn_id))
 
 
 def retry(instruction: str) -> str:
@@ -138,16 +143,16 @@ async def test_a_retry_that_fixes_the_answer_archives_the_first_attempt(owner, d
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.status, turn.answer, turn.attempts, turn.steps) == ("succeeded", "42", 2, 1)
     assert (turn.usage["input_tokens"], turn.usage["calls"]) == (91, 2)  # the second attempt's act + review
-    [first] = turn.meta["attempts"]
-    assert (first["attempt"], first["reason"], first["answer"], first["outcome"], first["stop_reason"]) == (
+    [first] = await db_threads.run(archived_attempts, turn.pk)
+    assert (first.number, first.ended_by, first.answer, first.outcome, first.stop_reason) == (
         1,
         "review",
         "41",
         "answered",
         "final",
     )
-    assert first["usage"]["input_tokens"] == 70 and first["steps"] == 1 and len(first["trace"]) == 1
-    assert first["review"]["verdict"] == "retry" and first["review"]["retry_instruction"] == "multiply again"
+    assert first.usage["input_tokens"] == 70 and first.steps == 1 and len(first.trace) == 1
+    assert first.review["verdict"] == "retry" and first.review["retry_instruction"] == "multiply again"
     assert turn.meta["review"]["verdict"] == "accept"
     # the second attempt was asked with the instruction and the previous answer
     second_question = provider.calls[2][1]["content"]
@@ -198,7 +203,8 @@ async def test_a_retry_that_breaks_the_answer_keeps_the_last_and_retries_only_on
     assert result is not None and result.answer == "41"
     assert provider.remaining == 0  # no third attempt although the second review said retry too
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
-    assert (turn.answer, turn.attempts, [a["answer"] for a in turn.meta["attempts"]]) == ("41", 2, ["42"])
+    archived = await db_threads.run(archived_attempts, turn.pk)
+    assert (turn.answer, turn.attempts, [a.answer for a in archived]) == ("41", 2, ["42"])
     assert len(await db_threads.run(events_of, turn.pk, "attempt.retry")) == 1
     assert [e.data["verdict"] for e in await db_threads.run(events_of, turn.pk, "review")] == [
         "retry",
@@ -305,8 +311,8 @@ async def test_continue_after_max_steps_reuses_the_recorded_steps(owner, db_thre
     assert [m["role"] for m in second.calls[0]].count("tool") == 2  # built on the recorded steps
     turn = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (turn.steps, turn.attempts, turn.usage["calls"], turn.usage["input_tokens"]) == (3, 2, 1, 9)
-    [archived] = turn.meta["attempts"]
-    assert (archived["reason"], archived["stop_reason"], archived["usage"]["input_tokens"]) == (
+    [archived] = await db_threads.run(archived_attempts, turn.pk)
+    assert (archived.ended_by, archived.stop_reason, archived.usage["input_tokens"]) == (
         "continue",
         "max_steps",
         11,

@@ -30,8 +30,9 @@ from common.admin import (
     json_block,
 )
 from turns.admin.display import review_text, stop_reason_text, usage_html
+from turns.attempts import last_review, turn_attempts, usage_total
 from turns.llm_calls import LLMCall, turn_llm_calls
-from turns.meta import meta_attempts, meta_failure, meta_last_review, meta_setup, meta_usage_total
+from turns.meta import meta_failure, meta_setup
 from turns.models import TERMINAL_EVENT_TYPES, Approval, Turn, TurnEvent
 from turns.selectors import events_after
 from turns.services import RETRYABLE_STATUSES
@@ -67,7 +68,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="review")
     def review_display(self, turn: Turn) -> str:
-        return review_text(meta_last_review(turn.meta))
+        return review_text(last_review(turn))
 
     @admin.display(description="system prompt")
     def setup_prompt(self, turn: Turn) -> SafeString | str:
@@ -105,18 +106,19 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     def attempts_table(self, turn: Turn) -> SafeString:
         rows = [
             (
-                a.get("attempt"),
-                a.get("status"),
-                a.get("outcome"),
-                a.get("stop_reason"),
-                a.get("steps"),
-                fmt_tokens(a.get("usage")),
-                fmt_cost((a.get("usage") or {}).get("cost")),
-                fmt_ms((a.get("timings") or {}).get("total_ms")),
-                ": ".join(str(p) for p in (a.get("failure_cause"), a.get("failure_error")) if p),
-                Truncator(a.get("answer") or "").chars(200),
+                a.number,
+                a.status,
+                a.outcome,
+                a.stop_reason,
+                a.steps,
+                fmt_tokens(a.usage),
+                fmt_cost((a.usage or {}).get("cost")),
+                fmt_ms((a.timings or {}).get("total_ms")),
+                ": ".join(str(p) for p in (a.failure_cause, a.failure_error) if p),
+                Truncator(a.answer or "").chars(200),
+                f"{a.reason} / {a.ended_by}",
             )
-            for a in meta_attempts(turn.meta)
+            for a in turn_attempts(turn)
         ]
         return html_table(
             (
@@ -130,6 +132,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
                 "duration",
                 "failure",
                 "answer",
+                "started / ended by",
             ),
             rows,
             empty="none: this is the turn's first attempt",
@@ -137,7 +140,7 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="usage (all attempts)")
     def usage_table(self, turn: Turn) -> SafeString:
-        return usage_html(meta_usage_total(turn.meta, turn.usage))
+        return usage_html(usage_total(turn))
 
     @admin.display(description="timings")
     def timings_table(self, turn: Turn) -> SafeString:

@@ -26,7 +26,7 @@ from common.errors import StateConflict
 from turns.admin.display import status_badge, turn_duration_ms
 from turns.admin.feedback import FeedbackFilter, feedback_counts_text, feedback_table, with_feedback_counts
 from turns.admin.turn_page import TurnPageAdmin
-from turns.meta import meta_usage_total
+from turns.attempts import usage_total
 from turns.models import Conversation, Turn, TurnStatus
 from turns.services import (
     turn_cancel,
@@ -270,11 +270,9 @@ class TurnAdmin(TurnPageAdmin):
 
     @staticmethod
     def _usage(turn: Turn) -> dict[str, Any]:
-        """All attempts' usage, as the turn's page shows it. The list defers
-        ``meta``: only a turn with earlier attempts reads it (one query each)."""
-        if turn.attempts <= 1:
-            return dict(turn.usage or {})
-        return meta_usage_total(turn.meta, turn.usage)
+        """All attempts' usage, as the turn's page shows it: only a turn with
+        earlier attempts reads their rows (one query each)."""
+        return usage_total(turn)
 
     @admin.display(description="duration")
     def duration(self, turn: Turn) -> str:

@@ -112,11 +112,9 @@ async def drive_turn(
     attempt answered and ``policy.review_enabled()`` — one reviewer call
     (``agentlab.agent.review``), recorded as a ``review`` event whose usage is
     added to the turn's — → at most one automatic retry on a ``retry``
-    verdict with an instruction (the attempt is archived in
-    ``meta["attempts"]``, ``attempt.retry`` ``{"attempt", "reason": "review",
-    "instruction"}``, then a new act phase whose steps carry the new attempt
-    number) → finish. A chat review that is later than
-    ``policy.review_wait_s()`` is left running: the turn finishes without it,
+    verdict with an instruction (the attempt archived as a ``TurnAttempt``,
+    ``attempt.retry``, a new act phase with the next number) → finish. A chat
+    review later than ``policy.review_wait_s()`` is left running: the turn finishes without it,
     and this coroutine returns only after the late review is recorded
     (``review_append_late``), so a Celery task keeps it alive.
 
@@ -216,7 +214,7 @@ class TurnDrive:
         ones (a continued attempt builds on its predecessor's) and the
         current attempt's own, which it reuses instead of asking again."""
         turn, db = self.turn, self.db
-        inherited, own = await db.run(attempt_steps, turn_id=turn.id, attempt=turn.attempts, meta=self.meta)
+        inherited, own = await db.run(attempt_steps, turn_id=turn.id, attempt=turn.attempts)
         if own:
             self.started_calls = await db.run(calls_started, turn_id=turn.id, attempt=turn.attempts)
         self.inherited, self.recorded = inherited, [*inherited, *own]
@@ -356,7 +354,9 @@ class TurnDrive:
             meta=self.meta,
         )
         self._add_time("review_ms", review_started)
-        if review is None or not review_may_retry(review=review, meta=self.meta) or self.cancel.is_set():
+        if review is None or self.cancel.is_set() or not review.wants_retry:
+            return False
+        if not await self.db.run(review_may_retry, review=review, turn_id=self.turn.id):
             return False
         self.meta = await retry_after_review(
             turn_id=self.turn.id,
@@ -377,7 +377,7 @@ class TurnDrive:
         turn_id, db = self.turn.id, self.db
         self.timings["total_ms"] = int((time.monotonic() - self.started) * 1000)
         event_type, data, fields = finish_fields(result)
-        fields["usage"] = self.current.recorder.usage.to_dict()
+        fields.update(usage=self.current.recorder.usage.to_dict(), attempts=self.current.number)
         if result.stop_reason == "cancelled":
             # turn_cancel wrote who asked into meta after this driver claimed
             cancel_request = meta_of(await db.run(turn_meta, turn_id=turn_id)).get("cancel")

@@ -9,11 +9,10 @@ continues.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Mapping
 from typing import Any
 
 from agentlab.agent.types import DECODINGS, Completion, Step, ToolCall, ToolResult, Usage
-from turns.meta import meta_attempts
+from turns.attempts import continued_attempts
 from turns.models import EventType, TurnEvent
 
 
@@ -64,23 +63,11 @@ def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
     return steps
 
 
-def continued_attempts(*, meta: Mapping[str, Any], attempt: int) -> list[int]:
-    """The earlier attempts whose steps attempt ``attempt`` continues from
-    (``turn_continue`` archives them with ``reason == "continue"``), oldest first."""
-    archived = {int(a.get("attempt", 0)): a for a in meta_attempts(meta)}
-    chain: list[int] = []
-    current = attempt
-    while archived.get(current - 1, {}).get("reason") == "continue":
-        current -= 1
-        chain.insert(0, current)
-    return chain
-
-
-def attempt_steps(*, turn_id: int, attempt: int, meta: Mapping[str, Any]) -> tuple[list[Step], list[Step]]:
+def attempt_steps(*, turn_id: int, attempt: int) -> tuple[list[Step], list[Step]]:
     """``(inherited, own)`` recorded steps of ``attempt``: steps of the attempts
     it continues (not re-run, not counted in its usage) and its own."""
     inherited: list[Step] = []
-    for earlier in continued_attempts(meta=meta, attempt=attempt):
+    for earlier in continued_attempts(turn_id=turn_id, attempt=attempt):
         inherited.extend(recorded_steps(turn_id=turn_id, attempt=earlier))
     return inherited, recorded_steps(turn_id=turn_id, attempt=attempt)
 

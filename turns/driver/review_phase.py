@@ -2,7 +2,7 @@
 (docs/architecture.md#the-turn-lifecycle).
 
 A reviewer LLM judges the answer (``agentlab.agent.review``); a ``retry``
-verdict with an instruction archives the attempt (``turns.meta.attempt_archive``)
+verdict with an instruction archives the attempt (``turns.attempts.attempt_archive``)
 and starts the next one, asked with the previous answer and the instruction
 — at most once per turn (``drive_turn`` decides, ``REVIEW_RETRIES``). A chat
 review later than its wait is recorded after the turn finished
@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
-from django.utils import timezone
 
 from agentlab.agent.loop import LoopResult
 from agentlab.agent.review import Review, retry_question, review_answer
@@ -27,6 +26,8 @@ from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
 from turns import events as event_log
+from turns.attempts import attempt_archive, attempt_of_fields, column_defaults, review_retries
+from turns.driver.finish import finish_fields
 from turns.driver.policies import TurnPolicy
 from turns.driver.recorder import Attempt
 from turns.event_types import (
@@ -37,17 +38,17 @@ from turns.event_types import (
     ReviewData,
 )
 from turns.events import NewEvent
-from turns.meta import (
-    TurnMeta,
-    attempt_archive,
-    meta_attempts,
-    meta_of,
-    meta_retry_context,
-    meta_review_retries,
-    meta_with_review,
+from turns.meta import TurnMeta, meta_of, meta_retry_context, meta_with_review
+from turns.models import (
+    AttemptReason,
+    EventType,
+    Turn,
+    TurnAttempt,
+    TurnEvent,
+    TurnOutcome,
+    TurnPhase,
+    TurnStatus,
 )
-from turns.models import EventType, Turn, TurnEvent, TurnOutcome, TurnPhase, TurnStatus
-from turns.selectors import turn_meta
 
 logger = logging.getLogger(__name__)
 
@@ -55,11 +56,11 @@ logger = logging.getLogger(__name__)
 REVIEW_RETRIES = 1
 
 
-def review_may_retry(*, review: Review | None, meta: Mapping[str, Any]) -> bool:
+def review_may_retry(*, review: Review | None, turn_id: int) -> bool:
     """Whether ``review`` asks for a retry that is still allowed: a ``retry``
-    verdict with an instruction, and fewer than ``REVIEW_RETRIES`` review
-    retries archived in ``meta`` so far."""
-    return review is not None and review.wants_retry and meta_review_retries(meta) < REVIEW_RETRIES
+    verdict with an instruction, and fewer than ``REVIEW_RETRIES`` attempts
+    of the turn ended by a review so far (a query only for such a verdict)."""
+    return review is not None and review.wants_retry and review_retries(turn_id=turn_id) < REVIEW_RETRIES
 
 
 def attempt_question(*, question: str, meta: Mapping[str, Any]) -> str:
@@ -149,60 +150,73 @@ async def retry_after_review(
     meta: TurnMeta,
 ) -> TurnMeta:
     """Archive the reviewed attempt and start the next one (one transaction,
-    holder-guarded): ``attempt.retry`` ``{"attempt": next, "reason": "review",
-    "instruction", "previous": {…}}`` then ``phase: act``. Returns the new meta."""
-    number = attempt.number
-    current = await db.run(turn_meta, turn_id=turn_id)
-    # what others wrote since the claim (a cancel request) wins over our copy
-    merged = meta_of({**current, **{k: v for k, v in meta.items() if k not in current}})
-    merged["attempts"] = meta_attempts(current)
-    if "review" in meta:  # the archive keeps the review just made, whatever the row holds
-        merged["review"] = meta["review"]
-    new_meta, _ = attempt_archive(
-        merged,
-        attempt=number,
-        reason="review",
-        status=TurnStatus.SUCCEEDED,
-        outcome=TurnOutcome.ANSWERED,
-        stop_reason=result.stop_reason,
-        answer=result.answer,
-        evidence=result.evidence,
-        reasoning=result.reasoning,
-        steps=result.steps_used,
-        usage=attempt.recorder.usage.to_dict(),
-        finished_at=timezone.now().isoformat(),
+    holder-guarded): the attempt's row (its loop result mapped by
+    ``finish_fields``, its usage with the review's), ``attempt.retry``
+    ``{"attempt": next, "reason": "review", "instruction", "previous": {…}}``
+    then ``phase: act``. Returns the new meta."""
+    _, _, fields = finish_fields(result)
+    archived = attempt_of_fields(
+        turn_id=turn_id,
+        number=attempt.number,
+        ended_by=AttemptReason.REVIEW,
+        fields={**fields, "usage": attempt.recorder.usage.to_dict()},
         question=attempt.question,
         trace=[s.to_dict() for s in result.steps],
-        retry_instruction=review.retry_instruction,
     )
     retry = AttemptRetryData(
-        attempt=number + 1,
+        attempt=attempt.number + 1,
         reason="review",
         instruction=review.retry_instruction,
         previous=PreviousAttemptData(
-            attempt=number,
+            attempt=attempt.number,
             status=TurnStatus.SUCCEEDED,
             outcome=TurnOutcome.ANSWERED,
             stop_reason=result.stop_reason,
             answer=result.answer,
         ),
     )
-    await db.run(
-        event_log.event_append_many,
+    return await db.run(
+        _archive_and_start_next,
         turn_id=turn_id,
-        events=[
-            NewEvent(EventType.ATTEMPT_RETRY, retry),
-            NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
-        ],
-        turn_fields={
-            "attempts": number + 1,
-            "meta": new_meta,
-            "usage": {},
-            "steps": 0,
-            "phase": TurnPhase.ACT,
-        },
         holder=holder,
+        archived=archived,
+        meta=meta,
+        retry=retry,
+        retry_instruction=review.retry_instruction,
     )
+
+
+def _archive_and_start_next(
+    *,
+    turn_id: int,
+    holder: str,
+    archived: TurnAttempt,
+    meta: TurnMeta,
+    retry: AttemptRetryData,
+    retry_instruction: str | None,
+) -> TurnMeta:
+    """``retry_after_review``'s write, in one transaction under the turn's row lock."""
+    with transaction.atomic():
+        current = Turn.objects.select_for_update().values_list("meta", flat=True).get(pk=turn_id) or {}
+        # what others wrote since the claim (a cancel request) wins over our copy
+        merged = meta_of({**current, **{k: v for k, v in meta.items() if k not in current}})
+        if "review" in meta:  # the archive keeps the review just made, whatever the row holds
+            merged["review"] = meta["review"]
+        new_meta = attempt_archive(archived, merged, retry_instruction=retry_instruction)
+        event_log.event_append_many(
+            turn_id=turn_id,
+            events=[
+                NewEvent(EventType.ATTEMPT_RETRY, retry),
+                NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
+            ],
+            turn_fields={
+                **column_defaults(("usage", "steps")),
+                "attempts": archived.number + 1,
+                "meta": new_meta,
+                "phase": TurnPhase.ACT,
+            },
+            holder=holder,
+        )
     return new_meta
 
 

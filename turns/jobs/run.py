@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from agentlab.agent.streaming import OnDelta
 from agentlab.agent.tools import ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
 from common.db import DatabaseThreads
@@ -50,6 +51,7 @@ class UnavailableProvider:
         max_tokens: int | None = None,
         temperature: float | None = None,
         response_schema: dict[str, Any] | None = None,
+        on_delta: OnDelta | None = None,
     ) -> Completion:
         raise ProviderError(f"no LLM provider: {self.reason}", transient=False, kind="unavailable")
 

@@ -17,6 +17,7 @@ from django.utils import timezone
 
 from agentlab.agent.text import clean_text, json_safe
 from common.errors import StateConflict
+from turns.attempts import attempt_archive, attempt_of_turn, attempt_reset
 from turns.event_types import (
     AttemptRetryData,
     PreviousAttemptData,
@@ -26,15 +27,18 @@ from turns.event_types import (
     TurnResumedData,
 )
 from turns.events import NewEvent, event_append_each, event_append_many
-from turns.meta import (
-    ArchivedAttempt,
+from turns.meta import meta_cancel_by, meta_with_cancel
+from turns.models import (
+    ACTIVE_STATUSES,
     AttemptReason,
-    TurnMeta,
-    attempt_archive,
-    meta_cancel_by,
-    meta_with_cancel,
+    Conversation,
+    EventType,
+    Turn,
+    TurnAttempt,
+    TurnKind,
+    TurnOutcome,
+    TurnStatus,
 )
-from turns.models import ACTIVE_STATUSES, Conversation, EventType, Turn, TurnKind, TurnOutcome, TurnStatus
 
 
 def turn_create(
@@ -268,9 +272,9 @@ def turn_retry(*, turn_id: int, acting_user: User | None = None) -> Turn:
 
     In one transaction, under the turn's row lock: the attempt's status,
     outcome, stop reason, answer, evidence, reasoning, clarifying question,
-    steps, usage, timings, failure cause/error and finish time are appended to
-    ``meta["attempts"]`` (a list of dicts, oldest first) and cleared on the
-    turn, and an ``attempt.retry`` event is written with data
+    steps, usage, timings, failure cause/error and finish time become a
+    ``TurnAttempt`` row (``turns.attempts.attempt_archive``) and are cleared
+    on the turn (``attempt_reset``), and an ``attempt.retry`` event is written with data
     ``{"attempt": new, "from": old status, "previous": {attempt, status,
     outcome, stop_reason}, "by": username | None}``.
 
@@ -284,7 +288,7 @@ def turn_retry(*, turn_id: int, acting_user: User | None = None) -> Turn:
                 f"turn {turn_id} cannot be retried from status {turn.status}; "
                 f"only {', '.join(sorted(RETRYABLE_STATUSES))} turns can"
             )
-        _attempt_start_next(turn, reason="retry", acting_user=acting_user, fields=_RETRY_RESET)
+        _attempt_start_next(turn, reason=AttemptReason.RETRY, acting_user=acting_user)
     turn.refresh_from_db()
     return turn
 
@@ -294,8 +298,8 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: User | None = 
     more steps, as a new attempt that continues from the previous one's
     recorded steps (no LLM call or tool is repeated).
 
-    In one transaction, under the turn's row lock: the attempt is archived in
-    ``meta["attempts"]`` as ``turn_retry`` does, with ``reason: "continue"``
+    In one transaction, under the turn's row lock: the attempt is archived
+    as ``turn_retry`` does, ended by ``continue``
     (which tells the driver to rebuild the new attempt on top of it, see
     ``turns.driver.replay.attempt_steps``); ``max_steps`` grows by ``extra_steps``;
     ``attempt.retry`` ``{"attempt", "reason": "continue", "extra_steps",
@@ -317,7 +321,7 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: User | None = 
         max_steps = turn.max_steps + extra_steps
         _attempt_start_next(
             turn,
-            reason="continue",
+            reason=AttemptReason.CONTINUE,
             acting_user=acting_user,
             data={"extra_steps": extra_steps, "max_steps": max_steps},
             fields={"max_steps": max_steps},
@@ -326,33 +330,10 @@ def turn_continue(*, turn_id: int, extra_steps: int, acting_user: User | None = 
     return turn
 
 
-#: The turn's fields a new attempt starts from, whatever the reason: queued,
-#: nothing left of the last attempt's finish.
-_ATTEMPT_RESET: dict[str, Any] = {
-    "status": TurnStatus.QUEUED,
-    "phase": "",
-    "outcome": "",
-    "stop_reason": "",
-    "usage": {},
-    "timings": {},
-    "cancel_requested": False,
-    "finished_at": None,
-}
-#: What a retry clears besides: it starts afresh, where a continued attempt
-#: builds on the previous one's steps and answer.
-_RETRY_RESET: dict[str, Any] = {
-    "answer": "",
-    "evidence": "",
-    "reasoning": "",
-    "clarifying_question": "",
-    "steps": 0,
-}
-
-
 def _attempt_start_next(
     turn: Turn,
     *,
-    reason: AttemptReason,
+    reason: str,
     acting_user: User | None,
     data: dict[str, Any] | None = None,
     fields: dict[str, Any] | None = None,
@@ -360,11 +341,12 @@ def _attempt_start_next(
     """Archive ``turn``'s current attempt and queue the next one, in the
     caller's transaction (the turn's row locked): the ``attempt.retry`` event
     ``{"attempt": new, "reason", **data, "from": old status, "by",
-    "previous"}`` and the turn's fields reset (``_ATTEMPT_RESET``, the new
-    attempt number, ``fields``, the meta with the archive). The one reset
+    "previous"}`` and the turn's fields reset (``attempt_reset``, the new
+    attempt number, ``fields``, the meta the archive left). The one start
     shared by ``turn_retry`` and ``turn_continue``."""
-    previous = max(turn.attempts, 1)
-    meta, archived = _archive(turn, attempt=previous, reason=reason)
+    archived = attempt_of_turn(turn, ended_by=reason)
+    previous = archived.number
+    meta = attempt_archive(archived, turn.meta)
     event_data = {
         "attempt": previous + 1,
         "reason": reason,
@@ -376,35 +358,14 @@ def _attempt_start_next(
     event_append_many(
         turn_id=turn.pk,
         events=[NewEvent(EventType.ATTEMPT_RETRY, AttemptRetryData(**event_data))],  # type: ignore[typeddict-item]
-        turn_fields={**_ATTEMPT_RESET, "attempts": previous + 1, **(fields or {}), "meta": meta},
+        turn_fields={**attempt_reset(reason), "attempts": previous + 1, **(fields or {}), "meta": meta},
     )
 
 
-def _archive(turn: Turn, *, attempt: int, reason: AttemptReason) -> tuple[TurnMeta, ArchivedAttempt]:
-    """Archive the turn's current attempt from its row (``turns.meta.attempt_archive``)."""
-    return attempt_archive(
-        turn.meta,
-        attempt=attempt,
-        reason=reason,
-        status=turn.status,
-        outcome=turn.outcome,
-        stop_reason=turn.stop_reason,
-        answer=turn.answer,
-        evidence=turn.evidence,
-        reasoning=turn.reasoning,
-        steps=turn.steps,
-        usage=turn.usage or {},
-        finished_at=turn.finished_at.isoformat() if turn.finished_at else None,
-        clarifying_question=turn.clarifying_question,
-        max_steps=turn.max_steps,
-        timings=turn.timings or {},
-    )
-
-
-def _previous(archived: ArchivedAttempt) -> PreviousAttemptData:
+def _previous(archived: TurnAttempt) -> PreviousAttemptData:
     return PreviousAttemptData(
-        attempt=archived["attempt"],
-        status=archived["status"],
-        outcome=archived["outcome"],
-        stop_reason=archived["stop_reason"],
+        attempt=archived.number,
+        status=archived.status,
+        outcome=archived.outcome,
+        stop_reason=archived.stop_reason,
     )

@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.annotation.label_import import import_labels
 from evaluation.annotation.labelling import progress
@@ -84,16 +84,13 @@ class Command(BaseCommand):
         imp.add_argument("file", help="CSV: question_id, reviewer, label[, tags, note]")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            with database_errors():
-                database_check()
-                if opts["action"] == "import":
-                    count = import_labels(opts["queue"], Path(opts["file"]))
-                    self.stdout.write(f"{count} label(s) imported into queue {opts['queue']}")
-                    return
-                queue = self._create(opts)
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        with exit_codes(AgentLabError, ValueError), database_errors():
+            database_check()
+            if opts["action"] == "import":
+                count = import_labels(opts["queue"], Path(opts["file"]))
+                self.stdout.write(f"{count} label(s) imported into queue {opts['queue']}")
+                return
+            queue = self._create(opts)
         self.stdout.write(
             f"queue {queue.name} (id {queue.pk}): {progress(queue)['items']} item(s) from run "
             f"{queue.run.run_id}, filter {queue.filter}, overlap {queue.overlap}"

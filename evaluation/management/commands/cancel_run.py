@@ -12,9 +12,9 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.run.cancel import run_cancel
 
@@ -27,12 +27,9 @@ class Command(BaseCommand):
         parser.add_argument("run_id", help="the run id")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            with database_errors():
-                database_check()
-                result = run_cancel(run_id=opts["run_id"])
-        except AgentLabError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        with exit_codes(AgentLabError), database_errors():
+            database_check()
+            result = run_cancel(run_id=opts["run_id"])
         run_id = shlex.quote(result.run.run_id)
         self.stdout.write(
             f"run {run_id}: {result.cancelled} turn(s) cancelled; "

@@ -20,7 +20,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError, BadInput
 from evaluation.ci.outputs import add_report_arguments, report_targets
 from evaluation.ci.reports import comparison_reports
@@ -79,7 +85,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
-        try:
+        with exit_codes(AgentLabError, ValueError):
             fdr = _fdr(opts["fdr"], slices=opts["slices"])
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
@@ -92,8 +98,6 @@ class Command(BaseCommand):
                 comparison = run_compare(base=base, candidate=candidate)
                 if fdr is not None:
                     comparison["slices"] = run_slices(base=base, candidate=candidate, fdr=fdr)
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_comparison(comparison))
         if "slices" in comparison:
             self.stdout.write(format_slices(comparison["slices"]))

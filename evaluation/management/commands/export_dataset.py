@@ -14,7 +14,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.datasets.export import (
     dataset_export_jsonl,
@@ -36,17 +36,16 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, dataset: str, out: str, **opts: Any) -> None:
         try:
-            path = None if out == "-" else out_path_check(out, suffixes=(".jsonl",))
-            with database_errors():
-                database_check()
-                ref = dataset_export_ref(dataset)
-                if path is None:
-                    count = dataset_export_jsonl(ref, self.stdout.write)
-                else:
-                    with file_replacing(path) as target:
-                        count = dataset_export_jsonl(ref, target.write)
-        except AgentLabError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+            with exit_codes(AgentLabError):
+                path = None if out == "-" else out_path_check(out, suffixes=(".jsonl",))
+                with database_errors():
+                    database_check()
+                    ref = dataset_export_ref(dataset)
+                    if path is None:
+                        count = dataset_export_jsonl(ref, self.stdout.write)
+                    else:
+                        with file_replacing(path) as target:
+                            count = dataset_export_jsonl(ref, target.write)
         except OSError as exc:
             raise CommandError(f"cannot write --out {out}: {exc.strerror or exc}", returncode=2) from exc
         where = "stdout" if path is None else str(path)

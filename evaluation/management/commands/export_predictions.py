@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.datasets.export import file_replacing, out_path_check
 from evaluation.run.prediction_export import prediction_rows, write_csv, write_jsonl
@@ -34,19 +34,18 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, run: str, out: str, **opts: Any) -> None:
         try:
-            path = out_path_check(out, suffixes=(".csv", ".jsonl"))
-            with database_errors():
-                database_check()
-                found = run_get(run_id=run)
-                with file_replacing(path) as target:
-                    rows = prediction_rows([found])
-                    count = (
-                        write_csv(rows, target)
-                        if path.suffix.lower() == ".csv"
-                        else write_jsonl(rows, target.write)
-                    )
-        except AgentLabError as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+            with exit_codes(AgentLabError):
+                path = out_path_check(out, suffixes=(".csv", ".jsonl"))
+                with database_errors():
+                    database_check()
+                    found = run_get(run_id=run)
+                    with file_replacing(path) as target:
+                        rows = prediction_rows([found])
+                        count = (
+                            write_csv(rows, target)
+                            if path.suffix.lower() == ".csv"
+                            else write_jsonl(rows, target.write)
+                        )
         except OSError as exc:
             raise CommandError(f"cannot write --out {out}: {exc.strerror or exc}", returncode=2) from exc
         self.stderr.write(f"wrote {count} predictions of run {shlex.quote(found.run_id)} to {path}")

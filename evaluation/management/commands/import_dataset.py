@@ -17,7 +17,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError, BadInput
 from evaluation.datasets.csvfile import parse_column_map, parse_csv
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
@@ -62,28 +62,25 @@ class Command(BaseCommand):
         path = Path(file)
         if not path.is_file():
             raise CommandError(f"{file}: no such file", returncode=2)
-        try:
-            with database_errors():
-                database_check()
-                examples = _examples(path, opts["columns"])
-                change = dataset_import_version(
-                    name=name or path.stem,
-                    examples=examples,
-                    source=str(path.resolve()),
-                    plugins=plugins,
-                    scorer=opts.get("scorer"),
-                    rubric=opts.get("rubric"),
-                    new_version=True,
-                )
-                dataset = change.dataset
-                self.stdout.write(
-                    change.summary()
-                    + (f"; plugins {', '.join(dataset.plugins)}" if dataset.plugins else "")
-                    + (f"; scorer {dataset.scorer}" if dataset.scorer else "")
-                )
-                note = fallback_note(dataset_fallback_task_types(dataset=dataset))
-        except (DatasetFormatError, AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        with exit_codes(DatasetFormatError, AgentLabError, ValueError), database_errors():
+            database_check()
+            examples = _examples(path, opts["columns"])
+            change = dataset_import_version(
+                name=name or path.stem,
+                examples=examples,
+                source=str(path.resolve()),
+                plugins=plugins,
+                scorer=opts.get("scorer"),
+                rubric=opts.get("rubric"),
+                new_version=True,
+            )
+            dataset = change.dataset
+            self.stdout.write(
+                change.summary()
+                + (f"; plugins {', '.join(dataset.plugins)}" if dataset.plugins else "")
+                + (f"; scorer {dataset.scorer}" if dataset.scorer else "")
+            )
+            note = fallback_note(dataset_fallback_task_types(dataset=dataset))
         if note:
             self.stderr.write(note)
 

@@ -21,7 +21,13 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError, BadInput, NotFound
 from evaluation.annotation.alignment import human_accuracy, judge_report
 from evaluation.annotation.corrected import judge_corrected_accuracy
@@ -45,7 +51,7 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
-        try:
+        with exit_codes(AgentLabError, ValueError):
             if json_path:
                 json_target_check(json_path)
             with database_errors():
@@ -58,8 +64,6 @@ class Command(BaseCommand):
                     raise BadInput(f"run {run.run_id!r} has no human label: label it in a queue first")
                 report["human"] = human_accuracy(run)
                 report["corrected"] = judge_corrected_accuracy(run, opts["queue"])
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(format_judge_report(report, report["human"]) + corrected_text(report["corrected"]))
         if json_path:
             try:

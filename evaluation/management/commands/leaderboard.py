@@ -19,9 +19,16 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError
-from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json, leaderboard_text
+from evaluation.experiments.leaderboard_table import leaderboard_text
+from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
 
 
 def alpha_option(text: str | None) -> float | None:
@@ -58,15 +65,13 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
-        try:
+        with exit_codes(AgentLabError, ValueError):
             alpha = alpha_option(opts["alpha"])
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
             with database_errors():
                 database_check()
                 board = leaderboard(experiment_get(opts["experiment"]), alpha=alpha)
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self.stdout.write(leaderboard_text(board))
         if json_path:
             try:

@@ -13,10 +13,10 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.rescoring import rescore
@@ -45,21 +45,24 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=4, help="judge calls at once (default 4)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            with database_errors():
-                database_check()
-                result = rescore(
-                    source_run_id=opts["run"],
-                    scorer=opts["scorer"],
-                    judge_model=opts["judge_model"],
-                    run_id=opts["run_id"],
-                    concurrency=opts["concurrency"],
-                )
-        except KeyboardInterrupt:
-            self.stderr.write("\ninterrupted; run again with the same --run-id to resume")
-            raise SystemExit(130) from None
-        except (AgentLabError, ValueError, LocalModelUnavailable) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        with (
+            exit_codes(
+                AgentLabError,
+                ValueError,
+                LocalModelUnavailable,
+                stderr=self.stderr,
+                interrupted="\ninterrupted; run again with the same --run-id to resume",
+            ),
+            database_errors(),
+        ):
+            database_check()
+            result = rescore(
+                source_run_id=opts["run"],
+                scorer=opts["scorer"],
+                judge_model=opts["judge_model"],
+                run_id=opts["run_id"],
+                concurrency=opts["concurrency"],
+            )
         run = result.run
         tally = result.judge
         judged = ""

@@ -24,7 +24,13 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError
 from evaluation.ci.outputs import ReportTargets, add_report_arguments, report_targets
 from evaluation.ci.reports import run_reports
@@ -320,7 +326,10 @@ class Command(BaseCommand):
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
         try:
-            with database_errors():
+            with (
+                exit_codes(DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable),
+                database_errors(),
+            ):
                 request = _eval_request(opts)
                 baseline = baseline_request(
                     baseline=opts["baseline"],
@@ -339,8 +348,6 @@ class Command(BaseCommand):
             self._interrupted(exc, opts)
         except RunOutage as exc:
             self._outage(exc, opts)
-        except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self._report(result, outcome, json_path)
         self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None)
 

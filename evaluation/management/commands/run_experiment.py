@@ -23,15 +23,22 @@ from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from agentlab.agent.providers.local import LocalModelUnavailable
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, json_target_check
+from common.commands import (
+    BATCH_COMMAND_CHECKS,
+    database_check,
+    database_errors,
+    exit_codes,
+    json_target_check,
+)
 from common.errors import AgentLabError
 from evaluation.ci.outputs import ReportTargets, add_report_arguments, report_targets
 from evaluation.ci.reports import experiment_reports
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.experiments.experiment_file import experiment_spec
-from evaluation.experiments.ranking import Leaderboard, leaderboard, leaderboard_json, leaderboard_text
+from evaluation.experiments.leaderboard_table import leaderboard_text
+from evaluation.experiments.ranking import Leaderboard, leaderboard, leaderboard_json
 from evaluation.experiments.runner import ExperimentResult, run_experiment
-from evaluation.run.evaluate import RunInterrupted, drive_and_finish
+from evaluation.run.evaluate import RunInterrupted
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage
 from evaluation.run.progress import progress_for
 
@@ -68,7 +75,10 @@ class Command(BaseCommand):
         path: str = opts["file"]
         json_path: str | None = opts["json_path"]
         try:
-            with database_errors():
+            with (
+                exit_codes(DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable),
+                database_errors(),
+            ):
                 spec = experiment_spec(path)
                 if json_path:
                     json_target_check(json_path)
@@ -79,7 +89,6 @@ class Command(BaseCommand):
                     spec,
                     note=_once(self.stderr.write),
                     progress=progress,
-                    drive=drive_and_finish,
                     fail_on_regression=opts["fail_on_regression"],
                     retry_errors=opts["retry_errors"],
                 )
@@ -91,8 +100,6 @@ class Command(BaseCommand):
                 path, opts, f"\n{exc}\nonce the {exc.what} is back, resume the experiment with:"
             )
             raise SystemExit(EXIT_TEMPFAIL) from None
-        except (DatasetFormatError, AgentLabError, ValueError, LocalModelUnavailable) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
         self._report(result, json_path, targets)
 
     def _report(self, result: ExperimentResult, json_path: str | None, targets: ReportTargets) -> None:

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 from django.utils import timezone
 
-from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors
+from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from monitoring.backfill import backfill, evaluator_named, parse_moment
 
@@ -34,19 +34,21 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        try:
-            with database_errors():
-                database_check()
-                evaluator = evaluator_named(opts["evaluator"])
-                since = parse_moment(opts["since"], option="--since")
-                until = parse_moment(opts["until"], option="--until") if opts["until"] else timezone.now()
-                counts = backfill(
-                    evaluator=evaluator, since=since, until=until, ignore_sampling=opts["ignore_sampling"]
-                )
-        except KeyboardInterrupt:
-            self.stderr.write("\ninterrupted; run it again to go on (scored turns are left alone)")
-            raise SystemExit(130) from None
-        except (AgentLabError, ValueError) as exc:
-            raise CommandError(str(exc), returncode=2) from exc
+        with (
+            exit_codes(
+                AgentLabError,
+                ValueError,
+                stderr=self.stderr,
+                interrupted="\ninterrupted; run it again to go on (scored turns are left alone)",
+            ),
+            database_errors(),
+        ):
+            database_check()
+            evaluator = evaluator_named(opts["evaluator"])
+            since = parse_moment(opts["since"], option="--since")
+            until = parse_moment(opts["until"], option="--until") if opts["until"] else timezone.now()
+            counts = backfill(
+                evaluator=evaluator, since=since, until=until, ignore_sampling=opts["ignore_sampling"]
+            )
         parts = ", ".join(f"{counts[k]} {k}" for k in sorted(counts)) or "no turns in that period"
         self.stdout.write(f"online evaluator {evaluator.name!r}: {parts}")
