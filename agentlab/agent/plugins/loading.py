@@ -13,7 +13,10 @@ import functools
 import importlib
 import importlib.metadata
 import inspect
+import json
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentlab.agent.plugins.hookspecs import ENTRY_POINT_GROUP
@@ -69,13 +72,47 @@ def _import_target(target: str) -> Any:
 
 
 def _distribution_of(module_name: str) -> tuple[str | None, str | None]:
+    """``(distribution, version)`` of the installed distribution that holds
+    the imported module ``module_name``, or ``(None, None)``.
+
+    A top-level name may be claimed by a distribution that does not hold this
+    module (ppi-python, for one, ships a top-level ``tests`` package), so a
+    candidate of ``packages_distributions()`` counts only when the module's
+    file is one of its files, or lies under the folder of its editable
+    install (PEP 610's ``direct_url.json``)."""
+    module = sys.modules.get(module_name)
+    file = getattr(module, "__file__", None)
+    path = Path(file).resolve() if file else None
     top = module_name.split(".", 1)[0]
-    for dist in importlib.metadata.packages_distributions().get(top, []):
+    for name in importlib.metadata.packages_distributions().get(top, []):
         try:
-            return dist, importlib.metadata.version(dist)
+            dist = importlib.metadata.distribution(name)
         except importlib.metadata.PackageNotFoundError:
             continue
+        if path is None or _holds(dist, path):
+            return dist.metadata["Name"] or name, dist.version
     return None, None
+
+
+def _holds(dist: importlib.metadata.Distribution, path: Path) -> bool:
+    """Whether ``path`` (a module's resolved file) belongs to ``dist``."""
+    for entry in dist.files or ():
+        if entry.suffix == ".py" and Path(str(dist.locate_file(entry))).resolve() == path:
+            return True
+    from urllib.parse import urlparse
+    from urllib.request import url2pathname  # deferred: it brings http.client and email
+
+    direct = dist.read_text("direct_url.json")
+    if not direct:
+        return False
+    try:
+        info = json.loads(direct)
+    except ValueError:
+        return False
+    if not (isinstance(info, dict) and (info.get("dir_info") or {}).get("editable")):
+        return False
+    root = Path(url2pathname(urlparse(str(info.get("url", ""))).path)).resolve()
+    return path.is_relative_to(root)
 
 
 @functools.cache

@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('evaluation', '0012_annotation_queues'),
+        ('evaluation', '0013_annotation_claims_and_label_map'),
     ]
 
     operations = [
