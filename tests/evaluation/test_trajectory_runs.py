@@ -274,3 +274,14 @@ def test_the_trajectory_judge_grades_each_path_with_its_usage_and_cache(endpoint
     assert len(again.calls) == 1  # four readable grades from the cache; the unreadable one is asked again
     assert second.judge is not None and (second.judge.cached, second.judge.calls) == (4, 1)
     assert verdicts(second.run)["right"]["trajectory_judge"]["judgement"]["cached"] is True
+
+
+def test_the_run_report_page_shows_the_trajectory_verdicts(endpoint, tmp_path, client, staff):
+    from django.urls import reverse
+
+    run = run_a(endpoint, tmp_path)
+    client.force_login(staff)
+    page = client.get(reverse("admin:evaluation_run_report", args=[run.pk])).content.decode()
+    assert "Trajectory: the agent&#x27;s path" in page or "Trajectory: the agent's path" in page
+    row = page.split("<td>trajectory</td>", 1)[1].split("</tr>", 1)[0]
+    assert '<td class="num">4</td><td class="num">1</td>' in row and "25%" in row
