@@ -41,9 +41,9 @@ def test_the_trend_has_the_thumbs_up_share_with_its_interval_per_window(owner, t
     rows = {row["label"]: row for row in trend_data(ev, now=NOW, count=3)["rows"]}
     assert rows["2026-12-02"]["rated"] == 10 and rows["2026-12-02"]["up_rate"] == 0.9
     assert (rows["2026-12-03"]["rated"], rows["2026-12-03"]["up_rate"]) == (10, 0.3)
-    assert [rows["2026-12-03"]["up_low"], rows["2026-12-03"]["up_high"]] == pytest.approx(
-        list(wilson_interval(3, 10))
-    )
+    interval = wilson_interval(3, 10)
+    assert interval is not None
+    assert [rows["2026-12-03"]["up_low"], rows["2026-12-03"]["up_high"]] == pytest.approx(list(interval))
     assert (rows["2026-12-04"]["rated"], rows["2026-12-04"]["up_rate"], rows["2026-12-04"]["up_low"]) == (
         0,
         None,
