@@ -108,7 +108,7 @@ async def test_local_model_completes_two_prompts(gguf: Path) -> None:
         assert completion.model == "SmolLM2-135M-Instruct.Q4_1"
         assert completion.finish_reason in ("stop", "length")
     # Loaded once for this process and shared.
-    assert [k for k in local._models if k[0] == str(gguf)] == [(str(gguf), 2048, None)]
+    assert [k for k in local._models if k[0] == str(gguf)] == [(str(gguf), 8192, None)]  # SmolLM2's length
 
 
 @pytest.mark.local_model

@@ -47,8 +47,9 @@ def test_three_items_labelled_with_the_keyboard_then_the_confusion_matrix(live_s
         if n == 0:
             page.screenshot(path=f"{SHOTS}/annotation-review.png", full_page=True)
         page.locator("body").press(key)
+        # the form posts and the page loads again: the element may be absent meanwhile
         page.wait_for_function(
-            f"document.querySelector('#review-progress').innerText === '{n + 1} of 3 labelled'"
+            f"(document.querySelector('#review-progress') || {{}}).innerText === '{n + 1} of 3 labelled'"
         )
         # the item just labelled, now with its automatic score
         score = page.locator("#review-score").inner_text()

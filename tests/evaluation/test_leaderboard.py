@@ -521,7 +521,9 @@ def test_the_experiment_page_is_the_leaderboard(abc, admin_client):
     # each variant links to its run's report
     for name, run in runs.items():
         assert f'href="{report_url(run.pk)}" class="al-report-link">{name}</a>' in html
-    assert html.count('class="al-top"') == 2 and html.count('class="al-front"') == 3
+    # the best is marked top; B, worse but not significantly, is tied with it (not green)
+    assert html.count('class="al-top"') == 1 and html.count('class="al-front"') == 3
+    assert html.count('class="al-tied"') == 1
     # the matrix: row − column, each cell linked to the comparison with the column as the base
     matrix = response.context["matrix"]
     assert [row["name"] for row in matrix] == ["A", "B", "C"]
