@@ -5,7 +5,7 @@ requests (``"120/min"``: django-ninja's rate format, ``N/period`` with
 ``s``, ``m``, ``h`` or ``d``); a request over it gets 429 with
 ``Retry-After``. Browser sessions are not counted. The counts live in
 Django's cache: per process with the default local-memory cache, shared by
-every daphne when ``REDIS_URL`` is set (``agentlab.settings`` then puts the
+every daphne when ``REDIS_URL`` is set (``config.settings`` then puts the
 cache in Redis). (django-ninja "Throttling", after DRF's.)
 """
 

@@ -12,7 +12,7 @@ from channels.generic.websocket import AsyncWebsocketConsumer
 from channels.routing import ProtocolTypeRouter, URLRouter
 from django.urls import path
 
-from agentlab.asgi import application as real_application
+from config.asgi import application as real_application
 from turns.doorbell import turn_group
 
 

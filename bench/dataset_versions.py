@@ -67,7 +67,7 @@ def main() -> None:
         ensure_pg_database(args.pg_url)
         os.environ["DATABASE_URL"] = args.pg_url
     subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, check=True)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

@@ -84,7 +84,7 @@ def start_workers(
             procs.append(
                 subprocess.Popen(
                     [
-                        *(*command, "-A", "agentlab", "worker", "--pool", "threads"),
+                        *(*command, "-A", "config", "worker", "--pool", "threads"),
                         *("--concurrency", str(share), "-Q", queue, "--hostname", f"bench{i}@{queue}"),
                         *("--without-gossip", "--without-mingle", "--loglevel", "INFO"),
                     ],

@@ -5,7 +5,7 @@ what it saw as JSON to the file named by ``BENCH_SCALE_PROBE`` (``{pid}`` in
 the name: the process's id).
 
     BENCH_SCALE_PROBE=probe.json python bench/scale_probe.py manage run_eval DATASET …
-    BENCH_SCALE_PROBE=probe-{pid}.json python bench/scale_probe.py celery -A agentlab worker …
+    BENCH_SCALE_PROBE=probe-{pid}.json python bench/scale_probe.py celery -A config worker …
 
 - ``manage``: ``evaluation.run.evaluate._drive`` (the in-process drive: one
   event loop for every turn) is wrapped to record the process's RSS when the
@@ -228,7 +228,7 @@ def wrap_drive(evaluate: Any) -> None:
 
 def run_manage(argv: list[str]) -> None:
     """``manage.py ARGV`` with the drive wrapped."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

@@ -314,7 +314,7 @@ def bench_env(dbname: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "CELERY_"))}
     env.update(
         {
-            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
             "REDIS_URL": "redis://127.0.0.1:6379/0",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",

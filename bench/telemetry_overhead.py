@@ -108,7 +108,7 @@ def chat_child(turns: int, sample: bool) -> None:
     import django
 
     sys.path.insert(0, str(ROOT))  # the project's apps, as manage.py finds them
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     django.setup()
     from django.contrib.auth import get_user_model
 
@@ -255,7 +255,7 @@ def main() -> int:
             "AGENTLAB_MODEL": "stub-model",
             "AGENTLAB_REVIEW": "false",
             "LOG_LEVEL": "ERROR",
-            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )
     try:

@@ -1,7 +1,7 @@
 """What every app's API router shares: the one error shape, pagination and id bounds.
 
 The ``NinjaAPI`` instance, its default auth and the exception handlers that
-produce the error shape are the Django wiring (``agentlab.api``); the auth
+produce the error shape are the Django wiring (``config.api``); the auth
 classes are ``apikeys.auth``. Routers (``turns.api``, ``evaluation.api``)
 import from here, never from the wiring.
 

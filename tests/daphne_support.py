@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @contextmanager
 def daphne_running(env: dict[str, str], log: Path) -> Iterator[str]:
-    """Serve ``agentlab.asgi:application`` with daphne on a free port of
+    """Serve ``config.asgi:application`` with daphne on a free port of
     127.0.0.1, in environment ``env``, its output in ``log``; yields the base
     URL (``http://127.0.0.1:PORT``) once the port accepts connections and
     stops the server after. Raises ``RuntimeError`` (naming the log) when
@@ -24,7 +24,7 @@ def daphne_running(env: dict[str, str], log: Path) -> Iterator[str]:
     port = free_port()
     with log.open("w") as fh:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
+            [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
             cwd=ROOT,
             env=env,
             stdout=fh,

@@ -1,4 +1,4 @@
-"""The admin site as a whole (``agentlab/admin.py``, issue 49): it says
+"""The admin site as a whole (``config/admin.py``, issue 49): it says
 AgentLab, leaves django-celery-beat's models (written by AgentLab, never to
 be edited) off the index while their pages stay reachable, and lists people
 apart from the per-run system users."""

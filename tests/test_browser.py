@@ -112,12 +112,12 @@ def live_server_url(transactional_db):
             "AGENTLAB_TEST_COUNT_FILE": "/tmp/h14-browser-count.txt",
             "ALLOWED_HOSTS": "127.0.0.1,localhost",
             "PYTHONPATH": str(ROOT),
-            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )
     log = open("/tmp/h5-daphne.log", "w")  # noqa: SIM115 - closed below
     server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application"],
+        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
         cwd=ROOT,
         env=env,
         stdout=log,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from agentlab.deploy import admins_setting, https_origins, is_deployment, is_loopback, proxy_ssl_header
+from config.deploy import admins_setting, https_origins, is_deployment, is_loopback, proxy_ssl_header
 
 ROOT = Path(__file__).resolve().parents[1]
 UNITS = ROOT / "deploy" / "systemd"
@@ -44,7 +44,7 @@ def _env(**values: str) -> dict[str, str]:
     for name in ("SECRET_KEY", "ALLOWED_HOSTS", "DEBUG", "CSRF_TRUSTED_ORIGINS", "SESSION_COOKIE_SECURE",
                  "CSRF_COOKIE_SECURE", "REDIS_URL"):  # fmt: skip
         base.pop(name, None)
-    return {**base, "DJANGO_SETTINGS_MODULE": "agentlab.settings", **values}
+    return {**base, "DJANGO_SETTINGS_MODULE": "config.settings", **values}
 
 
 def _run(args: list[str], **env: str) -> subprocess.CompletedProcess[str]:

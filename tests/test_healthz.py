@@ -9,8 +9,8 @@ import time
 import pytest
 from channels_redis.core import RedisChannelLayer
 
-from agentlab import health
 from agentlab.testing.net import free_port, port_open
+from config import health
 from tests.redis_support import LAYER_URL, REDIS
 
 pytestmark = pytest.mark.django_db

@@ -37,7 +37,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]
     tmp = tmp_path_factory.mktemp("edges")
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "AGENTLAB_SQLITE_PATH": str(tmp / "edges.sqlite3"),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "PYTHONUNBUFFERED": "1",

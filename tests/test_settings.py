@@ -1,4 +1,4 @@
-"""``agentlab.settings.env_number``: a numeric setting that is not a number is
+"""``config.settings.env_number``: a numeric setting that is not a number is
 ImproperlyConfigured naming the variable and the value (the settings module is
 imported once by Django; this calls the helper, it does not reload settings)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from agentlab.settings import env_number
+from config.settings import env_number
 
 
 def test_env_number_reads_the_variable_as_the_default_type(monkeypatch):
@@ -126,13 +126,13 @@ def test_a_batch_command_runs_the_plugin_check_but_not_the_url_check(tmp_path):
         "import sys, django; from django.core.management import call_command; django.setup(); "
         "from evaluation.management.commands.compare_runs import Command; "
         "Command().check(tags=Command.requires_system_checks); "
-        "print(sorted(m for m in sys.modules if m in ('agentlab.api', 'agentlab.urls', 'turns.api')))"
+        "print(sorted(m for m in sys.modules if m in ('config.api', 'config.urls', 'turns.api')))"
     )
     root = Path(__file__).resolve().parents[1]
     env = {
         **os.environ,
         "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.sqlite3"),
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
     }
     env.pop("DATABASE_URL", None)
     imported = subprocess.run(

@@ -143,11 +143,11 @@ def test_a_command_imports_no_provider_mcp_tool_or_server_module(args):
 def test_runserver_is_daphne_s_and_its_app_must_come_before_staticfiles(settings):
     from django.core.management import get_commands
 
-    from agentlab.apps import daphne_check
+    from config.apps import daphne_check
 
     assert get_commands()["runserver"] == "daphne"
     assert daphne_check() == []
-    apps = [app for app in settings.INSTALLED_APPS if app != "agentlab.apps.DaphneConfig"]
-    settings.INSTALLED_APPS = [*apps, "agentlab.apps.DaphneConfig"]
+    apps = [app for app in settings.INSTALLED_APPS if app != "config.apps.DaphneConfig"]
+    settings.INSTALLED_APPS = [*apps, "config.apps.DaphneConfig"]
     assert get_commands()["runserver"] == "django.contrib.staticfiles"
     assert [error.id for error in daphne_check()] == ["daphne.E001"]

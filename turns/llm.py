@@ -65,7 +65,7 @@ def get_provider(
 def preload_configured_model() -> None:
     """Load the embedded model now when it is the configured provider (no
     ``AGENTLAB_LLM_BASE_URL``), so the first turn does not wait for it: called
-    on a thread when the server (``agentlab.startup``) or a Celery worker
+    on a thread when the server (``config.startup``) or a Celery worker
     (``worker_ready``) starts. The provider is built as the turns build it
     (``get_provider``), so they find the same model in memory. Logs and
     returns when it cannot load — the first turn then reports that."""

@@ -74,7 +74,7 @@ def example_task() -> Task:
     current app's registry: the sender needs its name and options, not the
     worker's driving code. The first lookup in a process that is not a worker
     loads the app's task modules as a worker does at start-up (its
-    autodiscovery, ``agentlab.celery``, finds ``evaluation.run.worker``).
+    autodiscovery, ``config.celery``, finds ``evaluation.run.worker``).
     Raises ``KeyError`` if no task module registered it."""
     if EVAL_TASK not in current_app.tasks:
         current_app.loader.import_default_modules()
@@ -124,7 +124,7 @@ def queue_warning(*, queue: str, planned: int) -> str | None:
         return None
     return (
         f"no Celery worker reads queue {queue!r} now: the run waits until one does "
-        f"(celery -A agentlab worker --pool threads -Q {shlex.quote(queue)}); "
+        f"(celery -A config worker --pool threads -Q {shlex.quote(queue)}); "
         "Ctrl-C stops waiting"
     )
 

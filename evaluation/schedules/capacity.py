@@ -67,6 +67,6 @@ def capacity_problem(*, queue: str, follower_task: str) -> str | None:
         return None
     return (
         f"no free worker slot reads queue {queue!r}: the run's turns would wait for ever behind the "
-        "scheduled run that follows them. Start a worker on that queue (celery -A agentlab worker "
+        "scheduled run that follows them. Start a worker on that queue (celery -A config worker "
         f"--pool threads -Q {queue}) or give it more slots (--concurrency)"
     )

@@ -14,7 +14,7 @@ import time
 
 def main(queue_name: str, username: str, start: float) -> None:
     """Loop "next item → label" as ``username`` over ``queue_name``; print each position."""
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
     import django
 
     django.setup()

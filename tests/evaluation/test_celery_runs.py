@@ -68,7 +68,7 @@ def database():
 def _env(dbname: str) -> dict[str, str]:
     return {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
         "CELERY_BROKER_URL": BROKER_URL,
         # our own queue: named after our database
@@ -119,7 +119,7 @@ class Cluster:
     def worker(self, name: str, concurrency: int = 4) -> subprocess.Popen:
         return self.start(
             [
-                *(sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads"),
+                *(sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "threads"),
                 *("--concurrency", str(concurrency), "--loglevel", "INFO", "-Q", self.queue),
                 *("--hostname", f"{name}@{self.dbname}", "--without-gossip", "--without-mingle"),
             ],

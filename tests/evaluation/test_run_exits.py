@@ -10,9 +10,9 @@ import shlex
 import pytest
 from django.core.management import CommandError, call_command
 
-from agentlab.celery import app
 from agentlab.testing.net import free_port
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
+from config.celery import app
 from evaluation.models import Run
 from evaluation.run.exits import resume_command
 from tests.redis_support import BROKER_URL

@@ -22,8 +22,8 @@ from celery.signals import after_task_publish, task_postrun
 from django.core import mail
 from django_celery_beat.schedulers import DatabaseScheduler
 
-from agentlab.celery import app
 from agentlab.testing.net import port_open
+from config.celery import app
 from evaluation.models import Run
 from evaluation.run import worker as eval_tasks
 from evaluation.schedules.sync import SCHEDULE_TASK

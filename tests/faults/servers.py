@@ -188,7 +188,7 @@ class Stack:
         self.pg, self.redis, self.dbname, self.tmp = pg, redis, dbname, tmp
         self.env = {
             **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
-            "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+            "DJANGO_SETTINGS_MODULE": "config.settings",
             "DATABASE_URL": pg.url(dbname),
             "REDIS_URL": redis.url(0),
             "CELERY_BROKER_URL": redis.url(1),
@@ -214,7 +214,7 @@ class Stack:
 
     def worker(self, name: str, *, concurrency: int) -> subprocess.Popen[bytes]:
         return self.start(
-            sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "threads",
+            sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "threads",
             "--concurrency", str(concurrency), "--loglevel", "INFO", "--hostname", f"{name}@faults",
             *WORKER_FLAGS,
             log=f"{name}.log",

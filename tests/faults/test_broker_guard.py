@@ -1,4 +1,4 @@
-"""The guard of ``agentlab.broker`` on the incident's last frames (issue 47,
+"""The guard of ``config.broker`` on the incident's last frames (issue 47,
 item 1), through a private ``redis-server``: a channel holding an unacked
 message is closed after its transport lost the connection info —
 ``Channel.close`` → ``QoS.restore_unacked_once`` → ``restore_unacked`` →
@@ -55,7 +55,7 @@ def test_kombus_own_channel_fails_on_the_lost_connection_info(redis):
 
 
 def test_the_guarded_channel_meets_redis_down_as_a_connection_error(redis):
-    conn, _ = holding_one_unacked(redis.url(1), "agentlab.broker:Transport")
+    conn, _ = holding_one_unacked(redis.url(1), "config.broker:Transport")
     redis.shutdown_nosave()
     conn.transport.client = None
     channel: Any = conn.default_channel
@@ -64,7 +64,7 @@ def test_the_guarded_channel_meets_redis_down_as_a_connection_error(redis):
 
 
 def test_the_guarded_channel_restores_its_unacked_message_when_redis_is_up(redis):
-    conn, _ = holding_one_unacked(redis.url(1), "agentlab.broker:Transport")
+    conn, _ = holding_one_unacked(redis.url(1), "config.broker:Transport")
     conn.transport.client = None
     conn.maybe_close_channel(conn.default_channel)
     with Connection(redis.url(1)) as fresh:

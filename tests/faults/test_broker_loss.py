@@ -113,13 +113,13 @@ def test_the_worker_survives_redis_shutdown_nosave_with_ten_turns_in_flight(
         stack.env.update(AGENTLAB_LLM_BASE_URL=stub.base_url)
         worker = stack.worker("w1", concurrency=8)
         stack.start(
-            sys.executable, "-m", "celery", "-A", "agentlab", "beat", "--loglevel", "INFO",
+            sys.executable, "-m", "celery", "-A", "config", "beat", "--loglevel", "INFO",
             "--scheduler", "django_celery_beat.schedulers:DatabaseScheduler",
             "--schedule", str(stack.tmp / "beat-schedule"), log="beat.log",
         )  # fmt: skip
         port = free_port()
         daphne = stack.start(
-            sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application",
+            sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application",
             log="daphne.log",
         )  # fmt: skip
         wait_for_port(port, timeout=60, process=daphne, what="daphne")
@@ -172,7 +172,7 @@ def test_the_worker_survives_redis_shutdown_nosave_with_ten_turns_in_flight(
     assert "Unrecoverable error" not in log and "CRITICAL" not in log, log[-4000:]
     assert "_connparams" not in log, log[-4000:]  # the incident's path
     assert "Connection to broker lost" in log and "unacknowledged message(s)" in log
-    assert log.count("Connected to agentlab.broker:Transport") == 2  # at the start, and after the outage
+    assert log.count("Connected to config.broker:Transport") == 2  # at the start, and after the outage
     assert_logs_exact(stack, first + second)
     print(
         f"\n{len(held)} turns held at the stop; new turns answered {taken_s:.1f} s after Redis returned; "

@@ -54,7 +54,7 @@ def test_streams_recover_by_themselves_after_the_layer_s_redis_restarts_while_id
     turn_id = setup["turn"]
     port = free_port()
     daphne = stack.start(
-        sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "agentlab.asgi:application",
+        sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application",
         log="daphne.log",
     )  # fmt: skip
     wait_for_port(port, timeout=30, process=daphne, what="daphne")

@@ -35,7 +35,7 @@ def test_every_turn_s_spans_leave_a_prefork_child_that_exits_after_one_task(stac
                 OTEL_BSP_SCHEDULE_DELAY="60000",
             )
             worker = stack.start(
-                sys.executable, "-m", "celery", "-A", "agentlab", "worker", "--pool", "prefork",
+                sys.executable, "-m", "celery", "-A", "config", "worker", "--pool", "prefork",
                 "--concurrency", "2", "--max-tasks-per-child", "1", "--loglevel", "INFO",
                 "--hostname", "prefork@faults", "--without-gossip", "--without-mingle",
                 log="prefork.log",

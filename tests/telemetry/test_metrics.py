@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from agentlab.deploy import allow_list
 from agentlab.telemetry.metrics import exposition
+from config.deploy import allow_list
 from tests.telemetry.test_traces import CHAT_REPLIES, chat_turn
 
 ROOT = Path(__file__).resolve().parent.parent.parent

@@ -33,7 +33,7 @@ def deployment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, A
             for k, v in os.environ.items()
             if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_", "OTEL_"))
         },
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "AGENTLAB_SQLITE_PATH": str(tmp / "metrics.sqlite3"),
         "ALLOWED_HOSTS": "agentlab.example.com,127.0.0.1",  # a deployment
         "SECRET_KEY": "a-long-random-value-for-the-metrics-test-0123456789",

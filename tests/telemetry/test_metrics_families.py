@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 #: A fresh process's first scrape: the families' (name, type), as JSON.
 SCRAPE = """
 import json, os, django
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 django.setup()
 from prometheus_client.parser import text_string_to_metric_families
 from agentlab.telemetry.metrics import exposition
@@ -69,7 +69,7 @@ def test_the_first_scrape_lists_every_family_with_and_without_the_shared_directo
 def test_a_family_counted_in_another_process_keeps_its_summed_samples(tmp_path):
     env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
     count = (
-        "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'agentlab.settings'); "
+        "import os, django; os.environ.setdefault('DJANGO_SETTINGS_MODULE', 'config.settings'); "
         "django.setup(); from agentlab.telemetry.metrics import metrics, child; "
         "child(metrics().turns_started, 'chat').inc(3)"
     )

@@ -11,8 +11,8 @@ import pytest
 from channels.routing import URLRouter
 from django.contrib.auth.models import AnonymousUser
 
-from agentlab.layer import redis_host
 from agentlab.testing.net import port_open
+from config.layer import redis_host
 from tests.redis_support import LAYER_URL, REDIS
 
 

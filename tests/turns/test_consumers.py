@@ -29,7 +29,7 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 @pytest.fixture(autouse=True)
 async def _doorbell_on_this_loop():
-    """As daphne does with the in-memory layer (``agentlab.startup``): doorbells
+    """As daphne does with the in-memory layer (``config.startup``): doorbells
     are delivered on the loop the consumers run on."""
     from turns.doorbell import doorbell
 
@@ -275,7 +275,7 @@ async def test_staff_may_watch_any_turn(owner, staff, db_threads):
 
 
 async def test_the_asgi_application_authenticates_by_session_and_checks_the_origin(owner, outsider, client):
-    from agentlab.asgi import application
+    from config.asgi import application
 
     turn = await sync_to_async(turn_create)(owner=owner, question="q")
 

@@ -91,7 +91,7 @@ def e2e_env(tmp_path):
     psql("postgres", f'CREATE DATABASE "{dbname}"')
     env = {
         **{k: v for k, v in os.environ.items() if not k.startswith(("AGENTLAB_", "DJANGO_", "CELERY_"))},
-        "DJANGO_SETTINGS_MODULE": "agentlab.settings",
+        "DJANGO_SETTINGS_MODULE": "config.settings",
         "DATABASE_URL": f"postgres://postgres@127.0.0.1:5432/{dbname}",
         "REDIS_URL": LAYER_URL,
         "CELERY_BROKER_URL": BROKER_URL,
@@ -139,7 +139,7 @@ def worker(e2e_env, name: str) -> subprocess.Popen:
         "-m",
         "celery",
         "-A",
-        "agentlab",
+        "config",
         "worker",
         "--pool",
         "threads",
@@ -187,7 +187,7 @@ async def test_turn_survives_a_killed_worker_and_streams_exactly_once(e2e_env):
             "127.0.0.1",
             "-p",
             str(port),
-            "agentlab.asgi:application",
+            "config.asgi:application",
             log="daphne.log",
         )
         first_worker = worker(e2e_env, "worker1")

@@ -102,7 +102,7 @@ class SSE:
 
 
 async def open_sse(turn_id: int, *headers: tuple[bytes, bytes], query: str = "") -> SSE:
-    from agentlab.asgi import django_asgi_app
+    from config.asgi import django_asgi_app
 
     scope = {
         "type": "http",

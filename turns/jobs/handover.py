@@ -12,7 +12,7 @@ The inline executor is a process-wide singleton, started lazily. It runs turns
 as asyncio tasks on one long-lived event loop on a daemon thread of its own
 (so the driver's CPU work never stalls the server's loop) and does ORM work on
 its own ``DatabaseThreads`` pool. Doorbells need no care here: ``turns.doorbell``
-delivers them on its own loop, which ``agentlab.startup`` points at the
+delivers them on its own loop, which ``config.startup`` points at the
 server's loop when the channel layer is the in-memory one. While it runs, the
 executor also sweeps stale turns every ``TURN_STALE_S / 2`` (the embedded
 stand-in for Celery beat), the first time at once — that is the sweep at

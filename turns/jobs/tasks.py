@@ -2,7 +2,7 @@
 
 Pool: a turn spends nearly all its time waiting on the LLM, so one worker
 process runs many turns at once with the threads pool —
-``celery -A agentlab worker --pool threads --concurrency 16`` — rather than a
+``celery -A config worker --pool threads --concurrency 16`` — rather than a
 ~110 MB prefork child per turn (docs/architecture.md#processes-embedded-and-production). Each task
 thread runs the
 driver under its own ``asyncio.run``; the ORM pool (``DatabaseThreads``) is
@@ -20,9 +20,9 @@ interrupted and someone resumes it (``turn_resume_and_enqueue``). Cancel never
 depends on revoke: the driver polls the turn's cancel flag.
 
 The tasks are ``shared_task``: this module imports nothing from the Django
-wiring. They run on the project's Celery app (``agentlab.celery``), which the
-worker loads with ``-A agentlab`` and every Django process creates at start
-(``agentlab.apps``); the worker finds this module by autodiscovery.
+wiring. They run on the project's Celery app (``config.celery``), which the
+worker loads with ``-A config`` and every Django process creates at start
+(``config.apps``); the worker finds this module by autodiscovery.
 """
 
 from __future__ import annotations

@@ -3,13 +3,13 @@
 Task modules (``turns.jobs.tasks``) declare their tasks with ``celery.shared_task``
 and import nothing from this package: the tasks bind to whichever Celery app
 is current when they are sent or run. ``ready`` creates the project's app
-(``agentlab.celery``, configured from the ``CELERY_*`` settings) in every
+(``config.celery``, configured from the ``CELERY_*`` settings) in every
 Django process — the server, management commands, tests — so a task sent
 from there goes to the configured broker and queue, not to Celery's
-unconfigured default app. The worker (``celery -A agentlab``) imports it
+unconfigured default app. The worker (``celery -A config``) imports it
 itself. Celery's own recipe does this in the project package's
-``__init__.py``; here that package also holds the framework-free agent core
-(``agentlab.agent``), which must import neither Celery nor Django.
+``__init__.py``; here ``ready`` does it, so that importing a module of
+``config`` (``config.deploy`` from the settings) starts nothing.
 
 ``DaphneConfig`` installs daphne as ``daphne.apps`` would, without importing
 its server at app loading (see the class).
@@ -62,7 +62,9 @@ def daphne_check(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 class AgentLabConfig(AppConfig):
     """The project's own app: ``ready`` creates the Celery app (see the module docstring)."""
 
-    name = "agentlab"
+    # The Django wiring's package (config/: cookiecutter-django's name, issue 40);
+    # its static files (config/static/agentlab/) keep their URL /static/agentlab/.
+    name = "config"
     verbose_name = "AgentLab"
 
     def ready(self) -> None:

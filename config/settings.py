@@ -19,7 +19,7 @@ import environ
 from django.core.exceptions import ImproperlyConfigured
 
 from agentlab.agent.mcp.config import MCPConfigError, parse_servers
-from agentlab.deploy import (
+from config.deploy import (
     admins_setting,
     allow_list,
     https_origins,
@@ -108,8 +108,8 @@ except ValueError as exc:
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=https_origins(ALLOWED_HOSTS))
 
 INSTALLED_APPS = [
-    # daphne's runserver, without importing its server at app loading (agentlab/apps.py)
-    "agentlab.apps.DaphneConfig",
+    # daphne's runserver, without importing its server at app loading (config/apps.py)
+    "config.apps.DaphneConfig",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -127,8 +127,8 @@ INSTALLED_APPS = [
     # online evaluation of chat turns: above evaluation (it uses its scorers and judge)
     "monitoring",
     "apikeys",
-    # The project itself: its ready() creates the Celery app (agentlab/apps.py).
-    "agentlab.apps.AgentLabConfig",
+    # The project itself: its ready() creates the Celery app (config/apps.py).
+    "config.apps.AgentLabConfig",
 ]
 
 MIDDLEWARE = [
@@ -136,8 +136,8 @@ MIDDLEWARE = [
     # daphne serves no static files: WhiteNoise does, in every mode, so the
     # chat pages work under a plain `runserver` with DEBUG off too.
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    # before anything reads a body: the API's 415 and 413 (agentlab.middleware)
-    "agentlab.middleware.ApiBodyMiddleware",
+    # before anything reads a body: the API's 415 and 413 (config.middleware)
+    "config.middleware.ApiBodyMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -146,9 +146,9 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
 ]
 
-ROOT_URLCONF = "agentlab.urls"
+ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = None
-ASGI_APPLICATION = "agentlab.asgi.application"
+ASGI_APPLICATION = "config.asgi.application"
 
 TEMPLATES = [
     {
@@ -227,7 +227,7 @@ REDIS_CHANNEL_HOST_OPTIONS = {
 }
 if REDIS_URL:
     # with a retry of a command that meets a connection a Redis restart killed
-    from agentlab.layer import redis_host
+    from config.layer import redis_host
 
     CHANNEL_LAYERS = {
         "default": {
@@ -267,8 +267,8 @@ CELERY_BROKER_HEARTBEAT = 30
 if CELERY_BROKER_URL.startswith(("redis://", "rediss://")):
     CELERY_BROKER_TRANSPORT_OPTIONS = {"health_check_interval": 30, "socket_keepalive": True}
     # kombu's Redis transport with a guard: a Redis restart while the worker
-    # holds unacked turns ended the worker (agentlab/broker.py says how)
-    CELERY_BROKER_TRANSPORT = "agentlab.broker:Transport"
+    # holds unacked turns ended the worker (config/broker.py says how)
+    CELERY_BROKER_TRANSPORT = "config.broker:Transport"
 # a turn in flight goes on after a broker loss: its redelivered message is a
 # duplicate the driver's conditional claim turns into a no-op
 CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False

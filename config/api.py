@@ -12,7 +12,7 @@ predictions also accept ``X-API-Key`` — on any other route (adding examples
 to a dataset included: keys never write) a valid key gets 403, an unknown one 401.
 
 **Bodies** are JSON: a form or multipart body gets 415 and a body over
-``DATA_UPLOAD_MAX_MEMORY_SIZE`` 413 (``agentlab.middleware``), and text in
+``DATA_UPLOAD_MAX_MEMORY_SIZE`` 413 (``config.middleware``), and text in
 a body follows the one text rule (:class:`TextSafeParser`).
 
 **Errors.** Every error, ours (``common.errors``) or the framework's, leaves
@@ -20,7 +20,7 @@ as ``{"error": {"code": …, "message": …, "details": […] | null}}``
 (``common.api.error_body``) with the status of the error class (CONTRIBUTING.md#one-error-hierarchy):
 400 bad input, 401 not logged in, 403 forbidden (CSRF, API key off its
 routes), 404 not found — also for an object the caller may not see —, 405
-a method the route does not take (``agentlab.middleware``), 409 state
+a method the route does not take (``config.middleware``), 409 state
 conflict, 422 invalid request.
 """
 

@@ -2,7 +2,7 @@
 metrics (docs/production.md#metrics), through ``prometheus_client``.
 
 Who may read it: outside a deployment anyone, unless a token is set; in a
-deployment (``agentlab.deploy.is_deployment``) only a scraper that sends
+deployment (``config.deploy.is_deployment``) only a scraper that sends
 ``Authorization: Bearer <AGENTLAB_METRICS_TOKEN>`` or comes from an address
 in ``AGENTLAB_METRICS_ALLOW`` — with neither setting it is refused, so a
 deployment never publishes its metrics by default. A wrong or missing token

@@ -10,9 +10,9 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
 from django.views.decorators.http import require_GET
 
-from agentlab.api import api
-from agentlab.health import healthz, readyz
-from agentlab.metrics_endpoint import metrics_endpoint
+from config.api import api
+from config.health import healthz, readyz
+from config.metrics_endpoint import metrics_endpoint
 from turns.sse import turn_stream
 
 _FAVICON = Path(__file__).resolve().parent / "static" / "agentlab" / "favicon.ico"

@@ -30,7 +30,7 @@ claim); a turn whose message was lost is handed to a job again by the
 sweeper (``turns_requeue_lost``). At-least-once, as docs/architecture.md says.
 
 ``CELERY_BROKER_TRANSPORT`` names :class:`Transport` for ``redis://`` and
-``rediss://`` broker URLs (``agentlab.settings``).
+``rediss://`` broker URLs (``config.settings``).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What the settings need to tell a deployment from a developer's machine
 (docs/configuration.md). Pure functions over the settings' values: no Django here,
-so ``agentlab.settings`` can import them before Django is configured.
+so ``config.settings`` can import them before Django is configured.
 """
 
 from __future__ import annotations

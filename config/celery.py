@@ -8,8 +8,8 @@ nothing and reads no settings, so it is safe without a broker.
 
 Run (see ``turns.jobs.tasks`` for why a threads pool)::
 
-    celery -A agentlab worker --pool threads --concurrency 16 --loglevel INFO
-    celery -A agentlab beat --loglevel INFO \
+    celery -A config worker --pool threads --concurrency 16 --loglevel INFO
+    celery -A config beat --loglevel INFO \
         --scheduler django_celery_beat.schedulers:DatabaseScheduler
 
 Beat reads its schedule from the database (``CELERY_BEAT_SCHEDULER``): the
@@ -30,7 +30,7 @@ from typing import Any
 from celery import Celery
 from celery.signals import worker_process_shutdown, worker_ready, worker_shutdown
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "agentlab.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
 app = Celery("agentlab")
 app.config_from_object("django.conf:settings", namespace="CELERY")

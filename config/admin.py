@@ -1,6 +1,6 @@
 """The admin site as a whole: its name, the users list, and what it leaves out.
 
-Found by the admin's autodiscovery (``agentlab`` is an app; it comes last in
+Found by the admin's autodiscovery (``config`` is an app; it comes last in
 ``INSTALLED_APPS``, so every other app has registered its models first):
 
 - the site says AgentLab (header, title, index), not "Django administration";
