@@ -399,9 +399,7 @@ class AnnotationQueue(models.Model):
     label_set = models.JSONField(default=default_label_set)
     instructions = models.TextField(blank=True, default="")
     tag_set = models.JSONField(default=list, blank=True)
-    #: ``{label: "correct" | "partial" | "incorrect"}`` for a queue with its own labels, so the
-    #: judge report can compare them with the automatic verdicts; ``{}`` for the default labels.
-    label_map = models.JSONField(default=dict, blank=True)
+    label_map = models.JSONField(default=dict, blank=True, help_text="own label → correct/partial/incorrect")
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -425,9 +423,7 @@ class QueueItem(models.Model):
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
     )
     claimed_until = models.DateTimeField(null=True, blank=True)
-    #: Current labels (one per reviewer who labelled it), kept by ``give_label`` in the transaction
-    #: that writes the label, so a claim tests "still short of its overlap" in this row itself.
-    label_count = models.PositiveIntegerField(default=0)
+    label_count = models.PositiveIntegerField(default=0, help_text="current labels: the claim's overlap test")
 
     class Meta:
         ordering = ["queue_id", "position"]

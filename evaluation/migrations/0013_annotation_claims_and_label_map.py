@@ -20,7 +20,6 @@ def count_labels(apps, schema_editor):
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
         ("evaluation", "0012_annotation_queues"),
     ]
@@ -29,12 +28,16 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name="annotationqueue",
             name="label_map",
-            field=models.JSONField(blank=True, default=dict),
+            field=models.JSONField(
+                blank=True, default=dict, help_text="own label → correct/partial/incorrect"
+            ),
         ),
         migrations.AddField(
             model_name="queueitem",
             name="label_count",
-            field=models.PositiveIntegerField(default=0),
+            field=models.PositiveIntegerField(
+                default=0, help_text="current labels: the claim's overlap test"
+            ),
         ),
         migrations.RunPython(count_labels, migrations.RunPython.noop),
     ]
