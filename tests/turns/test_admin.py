@@ -36,7 +36,8 @@ APPROVAL_LIST = reverse("admin:turns_approval_changelist")
 # Pinned query counts (session + user + the page's own queries). A list page
 # must not grow with its rows: see test_turn_list_queries_do_not_grow_with_rows.
 TURN_LIST_QUERIES = 11
-TURN_PAGE_QUERIES = 10  # three of them: the datasets holding the turn's question, its online scores, its feedback
+#: three of them: the datasets holding the turn's question, its online scores, its feedback
+TURN_PAGE_QUERIES = 10
 
 
 # --- helpers ---------------------------------------------------------------------

@@ -20,8 +20,8 @@ def _log_in(page, url: str, username: str, password: str) -> None:
 
 
 def test_thumbs_down_with_a_comment_is_stored_and_shown_in_the_admin(
-    live_server_url,  # noqa: F811 - a fixture
-    browser_page,  # noqa: F811 - a fixture
+    live_server_url,
+    browser_page,
     django_user_model,
 ):
     from playwright.sync_api import expect
@@ -51,13 +51,17 @@ def test_thumbs_down_with_a_comment_is_stored_and_shown_in_the_admin(
     assert no_horizontal_scroll(page)
     page.screenshot(path=str(SCREENS / "feedback-thumbs-down.png"), full_page=True)
 
-    rows = list(TurnFeedback.objects.filter(turn=turn).order_by("pk").values_list("rating", "comment", "current"))
+    rows = list(
+        TurnFeedback.objects.filter(turn=turn).order_by("pk").values_list("rating", "comment", "current")
+    )
     assert rows == [("down", "", False), ("down", "It should show the working.", True)]
 
     # a reload shows the rating given and the comment
     page.reload()
     bar = page.locator(f"#turn-{turn.pk} .feedback")
-    expect(bar.get_by_role("button", name="Bad answer")).to_have_attribute("aria-pressed", "true", timeout=20000)
+    expect(bar.get_by_role("button", name="Bad answer")).to_have_attribute(
+        "aria-pressed", "true", timeout=20000
+    )
     expect(bar.get_by_label("Comment on this answer")).to_have_value("It should show the working.")
 
     # staff: the turn list filtered by thumbs down, then the turn's page
