@@ -9,9 +9,9 @@ cell spans lines is named by its first line). ``--map field=column,…`` says
 which column holds which field (``MAPPABLE_FIELDS``); an unmapped field is
 read from the column of its own name. Cells are text: ``question_id``,
 ``question``, ``answer`` (never a list of aliases), ``task_type`` as they
-are; ``scorer`` as it is, an empty cell absent; ``choices``, ``plugins`` (a
-JSON array) and ``context`` (a JSON object) as JSON text, an empty cell
-absent. Every other column is kept as example metadata, as text; a column
+are; ``scorer`` and ``split`` as they are, an empty cell absent; ``choices``,
+``plugins``, ``tags`` (a JSON array) and ``context`` (a JSON object) as JSON
+text, an empty cell absent. Every other column is kept as example metadata, as text; a column
 named like a field that ``--map`` reads from another column is left out.
 """
 
@@ -31,14 +31,14 @@ from evaluation.datasets.spec import ExampleSpec
 #: The fields ``--map`` may name (and the columns read by default).
 MAPPABLE_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer")
 
-#: Every field a row's cells are read into (a ``plugins`` column is read too).
-_FIELDS = (*MAPPABLE_FIELDS, "plugins")
+#: Every field a row's cells are read into (``plugins``, ``split`` and ``tags`` columns are read too).
+_FIELDS = (*MAPPABLE_FIELDS, "plugins", "split", "tags")
 
 #: The fields whose cells are JSON text, and the JSON type each must be.
-_JSON_FIELDS = {"choices": list, "plugins": list, "context": dict}
+_JSON_FIELDS = {"choices": list, "plugins": list, "context": dict, "tags": list}
 
 #: Fields an empty cell leaves absent.
-_OPTIONAL = ("choices", "context", "scorer", "plugins")
+_OPTIONAL = ("choices", "context", "scorer", "plugins", "split", "tags")
 
 #: Fields a missing column leaves missing on every row: the header is wrong.
 _REQUIRED = ("question_id", "question", "answer", "task_type")
@@ -166,7 +166,7 @@ def _record(row: dict[str, str], columns: dict[str, str], source: str, line: int
 
 
 def _json_cell(cell: str, field: str, column: str, source: str, line: int) -> Any:
-    """A ``choices``/``plugins`` (JSON array) or ``context`` (JSON object) cell, decoded."""
+    """A ``choices``/``plugins``/``tags`` (JSON array) or ``context`` (JSON object) cell, decoded."""
     want = _JSON_FIELDS[field]
     kind = "a JSON array" if want is list else "a JSON object"
     try:
