@@ -9,9 +9,9 @@ cell spans lines is named by its first line). ``--map field=column,…`` says
 which column holds which field (``MAPPABLE_FIELDS``); an unmapped field is
 read from the column of its own name. Cells are text: ``question_id``,
 ``question``, ``answer`` (never a list of aliases), ``task_type`` as they
-are; ``scorer`` as it is, an empty cell absent; ``choices``, ``plugins`` (a
-JSON array) and ``context`` (a JSON object) as JSON text, an empty cell
-absent. The expected trajectory's columns (docs/evaluating.md#trajectories)
+are; ``scorer`` and ``split`` as they are, an empty cell absent; ``choices``,
+``plugins``, ``tags`` (a JSON array) and ``context`` (a JSON object) as JSON
+text, an empty cell absent. The expected trajectory's columns (docs/evaluating.md#trajectories)
 are JSON text too — ``trajectory`` (an array), ``arg_rules`` (an object),
 ``trajectory_max_steps`` and ``trajectory_slack`` (numbers) — and
 ``trajectory_match``, ``args_match`` text; an empty cell is absent. Every
@@ -40,11 +40,11 @@ from evaluation.datasets.spec import ExampleSpec
 #: The fields ``--map`` may name (and the columns read by default).
 MAPPABLE_FIELDS = ("question_id", "question", "answer", "task_type", "choices", "context", "scorer")
 
-#: Every field a row's cells are read into (a ``plugins`` column is read too).
-_FIELDS = (*MAPPABLE_FIELDS, "plugins")
+#: Every field a row's cells are read into (``plugins``, ``split`` and ``tags`` columns are read too).
+_FIELDS = (*MAPPABLE_FIELDS, "plugins", "split", "tags")
 
 #: The fields whose cells are JSON text, and the JSON type each must be.
-_JSON_FIELDS: dict[str, type] = {"choices": list, "plugins": list, "context": dict}
+_JSON_FIELDS: dict[str, type] = {"choices": list, "plugins": list, "context": dict, "tags": list}
 
 #: Metadata columns of the expected trajectory whose cells are JSON text (an
 #: empty cell absent), and the JSON type each must be.
@@ -59,7 +59,7 @@ _TRAJECTORY_JSON: dict[str, type] = {
 _TRAJECTORY_TEXT = ("trajectory_match", "args_match")
 
 #: Fields an empty cell leaves absent.
-_OPTIONAL = ("choices", "context", "scorer", "plugins")
+_OPTIONAL = ("choices", "context", "scorer", "plugins", "split", "tags")
 
 #: Fields a missing column leaves missing on every row: the header is wrong.
 _REQUIRED = ("question_id", "question", "answer", "task_type")
@@ -193,7 +193,7 @@ def _record(row: dict[str, str], columns: dict[str, str], source: str, line: int
 
 
 def _json_cell(cell: str, field: str, column: str, source: str, line: int) -> Any:
-    """A ``choices``/``plugins``/``trajectory`` (JSON array), ``context``/``arg_rules``
+    """A ``choices``/``plugins``/``tags``/``trajectory`` (JSON array), ``context``/``arg_rules``
     (JSON object) or a trajectory step count (JSON number) cell, decoded."""
     want = _JSON_FIELDS.get(field) or _TRAJECTORY_JSON[field]
     kind = "a JSON array" if want is list else "a JSON object" if want is dict else "a whole number"

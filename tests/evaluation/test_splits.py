@@ -212,3 +212,17 @@ def test_a_malformed_split_or_tags_names_its_line(tmp_path, field, message):
     with pytest.raises(DatasetFormatError) as excinfo:
         parse_jsonl(path)
     assert message in str(excinfo.value)
+
+
+def test_a_csv_reads_split_and_tags_and_an_empty_cell_leaves_them_out(tmp_path):
+    from evaluation.datasets.csvfile import parse_csv
+
+    path = tmp_path / "subsets.csv"
+    path.write_text(
+        "question_id,question,answer,task_type,split,tags\n"
+        'q1,2+2?,4,math,dev,"[""hard"", ""long""]"\n'
+        "q2,3+3?,6,math,,\n",
+        encoding="utf-8",
+    )
+    first, second = parse_csv(path)
+    assert (first.metadata, second.metadata) == ({"split": "dev", "tags": ["hard", "long"]}, {})

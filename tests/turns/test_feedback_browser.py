@@ -20,8 +20,8 @@ def _log_in(page, url: str, username: str, password: str) -> None:
 
 
 def test_thumbs_down_with_a_comment_is_stored_and_shown_in_the_admin(
-    live_server_url,  # noqa: F811 - a fixture
-    browser_page,  # noqa: F811 - a fixture
+    live_server_url,
+    browser_page,
     django_user_model,
 ):
     from playwright.sync_api import expect
