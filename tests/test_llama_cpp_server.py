@@ -181,7 +181,7 @@ def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
 
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 300.0
-    settings.AGENTLAB_MAX_OUTPUT_TOKENS = 160
+    settings.AGENTLAB_MAX_OUTPUT_TOKENS = 256
     settings.AGENTLAB_MAX_STEPS = 3
     question = "Use the calculator: what is 1234 * 5678?"
 

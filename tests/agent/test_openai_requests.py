@@ -214,7 +214,7 @@ async def test_a_server_that_refuses_json_schema_is_asked_with_json_object_then_
         "schema": bounded_strings(REVIEW_SCHEMA),
     }
     assert bounded_strings(REVIEW_SCHEMA)["properties"]["retry_instruction"] == {
-        "anyOf": [{"type": "string", "maxLength": 400}, {"type": "null"}]
+        "anyOf": [{"type": "string", "maxLength": 200}, {"type": "null"}]
     }
     assert provider.structured_output == "json_object"  # kept: json_schema is not tried again
     await review_answer(provider, question=QUESTION, answer="18", evidence="", reasoning="")
@@ -243,14 +243,15 @@ async def test_a_server_that_refuses_json_schema_is_asked_with_json_object_then_
     assert server.request_count == 1
 
 
+@pytest.mark.parametrize("clean", [True, False], ids=["ended", "dropped"])
 async def test_an_empty_stream_for_a_request_with_tools_is_sent_again_unstreamed(
-    stub_server: Start, connect: Any, registry: ToolRegistry
+    stub_server: Start, connect: Any, registry: ToolRegistry, clean: bool
 ) -> None:
     """llama-cpp-python's server cannot stream an automatic tool choice: the
     stream ends before its first chunk ("Automatic streaming tool choice is
     not supported" in its log)."""
     empty = final_answer_reply("18")
-    empty.cut_after, empty.cut_clean = 0, True
+    empty.cut_after, empty.cut_clean = 0, clean
     server = stub_server([empty, final_answer_reply("18"), final_answer_reply("19")])
     provider = connect(server)
     loop = AgentLoop(provider, registry, retry_base_delay=0.001)

@@ -290,7 +290,9 @@ class OpenAICompatibleProvider:
                 )
             raise error from exc
         except _CUT_ERRORS as exc:
-            raise ProviderError(
+            # a 200 whose body broke before its first chunk: the same refusal
+            error_class = _EmptyStream if acc.chunks == 0 and native else ProviderError
+            raise error_class(
                 f"the stream was cut after {acc.chunks} chunk(s): {type(exc).__name__}: {exc}",
                 transient=True,
                 kind="stream_cut",

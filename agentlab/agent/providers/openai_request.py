@@ -39,8 +39,9 @@ STRUCTURED_OUTPUT_MODES: tuple[str, ...] = ("json_schema", "json_object", "off")
 
 
 #: The longest string of a reply decoded under llama-cpp-python's
-#: ``json_object`` grammar (characters; about 100 tokens).
-JSON_OBJECT_STRING_CHARS = 400
+#: ``json_object`` grammar (characters; about 50 tokens: a review's note
+#: and instruction fit in its 400-token limit with room to spare).
+JSON_OBJECT_STRING_CHARS = 200
 
 
 def bounded_strings(schema: Any, limit: int = JSON_OBJECT_STRING_CHARS) -> Any:
