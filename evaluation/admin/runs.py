@@ -57,7 +57,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
         "errors",
         "started",
         "duration",
-        "started_by",
+        # who started it is on the run's page: the list's last column was out of sight
     )
     list_select_related = ("dataset", "started_by", "experiment")
     list_filter = ("status", RegressionFilter, "schedule", "experiment", "dataset")
@@ -139,7 +139,7 @@ class RunAdmin(RunReportViews, StaffReadOnlyAdmin):
     def model_name(self, run: Run) -> str:
         return str((run.config or {}).get("model") or DASH)
 
-    @admin.display(description="experiment / variant", ordering="experiment__name")
+    @admin.display(description="variant", ordering="experiment__name")
     def experiment_variant(self, run: Run) -> SafeString | str:
         """The experiment and variant the run is, linked to the leaderboard."""
         if run.experiment is None:

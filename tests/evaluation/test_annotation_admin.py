@@ -5,6 +5,8 @@ judge-alignment page shows the confusion matrix."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -50,7 +52,7 @@ def test_the_steps_are_indented_json_not_python_reprs(queue, owner):
     from turns.services import turn_create
 
     turn = turn_create(owner=owner, question="Which city is capital number 1?")
-    call = {"id": "c1", "name": "search_documents", "arguments": {"query": "capital 1"}}
+    call: dict[str, Any] = {"id": "c1", "name": "search_documents", "arguments": {"query": "capital 1"}}
     call.update(raw_arguments=None, error=None)
     event_append_many(
         turn_id=turn.pk,

@@ -68,9 +68,10 @@ def test_every_call_is_rebuilt_exactly_as_the_provider_got_it(owner):
         assert call.request["tools"] == tools
         assert {k: call.request[k] for k in ("max_tokens", "temperature", "response_schema")} == options
     # step 2 sees the system prompt, the question, the call and its result
-    roles = [m["role"] for m in calls[1].request["messages"]]
-    assert roles == ["system", "user", "assistant", "tool"]
-    assert calls[1].request["messages"][3]["content"] == "42"
+    second = calls[1].request
+    assert second is not None
+    assert [m["role"] for m in second["messages"]] == ["system", "user", "assistant", "tool"]
+    assert second["messages"][3]["content"] == "42"
     assert calls[0].tool_names == [spec["function"]["name"] for spec in provider.tools_seen[0]]
     assert "calculator" in calls[0].tool_names
     assert calls[0].reply_text == "Let me compute."
