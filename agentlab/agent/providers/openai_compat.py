@@ -277,22 +277,26 @@ class OpenAICompatibleProvider:
         body = {**kwargs, "stream": True, "stream_options": {"include_usage": True}}
         try:
             stream = await self._client.chat.completions.create(**body)
+        except openai.OpenAIError as exc:  # no answer, or an error status: nothing streamed
+            raise provider_error(exc) from exc
+        # answered (a 200): a body that breaks before its first chunk, for a
+        # request with tools, is llama-cpp-python's refusal to stream it
+        refused = _EmptyStream if native else ProviderError
+        try:
             async with stream:
                 async for chunk in stream:
                     acc.add(chunk)
         except openai.OpenAIError as exc:
             error = provider_error(exc)
-            if acc.chunks and error.transient:  # the connection went away mid-stream
-                error = ProviderError(
+            if error.transient:  # the connection went away mid-stream
+                error = (refused if acc.chunks == 0 else ProviderError)(
                     f"the stream was cut after {acc.chunks} chunk(s): {error}",
                     transient=True,
                     kind="stream_cut",
                 )
             raise error from exc
         except _CUT_ERRORS as exc:
-            # a 200 whose body broke before its first chunk: the same refusal
-            error_class = _EmptyStream if acc.chunks == 0 and native else ProviderError
-            raise error_class(
+            raise (refused if acc.chunks == 0 else ProviderError)(
                 f"the stream was cut after {acc.chunks} chunk(s): {type(exc).__name__}: {exc}",
                 transient=True,
                 kind="stream_cut",
