@@ -37,14 +37,14 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from common.sql import execute, ping_sql
+
 #: How long each check may take (seconds).
 HEALTH_TIMEOUT_S = 3.0
 
 
 def _database_ok() -> None:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT 1")
-        cursor.fetchone()
+    execute(connection, ping_sql(connection), [])
 
 
 async def _channel_layer_ok() -> None:
