@@ -32,6 +32,8 @@ from typing import Any, ParamSpec, TypeVar
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, router
 from django.db.models import Field, Model
 
+from common.sql import execute, update_by_pk_sql
+
 P = ParamSpec("P")
 R = TypeVar("R")
 
@@ -162,30 +164,28 @@ def pk_column(model: type[Model]) -> str:
     return pk.column
 
 
-def column_assignments(
+def column_values(
     model: type[Model], values: Mapping[str, Any], connection: Any
-) -> tuple[list[str], list[Any]]:
-    """``"column" = %s`` fragments and their parameters for ``values`` (field
-    name → value) of ``model``, each value prepared by its field's
-    ``get_db_prep_save`` as the ORM's own ``UPDATE`` would. Raises
+) -> tuple[tuple[str, ...], list[Any]]:
+    """The columns of ``values`` (field name → value) of ``model`` and their
+    parameters, each value prepared by its field's ``get_db_prep_save`` as the
+    ORM's own ``UPDATE`` would (the statements are ``common.sql``'s). Raises
     ``FieldDoesNotExist`` for an unknown field name."""
-    key = (model, tuple(values), connection.vendor)
-    found = _assignments.get(key)
+    key = (model, tuple(values))
+    found = _columns.get(key)
     if found is None:
-        # the statement's text is the same for every example: made once per
-        # (model, fields, database vendor); a race makes it twice, alike
-        qn = connection.ops.quote_name
-        fragments = tuple(f"{qn(column_of(model, name))} = %s" for name in key[1])
-        found = _assignments[key] = (fragments, tuple(concrete_field(model, name) for name in key[1]))
-    fragments, fields = found
+        # the same for every example: found once per (model, fields); a race finds it twice, alike
+        found = _columns[key] = (
+            tuple(column_of(model, name) for name in key[1]),
+            tuple(concrete_field(model, name) for name in key[1]),
+        )
+    columns, fields = found
     pairs = zip(fields, values.values(), strict=True)
     params = [field.get_db_prep_save(value, connection) for field, value in pairs]
-    return list(fragments), params
+    return columns, params
 
 
-_assignments: dict[
-    tuple[type[Model], tuple[str, ...], str], tuple[tuple[str, ...], tuple[Field[Any, Any], ...]]
-] = {}
+_columns: dict[tuple[type[Model], tuple[str, ...]], tuple[tuple[str, ...], tuple[Field[Any, Any], ...]]] = {}
 
 
 def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
@@ -197,12 +197,9 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     if not values:
         raise ValueError("update_by_pk needs at least one value")
     connection = connections[router.db_for_write(model)]
-    fragments, params = column_assignments(model, values, connection)
-    qn = connection.ops.quote_name
-    sql = f"UPDATE {qn(model._meta.db_table)} SET {', '.join(fragments)} WHERE {qn(pk_column(model))} = %s"
-    with connection.cursor() as cursor:
-        pk_field = model._meta.pk
-        assert pk_field is not None  # pk_column checked it
-        cursor.execute(sql, [*params, pk_field.get_db_prep_value(pk, connection)])
-        rowcount: int = cursor.rowcount
-        return rowcount
+    columns, params = column_values(model, values, connection)
+    text = update_by_pk_sql(connection, table=model._meta.db_table, pk=pk_column(model), columns=columns)
+    pk_field = model._meta.pk
+    assert pk_field is not None  # pk_column checked it
+    _, rowcount = execute(connection, text, [*params, pk_field.get_db_prep_value(pk, connection)])
+    return rowcount

@@ -46,6 +46,8 @@ from django.http import HttpRequest, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from common.sql import execute, ping_sql
+
 #: How long each check may take (seconds).
 HEALTH_TIMEOUT_S = 3.0
 
@@ -59,9 +61,7 @@ def _database_ok() -> None:
     the next probe opens a new one."""
     connection.close_if_unusable_or_obsolete()
     try:
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT 1")
-            cursor.fetchone()
+        execute(connection, ping_sql(connection), [])
     except Exception:
         connection.close()
         raise

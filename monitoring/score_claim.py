@@ -20,6 +20,8 @@ from contextlib import contextmanager
 
 from django.db import connection
 
+from common.sql import advisory_lock_sql, execute
+
 __all__ = ["score_claim"]
 
 _held: set[tuple[int, int]] = set()
@@ -39,15 +41,13 @@ def score_claim(*, turn_id: int, evaluator_id: int) -> Iterator[bool]:
     delivery does (do nothing then). Never waits."""
     if connection.vendor == "postgresql":
         key = _key(turn_id, evaluator_id)
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [key])
-            held = bool(cursor.fetchone()[0])
+        rows, _ = execute(connection, advisory_lock_sql(connection), [key])
+        held = bool(rows[0][0])
         try:
             yield held
         finally:
             if held:
-                with connection.cursor() as cursor:
-                    cursor.execute("SELECT pg_advisory_unlock(%s)", [key])
+                execute(connection, advisory_lock_sql(connection, unlock=True), [key])
         return
     pair = (turn_id, evaluator_id)
     with _held_lock:

@@ -14,7 +14,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection
 from django.test import RequestFactory
 
-from agentlab import health
+from config import health
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -27,8 +27,9 @@ from django.utils import timezone
 
 from agentlab.agent.text import json_safe, safe_fields
 from agentlab.telemetry import events_appended
-from common.db import column_assignments, column_of, concrete_field, pk_column
+from common.db import column_of, column_values, concrete_field, pk_column
 from common.errors import StateConflict
+from common.sql import events_insert_sql, execute, seq_advance_each_sql, seq_advance_sql
 from turns.doorbell import ring_turn
 from turns.event_types import payload_check
 from turns.models import Turn, TurnEvent, TurnStatus
@@ -116,19 +117,13 @@ def event_append_each(*, turn_ids: Sequence[int], event: NewEvent) -> list[TurnE
         return []
     now = timezone.now()
     connection = connections[Turn.objects.db]
-    meta = Turn._meta
-    qn = connection.ops.quote_name
-    marks = ", ".join(["%s"] * len(turn_ids))
-    sql = (
-        f"UPDATE {qn(meta.db_table)} SET {qn('last_seq')} = {qn('last_seq')} + 1, {qn('updated_at')} = %s "
-        f"WHERE {qn(pk_column(Turn))} IN ({marks}) RETURNING {qn(pk_column(Turn))}, {qn('last_seq')}"
+    text = seq_advance_each_sql(
+        connection, table=Turn._meta.db_table, pk=pk_column(Turn), count=len(turn_ids)
     )
     with transaction.atomic(savepoint=False):
-        with connection.cursor() as cursor:
-            cursor.execute(
-                sql, [concrete_field(Turn, "updated_at").get_db_prep_save(now, connection), *turn_ids]
-            )
-            seqs = dict(cursor.fetchall())
+        updated = concrete_field(Turn, "updated_at").get_db_prep_save(now, connection)
+        rows, _ = execute(connection, text, [updated, *turn_ids])
+        seqs = dict(rows)
         missing = [t for t in turn_ids if t not in seqs]
         if missing:
             raise Turn.DoesNotExist(f"turns {missing[:5]} do not exist")
@@ -177,24 +172,20 @@ def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
     the model fields' ``get_db_prep_save``, as the ORM's would.
     """
     connection = connections[TurnEvent.objects.db]
-    meta = TurnEvent._meta
-    qn = connection.ops.quote_name
     data_field, created_field = concrete_field(TurnEvent, "data"), concrete_field(TurnEvent, "created_at")
     created = created_field.get_db_prep_save(now, connection)
     params: list[Any] = []
     for row in rows:
         params += [row.turn_id, row.seq, row.type, data_field.get_db_prep_save(row.data, connection), created]
-    columns = ", ".join(
-        qn(column_of(TurnEvent, name)) for name in ("turn", "seq", "type", "data", "created_at")
+    text = events_insert_sql(
+        connection,
+        table=TurnEvent._meta.db_table,
+        columns=tuple(column_of(TurnEvent, name) for name in ("turn", "seq", "type", "data", "created_at")),
+        returning=(pk_column(TurnEvent), column_of(TurnEvent, "turn"), column_of(TurnEvent, "seq")),
+        rows=len(rows),
     )
-    values = ", ".join(["(%s, %s, %s, %s, %s)"] * len(rows))
-    sql = (
-        f"INSERT INTO {qn(meta.db_table)} ({columns}) VALUES {values} "
-        f"RETURNING {qn(pk_column(TurnEvent))}, {qn('turn_id')}, {qn('seq')}"
-    )
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        ids = {(turn_id, seq): pk for pk, turn_id, seq in cursor.fetchall()}
+    inserted, _ = execute(connection, text, params)
+    ids = {(turn_id, seq): pk for pk, turn_id, seq in inserted}
     frames: dict[int, list[dict[str, Any]]] = {}
     for row in rows:
         row.pk = ids[(row.turn_id, row.seq)]
@@ -225,21 +216,18 @@ def _advance_seq(
     """
     connection = connections[Turn.objects.db]
     meta = Turn._meta
-    qn = connection.ops.quote_name
     for name in fields:
         if meta.get_field(name).name in ("last_seq", "updated_at", "id"):
             raise ValueError(f"turn field {name!r} is managed by the event log")
-    assigned, prepared = column_assignments(Turn, {"updated_at": now, **fields}, connection)
-    assignments = [f"{qn('last_seq')} = {qn('last_seq')} + %s", *assigned]
+    columns, prepared = column_values(Turn, {"updated_at": now, **fields}, connection)
     params: list[Any] = [count, *prepared, turn_id]
-    where = f"{qn(pk_column(Turn))} = %s"
     if holder is not None:
-        where += f" AND {qn('job_id')} = %s AND {qn('status')} IN (%s, %s)"
         params.extend([holder, TurnStatus.RUNNING, TurnStatus.WAITING])
-    sql = f"UPDATE {qn(meta.db_table)} SET {', '.join(assignments)} WHERE {where} RETURNING {qn('last_seq')}"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    text = seq_advance_sql(
+        connection, table=meta.db_table, pk=pk_column(Turn), columns=columns, held=holder is not None
+    )
+    rows, _ = execute(connection, text, params)
+    row = rows[0] if rows else None
     if row is None:
         if holder is not None and Turn.objects.filter(pk=turn_id).exists():
             raise TurnNotHeld(f"turn {turn_id} is no longer held by {holder}")

@@ -19,6 +19,7 @@ from django.db import connections, transaction
 from django.utils import timezone
 
 from common.db import column_of, concrete_field, pk_column
+from common.sql import execute, turn_claim_sql
 from turns.event_types import PhaseData, TurnStartedData
 from turns.events import NewEvent, events_check, events_insert_reserved
 from turns.models import EventType, Turn, TurnEvent, TurnPhase, TurnStatus
@@ -89,21 +90,15 @@ def event_append_claim(
         raise ValueError("a claim appends at least one event")
     now = timezone.now()
     connection = connections[Turn.objects.db]
-    meta = Turn._meta
-    qn = connection.ops.quote_name
 
     def prep(name: str, value: Any) -> Any:
         return concrete_field(Turn, name).get_db_prep_save(value, connection)
 
-    returning = ", ".join(qn(column_of(Turn, name)) for name in _CLAIM_COLUMNS)
-    sql = (
-        f"UPDATE {qn(meta.db_table)} SET {qn('status')} = %s, {qn('heartbeat_at')} = %s, "
-        f"{qn('job_id')} = %s, {qn('updated_at')} = %s, {qn('phase')} = %s, "
-        f"{qn('started_at')} = COALESCE({qn('started_at')}, %s), "
-        f"{qn('attempts')} = CASE WHEN {qn('attempts')} < 1 THEN 1 ELSE {qn('attempts')} END, "
-        f"{qn('last_seq')} = {qn('last_seq')} + %s "
-        f"WHERE {qn(pk_column(Turn))} = %s AND {qn('status')} = %s "
-        f"RETURNING {returning}, {qn('started_at')} = {qn('heartbeat_at')}"
+    text = turn_claim_sql(
+        connection,
+        table=Turn._meta.db_table,
+        pk=pk_column(Turn),
+        returning=tuple(column_of(Turn, name) for name in _CLAIM_COLUMNS),
     )
     params = [
         TurnStatus.RUNNING,
@@ -116,9 +111,8 @@ def event_append_claim(
         turn_id,
         TurnStatus.QUEUED,
     ]
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        row = cursor.fetchone()
+    claimed, _ = execute(connection, text, params)
+    row = claimed[0] if claimed else None
     if row is None:
         return None
     values = dict(zip((*_CLAIM_COLUMNS, "fresh"), row, strict=True))

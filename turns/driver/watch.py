@@ -41,6 +41,7 @@ from django.db import DatabaseError, connections
 from django.utils import timezone
 
 from common.db import concrete_field, connections_retire_broken, pk_column
+from common.sql import execute, turns_beat_sql, turns_poll_sql
 from turns.models import Turn, TurnStatus
 
 logger = logging.getLogger(__name__)
@@ -73,27 +74,16 @@ def turns_poll(*, holders: Mapping[int, str], beat: bool) -> dict[int, tuple[boo
     if not holders:
         return {}
     connection = connections[Turn.objects.db]
-    qn = connection.ops.quote_name
-    table, pk = qn(Turn._meta.db_table), qn(pk_column(Turn))
+    table, pk = Turn._meta.db_table, pk_column(Turn)
     ids = sorted(holders)
-    id_marks, holder_marks = ", ".join(["%s"] * len(ids)), ", ".join(["%s"] * len(ids))
-    columns = f"{pk}, {qn('job_id')}, {qn('status')}, {qn('cancel_requested')}"
     if beat:
-        held = f"{pk} IN ({id_marks}) AND {qn('job_id')} IN ({holder_marks}) AND {qn('status')} IN (%s, %s)"
-        if connection.features.has_select_for_update:
-            lock = "FOR NO KEY UPDATE" if connection.vendor == "postgresql" else "FOR UPDATE"
-            target = f"{pk} IN (SELECT {pk} FROM {table} WHERE {held} ORDER BY {pk} {lock})"
-        else:  # SQLite: the statement holds the database's write lock
-            target = held
-        sql = f"UPDATE {table} SET {qn('heartbeat_at')} = %s WHERE {target} RETURNING {columns}"
+        text = turns_beat_sql(connection, table=table, pk=pk, count=len(ids))
         now = concrete_field(Turn, "heartbeat_at").get_db_prep_save(timezone.now(), connection)
         params: list[Any] = [now, *ids, *(holders[i] for i in ids), *_ACTIVE]
     else:
-        sql = f"SELECT {columns} FROM {table} WHERE {pk} IN ({id_marks})"
+        text = turns_poll_sql(connection, table=table, pk=pk, count=len(ids))
         params = list(ids)
-    with connection.cursor() as cursor:
-        cursor.execute(sql, params)
-        rows = cursor.fetchall()
+    rows, _ = execute(connection, text, params)
     seen = {
         int(turn_id): (bool(flag), _held(job_id, status, holders.get(int(turn_id))))
         for turn_id, job_id, status, flag in rows
