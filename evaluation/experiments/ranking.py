@@ -151,6 +151,8 @@ class Leaderboard:
     frontier: list[str] = field(default_factory=list)
     cost_unknown: list[str] = field(default_factory=list)
     frontier_undecided: list[str] = field(default_factory=list)
+    #: ``run_experiment --stop-when-decided``'s record (``stopping``), or ``None``
+    stopped_early: dict[str, Any] | None = None
 
 
 def experiment_get(name: str) -> Experiment:
@@ -358,6 +360,7 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
         frontier=frontier,
         cost_unknown=cost_unknown,
         frontier_undecided=undecided,
+        stopped_early=(experiment.spec or {}).get("stopped_early"),
     )
 
 
@@ -418,7 +421,9 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``stop_reasons``), ``pairs`` (each ``a``, ``b``, ``difference``,
     ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
     smallest difference detectable at 80 % power), ``top_group``, ``frontier``
-    (ascending cost) and ``cost_unknown`` (names)."""
+    (ascending cost), ``cost_unknown`` (names), and with
+    ``run_experiment --stop-when-decided`` ``stopped_early`` (its record) and
+    each pair's ``decided_early_at`` (examples)."""
     return {
         "experiment": board.experiment,
         "dataset": board.dataset,
@@ -428,13 +433,25 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "pairs": [
             {"a": p.a, "b": p.b, "difference": p.difference, "p_value": p.p_value, "p_holm": p.p_holm}
             | {"n": p.n, "test": p.test, "detectable_difference": p.detectable}
+            | {"decided_early_at": decided_early_at(board.stopped_early, p.a, p.b)}
             for p in board.pairs
         ],
         "top_group": list(board.top_group),
         "frontier": list(board.frontier),
         "cost_unknown": list(board.cost_unknown),
         "frontier_undecided": list(board.frontier_undecided),
+        "stopped_early": board.stopped_early,
     }
+
+
+def decided_early_at(record: dict[str, Any] | None, a: str, b: str) -> int | None:
+    """The examples at which the stopping rule's ``record`` decided the pair
+    ``a``/``b`` (either order) before the data ran out, or ``None``."""
+    for pair in (record or {}).get("pairs", []):
+        at = pair.get("decided_at")
+        if {pair["a"], pair["b"]} == {a, b} and at is not None and at < record["of"]:  # type: ignore[index]
+            return int(at)
+    return None
 
 
 def leaderboard_text(board: Leaderboard, *, width: int = 150) -> str:
