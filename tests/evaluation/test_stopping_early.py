@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.urls import reverse
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
@@ -63,7 +64,7 @@ def write(tmp_path: Path, *models: str, head: str = "") -> Path:
 
 
 def test_a_clearly_better_variant_stops_early_and_the_rest_is_not_run(
-    endpoint, gsm200, tmp_path, capsys, owner
+    endpoint, gsm200, tmp_path, capsys, owner, admin_client
 ):
     oracle = Oracle()
     with StubLLMServer(oracle) as server:
@@ -103,6 +104,10 @@ def test_a_clearly_better_variant_stops_early_and_the_rest_is_not_run(
     assert f"stopped early at {n} of 200 examples; the other {200 - n} are not run" in out.err
     api = ApiClient(owner).get("/api/experiments/Sequential").json()
     assert api["pairs"][0]["decided_early_at"] == n
+    assert api["stopped_early"]["examples"] == n
+    page = admin_client.get(reverse("admin:evaluation_experiment_change", args=[experiment.pk]))
+    assert page.status_code == 200
+    assert f"decided early at {n} examples" in page.content.decode()
 
     # a later run of the file without the flag drives the examples not run, and only them
     again = Oracle()
