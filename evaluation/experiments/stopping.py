@@ -130,11 +130,16 @@ def pair_decisions(
             a, b = (first, second) if sum(diffs) >= 0 else (second, first)
             signed = diffs if a == first else [-d for d in diffs]
             decision = decide(signed, alpha=alpha / max(pairs, 1), margin=margin)
-            at = (earlier or {}).get((first, second))
+            at = (earlier or {}).get(_key(first, second))
             if at is None and decision.decided:
                 at = decision.examples
             found.append(PairDecision(a=a, b=b, decision=decision, decided_at=at))
     return found
+
+
+def _key(a: str, b: str) -> tuple[str, str]:
+    """A pair's key whatever its order: its two names sorted."""
+    return (a, b) if a <= b else (b, a)
 
 
 def leader(runs: dict[str, Run], example_ids: Sequence[int]) -> str:
@@ -169,7 +174,8 @@ def drive_in_rounds(
     ids = list(examples_at(experiment.dataset_id, experiment.dataset_version).values_list("pk", flat=True))
     limit = spec.shared.get("limit")
     total = min(len(ids), int(limit)) if limit else len(ids)
-    reached, earlier, outcomes = 0, {}, []
+    reached, outcomes = 0, []
+    earlier: dict[tuple[str, str], int] = {}
     decisions: list[PairDecision] = []
     while reached < total:
         reached = min(reached + rule.batch, total)
@@ -179,7 +185,7 @@ def drive_in_rounds(
         decisions = pair_decisions(
             runs, ids[:reached], alpha=experiment.alpha, margin=rule.margin, earlier=earlier
         )
-        earlier = {tuple(sorted((p.a, p.b))): p.decided_at for p in decisions if p.decided_at is not None}
+        earlier = {_key(p.a, p.b): p.decided_at for p in decisions if p.decided_at is not None}
         best = leader(runs, ids[:reached]) if runs else ""
         note(_round_line(reached, total, decisions))
         if len(runs) > 1 and top_decided(decisions, best):
