@@ -48,6 +48,7 @@ from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
 from evaluation.experiments.frontier import mark_uncertainty, pareto_frontier
 from evaluation.experiments.leaderboard_table import format_leaderboard
+from evaluation.experiments.stopping import decided_early_at
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
 
@@ -138,7 +139,8 @@ class Leaderboard:
     """An experiment's leaderboard (see the module docstring): ``variants``
     best first, then the unranked ones; ``pairs`` in rank order; ``top_group``
     names (best first); ``frontier`` names by ascending cost; ``cost_unknown``
-    the ranked variants of unknown cost (not on the frontier)."""
+    the ranked variants of unknown cost (not on the frontier); ``stopped_early``
+    the ``--stop-when-decided`` record (``stopping``), or ``None``."""
 
     experiment: str
     experiment_pk: int
@@ -151,7 +153,6 @@ class Leaderboard:
     frontier: list[str] = field(default_factory=list)
     cost_unknown: list[str] = field(default_factory=list)
     frontier_undecided: list[str] = field(default_factory=list)
-    #: ``run_experiment --stop-when-decided``'s record (``stopping``), or ``None``
     stopped_early: dict[str, Any] | None = None
 
 
@@ -421,9 +422,7 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``stop_reasons``), ``pairs`` (each ``a``, ``b``, ``difference``,
     ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
     smallest difference detectable at 80 % power), ``top_group``, ``frontier``
-    (ascending cost), ``cost_unknown`` (names), and with
-    ``run_experiment --stop-when-decided`` ``stopped_early`` (its record) and
-    each pair's ``decided_early_at`` (examples)."""
+    (ascending cost), ``cost_unknown``, ``stopped_early``/``decided_early_at`` (``stopping``)."""
     return {
         "experiment": board.experiment,
         "dataset": board.dataset,
@@ -442,16 +441,6 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "frontier_undecided": list(board.frontier_undecided),
         "stopped_early": board.stopped_early,
     }
-
-
-def decided_early_at(record: dict[str, Any] | None, a: str, b: str) -> int | None:
-    """The examples at which the stopping rule's ``record`` decided the pair
-    ``a``/``b`` (either order) before the data ran out, or ``None``."""
-    for pair in (record or {}).get("pairs", []):
-        at = pair.get("decided_at")
-        if {pair["a"], pair["b"]} == {a, b} and at is not None and at < record["of"]:  # type: ignore[index]
-            return int(at)
-    return None
 
 
 def leaderboard_text(board: Leaderboard, *, width: int = 150) -> str:

@@ -245,3 +245,13 @@ def _record(
         if run is not None:
             run.config = {**(run.config or {}), "limit": limit}
             run.save(update_fields=["config"])
+
+
+def decided_early_at(record: dict[str, Any] | None, a: str, b: str) -> int | None:
+    """The examples at which the stopping rule's ``record`` decided the pair
+    ``a``/``b`` (either order) before the data ran out, or ``None``."""
+    for pair in (record or {}).get("pairs", []):
+        at = pair.get("decided_at")
+        if {pair["a"], pair["b"]} == {a, b} and at is not None and at < record["of"]:  # type: ignore[index]
+            return int(at)
+    return None
