@@ -9,12 +9,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 from django.core.management import CommandError, call_command
 from django.urls import reverse
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
+from evaluation.experiments.sequential import confidence_sequence
 from evaluation.models import Experiment, Prediction, Run
 from tests.api_support import ApiClient
 from tests.shared_data import dataset_path
@@ -120,7 +122,7 @@ def test_a_clearly_better_variant_stops_early_and_the_rest_is_not_run(
     assert "stopped_early" not in experiment_get("Sequential").spec
 
 
-def test_equal_variants_stop_on_the_margin_or_run_to_the_end(endpoint, gsm200, tmp_path):
+def test_equal_variants_stop_on_the_margin(endpoint, gsm200, tmp_path):
     oracle = Oracle()
     head = "stop_when_decided = true\nmargin = 0.1\nbatch_size = 25"
     with StubLLMServer(oracle) as server:
@@ -128,15 +130,15 @@ def test_equal_variants_stop_on_the_margin_or_run_to_the_end(endpoint, gsm200, t
         call_command("run_experiment", str(write(tmp_path, "strong", "twin", head=head)))
     record = Experiment.objects.get(name="Sequential").spec["stopped_early"]
     (pair,) = record["pairs"]
-    # the paired differences are all 0: never "different"; equivalent within ±0.1 once the
-    # interval is narrow enough, else the data ran out with the pair undecided
-    assert pair["verdict"] in ("equivalent", "undecided")
-    if record["stopped_early"]:
-        assert pair["verdict"] == "equivalent" and -0.1 < pair["low"] <= 0 <= pair["high"] < 0.1
-        assert len(oracle.asked["twin"]) == record["examples"] < 200
-    else:
-        assert pair["verdict"] == "undecided" and record["examples"] == 200
-        assert len(oracle.asked["twin"]) == 200
+    # the paired differences are all 0: the interval is symmetric about 0 and narrows;
+    # the pair is equivalent at the first round (of 25) where it lies inside ±0.1
+    high = confidence_sequence(np.zeros(200), alpha=0.05)[:, 1]
+    expected = next(n for n in range(25, 201, 25) if high[n - 1] < 0.1)
+    assert expected < 200
+    assert (pair["verdict"], pair["decided_at"], record["examples"]) == ("equivalent", expected, expected)
+    assert record["stopped_early"] is True and record["margin"] == 0.1 and record["batch_size"] == 25
+    assert pair["low"] == pytest.approx(-pair["high"]) and 0 < pair["high"] < 0.1
+    assert oracle.asked == {"strong": set(range(expected)), "twin": set(range(expected))}
 
 
 @pytest.mark.parametrize(
