@@ -174,7 +174,7 @@ def drive_in_rounds(
     ids = list(examples_at(experiment.dataset_id, experiment.dataset_version).values_list("pk", flat=True))
     limit = spec.shared.get("limit")
     total = min(len(ids), int(limit)) if limit else len(ids)
-    reached, outcomes = 0, []
+    reached, outcomes = _done_before(experiment, spec, ids[:total], rule.batch), []
     earlier: dict[tuple[str, str], int] = {}
     decisions: list[PairDecision] = []
     while reached < total:
@@ -201,6 +201,23 @@ def drive_in_rounds(
             "to run them)"
         )
     return outcomes
+
+
+def _done_before(experiment: Experiment, spec: ExperimentSpec, ids: Sequence[int], batch: int) -> int:
+    """Where the rounds start: the examples every variant of ``spec`` has
+    already completed from the first on (a resumed experiment; 0 with a new
+    variant), less one batch when that is all of them (the last round then
+    drives nothing and decides). The sequence being valid at every time,
+    going on from there keeps it valid."""
+    done = len(ids)
+    for variant in spec.variants:
+        run = Run.objects.filter(experiment=experiment, run_id=spec.run_id(variant)).first()
+        if run is None:
+            return 0
+        rows = Prediction.objects.filter(run=run, completed_at__isnull=False)
+        completed = set(rows.values_list("example_id", flat=True))
+        done = min(done, next((i for i, e in enumerate(ids) if e not in completed), len(ids)))
+    return done if done < len(ids) else max(len(ids) - batch, 0)
 
 
 def _round_line(reached: int, total: int, decisions: Sequence[PairDecision]) -> str:

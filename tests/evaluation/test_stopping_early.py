@@ -111,6 +111,14 @@ def test_a_clearly_better_variant_stops_early_and_the_rest_is_not_run(
     assert page.status_code == 200
     assert f"decided early at {n} examples" in page.content.decode()
 
+    # with the flag again it goes on from where it stopped: one more batch, then decided again
+    more = Oracle()
+    with StubLLMServer(more) as server:
+        endpoint(server)
+        call_command("run_experiment", str(write(tmp_path, "strong", "weak")), "--stop-when-decided")
+    assert more.asked == {"strong": set(range(n, n + 20)), "weak": set(range(n, n + 20))}
+    assert Experiment.objects.get(name="Sequential").spec["stopped_early"]["examples"] == n + 20
+    n += 20
     # a later run of the file without the flag drives the examples not run, and only them
     again = Oracle()
     with StubLLMServer(again) as server:
