@@ -266,6 +266,11 @@ class LeaderboardPairOut(Schema):
         description="± the smallest difference this pair could detect with 80% power (exact McNemar at "
         "alpha over the pairs, Holm's first step); null when too few examples for any"
     )
+    decided_early_at: int | None = Field(
+        None,
+        description="run_experiment --stop-when-decided: the examples at which the pair's confidence "
+        "sequence decided it before the data ran out; null otherwise",
+    )
 
 
 class LeaderboardOut(Schema):
@@ -279,6 +284,12 @@ class LeaderboardOut(Schema):
     frontier: list[str] = Field(description="the Pareto frontier, by ascending cost")
     cost_unknown: list[str] = Field(description="finished variants of unknown cost: not on the frontier")
     frontier_undecided: list[str] = Field(description="variants whose place on the frontier is not decided")
+    stopped_early: dict[str, Any] | None = Field(
+        None,
+        description="run_experiment --stop-when-decided's record: stopped_early (bool), examples "
+        "(reached), of (planned), margin, batch_size, alpha, construction, pairs (a, b, verdict, low, "
+        "high, examples, decided_at); null when the experiment was not driven in rounds",
+    )
 
 
 @router.get(

@@ -27,7 +27,7 @@ from common.admin import DASH, StaffReadOnlyAdmin, fmt_cost, fmt_pct, subquery_c
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.admin.report import CHARTJS_VERSION, report_url
-from evaluation.experiments.leaderboard_table import FRONTIER_MARK, TOP_MARK, legend, pp_text
+from evaluation.experiments.leaderboard_table import FRONTIER_MARK, TOP_MARK, legend, pp_text, stopping_notes
 from evaluation.experiments.ranking import (
     Leaderboard,
     PairRow,
@@ -232,6 +232,7 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
             matrix=pair_matrix(board),
             chart=chart_data(board),
             legend=legend(board),
+            stopping=stopping_notes(board),
             top_mark=TOP_MARK,
             frontier_mark=FRONTIER_MARK,
             shared_model=shares_one_model(experiment),

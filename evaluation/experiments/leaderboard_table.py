@@ -189,11 +189,40 @@ def _notes(board: Leaderboard) -> list[str]:
             "frontier place not decided by the intervals (more examples could move it): "
             + ", ".join(board.frontier_undecided)
         )
+    notes.extend(stopping_notes(board))
     if ranked == 1:
         notes.append("one finished variant: no pairs to compare")
     elif ranked == 0:
         notes.append("no variant has finished: nothing is ranked")
     return notes
+
+
+def stopping_notes(board: Leaderboard) -> list[str]:
+    """``run_experiment --stop-when-decided``: where the experiment stopped
+    and which pairs were decided early, at how many examples (none without it)."""
+    from evaluation.experiments.stopping import decided_early_at
+
+    record = board.stopped_early
+    if not record:
+        return []
+    if record["stopped_early"]:
+        head = (
+            f"stopped early at {record['examples']} of {record['of']} examples: the top group is decided "
+            f"(confidence sequence, margin ±{record['margin'] * 100:g} pp); the other "
+            f"{record['of'] - record['examples']} examples are not run (not counted)"
+        )
+    else:
+        head = f"driven in rounds of {record['batch_size']} to all {record['of']} examples: not decided early"
+    lines = [head]
+    for pair in board.pairs:
+        at = decided_early_at(record, pair.a, pair.b)
+        if at is not None:
+            seq = next(q for q in record["pairs"] if {q["a"], q["b"]} == {pair.a, pair.b})
+            lines.append(
+                f"  {seq['a']} vs {seq['b']}: {seq['verdict']}, decided early at {at} "
+                f"examples (difference in [{pp_text(seq['low'])}, {pp_text(seq['high'])}])"
+            )
+    return lines
 
 
 def format_leaderboard(board: Leaderboard, *, width: int = 150) -> str:

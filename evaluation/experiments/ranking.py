@@ -47,6 +47,7 @@ from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
 from evaluation.experiments.frontier import mark_uncertainty, pareto_frontier
+from evaluation.experiments.stopping import decided_early_at
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
 
@@ -136,7 +137,8 @@ class Leaderboard:
     """An experiment's leaderboard (see the module docstring): ``variants``
     best first, then the unranked ones; ``pairs`` in rank order; ``top_group``
     names (best first); ``frontier`` names by ascending cost; ``cost_unknown``
-    the ranked variants of unknown cost (not on the frontier)."""
+    the ranked variants of unknown cost (not on the frontier); ``stopped_early``
+    the ``--stop-when-decided`` record (``stopping``), or ``None``."""
 
     experiment: str
     experiment_pk: int
@@ -149,6 +151,7 @@ class Leaderboard:
     frontier: list[str] = field(default_factory=list)
     cost_unknown: list[str] = field(default_factory=list)
     frontier_undecided: list[str] = field(default_factory=list)
+    stopped_early: dict[str, Any] | None = None
 
 
 def experiment_get(name: str) -> Experiment:
@@ -356,6 +359,7 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
         frontier=frontier,
         cost_unknown=cost_unknown,
         frontier_undecided=undecided,
+        stopped_early=(experiment.spec or {}).get("stopped_early"),
     )
 
 
@@ -416,7 +420,7 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``stop_reasons``), ``pairs`` (each ``a``, ``b``, ``difference``,
     ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
     smallest difference detectable at 80 % power), ``top_group``, ``frontier``
-    (ascending cost) and ``cost_unknown`` (names)."""
+    (ascending cost), ``cost_unknown``, ``stopped_early``/``decided_early_at`` (``stopping``)."""
     return {
         "experiment": board.experiment,
         "dataset": board.dataset,
@@ -426,10 +430,12 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
         "pairs": [
             {"a": p.a, "b": p.b, "difference": p.difference, "p_value": p.p_value, "p_holm": p.p_holm}
             | {"n": p.n, "test": p.test, "detectable_difference": p.detectable}
+            | {"decided_early_at": decided_early_at(board.stopped_early, p.a, p.b)}
             for p in board.pairs
         ],
         "top_group": list(board.top_group),
         "frontier": list(board.frontier),
         "cost_unknown": list(board.cost_unknown),
         "frontier_undecided": list(board.frontier_undecided),
+        "stopped_early": board.stopped_early,
     }

@@ -26,6 +26,7 @@ from django.db import IntegrityError, transaction
 from common.errors import BadInput, StateConflict
 from evaluation.compare.gate import BaselineOutcome, baseline_compare
 from evaluation.experiments.experiment_file import ExperimentSpec, VariantSpec
+from evaluation.experiments.stopping import StopRule, drive_in_rounds
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.run.evaluate import drive_and_finish
 from evaluation.run.exits import outage_as_run_outage, run_failure
@@ -171,7 +172,10 @@ def experiment_check(spec: ExperimentSpec) -> Experiment | None:
 #: Shared keys that may change between invocations: how the variants are run
 #: and gated, not what is measured (``limit`` drives more examples, as a
 #: ``run_eval`` resume with a larger ``--limit`` does).
-FREE_SHARED_KEYS = frozenset({"limit", "concurrency", "celery", "queue", "max_in_flight", "fail_under"})
+FREE_SHARED_KEYS = frozenset(
+    {"limit", "concurrency", "celery", "queue", "max_in_flight", "fail_under"}
+    | {"stop_when_decided", "margin", "batch_size"}  # when it stops, not what is measured
+)
 
 
 def _shared_check(spec: ExperimentSpec, experiment: Experiment) -> None:
@@ -317,6 +321,7 @@ def run_experiment(
     progress: ProgressFactory,
     fail_on_regression: bool = False,
     retry_errors: bool = False,
+    stop: StopRule | None = None,
 ) -> ExperimentResult:
     """Run every unfinished variant of ``spec`` (see the module docstring)
     and return the outcome per variant. A variant already finished is not
@@ -326,6 +331,8 @@ def run_experiment(
     ``fail_on_regression`` makes a significant regression a gate failure;
     ``retry_errors`` runs the errored examples of every variant again
     (``run_eval --retry-errors``), a finished variant's included.
+    ``stop`` (``stopping.stop_rule``): drive in rounds and stop once the
+    top group is decided (``stopping.drive_in_rounds``).
 
     The open runs are driven and finished together by
     ``evaluation.run.evaluate.drive_and_finish``, as ``run_eval`` drives one.
@@ -342,7 +349,22 @@ def run_experiment(
         broker_precheck(spec.name)
     with outage_as_run_outage(spec.name):
         experiment = _experiment_save(spec, plan)
-        outcomes = _drive(spec, experiment, plan, note=note, progress=progress)
+        if stop is None:
+            outcomes = _drive(spec, experiment, plan, note=note, progress=progress)
+        else:
+            outcomes = drive_in_rounds(
+                spec,
+                experiment,
+                stop,
+                drive_once=lambda at: _drive(
+                    at,
+                    experiment,
+                    experiment_plan(at, retry_errors=retry_errors),
+                    note=note,
+                    progress=progress,
+                ),
+                note=note,
+            )
     result = ExperimentResult(experiment=experiment, variants=outcomes)
     if spec.baseline:
         _compare_with_baseline(spec, result, fail_on_regression=fail_on_regression)

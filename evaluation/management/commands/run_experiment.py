@@ -38,6 +38,7 @@ from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.experiments.leaderboard_table import leaderboard_text
 from evaluation.experiments.ranking import Leaderboard, leaderboard, leaderboard_json
 from evaluation.experiments.runner import ExperimentResult, run_experiment
+from evaluation.experiments.stopping import stop_rule
 from evaluation.run.evaluate import RunInterrupted
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage
 from evaluation.run.progress import progress_for
@@ -64,6 +65,26 @@ class Command(BaseCommand):
             "cancelled, in every variant, as new attempts",
         )
         parser.add_argument(
+            "--stop-when-decided",
+            action="store_true",
+            help="drive the variants in rounds of --batch-size examples and stop once the top group is "
+            "decided by a confidence sequence (docs/comparing.md#stopping-early); the examples not "
+            "reached are not run (the file's stop_when_decided = true does the same)",
+        )
+        parser.add_argument(
+            "--margin",
+            type=float,
+            default=None,
+            help="with --stop-when-decided: a difference in accuracy in (0, 1) within which two variants "
+            "are equivalent (default: the file's margin, else 0.05)",
+        )
+        parser.add_argument(
+            "--batch-size",
+            type=int,
+            default=None,
+            help="with --stop-when-decided: examples per round (default: the file's batch_size, else 20)",
+        )
+        parser.add_argument(
             "--json",
             dest="json_path",
             default=None,
@@ -80,6 +101,9 @@ class Command(BaseCommand):
                 database_errors(),
             ):
                 spec = experiment_spec(path)
+                stop = stop_rule(
+                    spec, flag=opts["stop_when_decided"], margin=opts["margin"], batch=opts["batch_size"]
+                )
                 if json_path:
                     json_target_check(json_path)
                 targets = report_targets(junit_xml=opts["junit_xml"], summary_md=opts["summary_md"])
@@ -91,6 +115,7 @@ class Command(BaseCommand):
                     progress=progress,
                     fail_on_regression=opts["fail_on_regression"],
                     retry_errors=opts["retry_errors"],
+                    stop=stop,
                 )
         except RunInterrupted as exc:
             self._resume_hint(path, opts, "\n" + _interrupted_words(exc))
@@ -136,9 +161,12 @@ class Command(BaseCommand):
         """Say how to resume: the same command, which resumes every unfinished variant."""
         self.stderr.write(first)
         words = [sys.executable, "manage.py", "run_experiment", path]
-        for flag in ("fail_on_regression", "retry_errors"):
+        for flag in ("fail_on_regression", "retry_errors", "stop_when_decided"):
             if opts[flag]:
                 words.append("--" + flag.replace("_", "-"))
+        for option in ("margin", "batch_size"):
+            if opts[option] is not None:
+                words += ["--" + option.replace("_", "-"), str(opts[option])]
         for key, option in (
             ("json_path", "--json"),
             ("junit_xml", "--junit-xml"),
