@@ -22,8 +22,11 @@ PACKAGES = ("agentlab", "common", "apikeys", "turns", "evaluation", "monitoring"
 MAX_LINES = 450
 #: A function's body, its docstring not counted: one screen.
 MAX_FUNCTION_LINES = 60
-#: The longest chain of imports inside one app, in modules.
-MAX_IMPORT_CHAIN = 7
+#: The longest chain of imports inside one app, in modules. 8 since issue 45:
+#: ``evaluation.models`` re-exports the annotation queues' models from
+#: ``evaluation.annotation_models`` (split off at the line limit), a leaf of
+#: declarations that imports nothing of the app, one link below the models.
+MAX_IMPORT_CHAIN = 8
 #: Names Django and the layer folders give to many modules of one app.
 CONVENTIONAL_NAMES = frozenset(
     {"__init__", "admin", "api", "apps", "models", "tasks", "urls", "views", "selectors", "services", "forms"}

@@ -29,6 +29,7 @@ from evaluation.admin.review_item import item_context
 from evaluation.annotation.alignment import human_accuracy, judge_report, pairwise_queue_result
 from evaluation.annotation.corrections import corrections_to_version
 from evaluation.annotation.labelling import claim, give_label, next_item, progress, queue_item
+from evaluation.annotation.turn_queues import turn_corrections_to_dataset
 from evaluation.models import AnnotationQueue, QueueItem
 
 
@@ -65,6 +66,8 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="pages")
     def links(self, queue: AnnotationQueue) -> SafeString:
+        if queue.kind != "single":
+            return format_html('<a href="{}">review</a>', review_url(queue.pk))
         alignment = reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk])
         return format_html(
             '<a href="{}">review</a> · <a href="{}">judge alignment</a>', review_url(queue.pk), alignment
@@ -97,7 +100,7 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         if not object_id.isdigit():
             raise Http404(f"no annotation queue with id {object_id!r}")
         queue = self._queue(request, int(object_id))
-        items = queue.items.select_related("prediction__example").prefetch_related("labels__reviewer")
+        items = queue.items.select_related("prediction__example", "turn").prefetch_related("labels__reviewer")
         return self._render(
             request,
             "detail.html",
@@ -165,8 +168,10 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         return HttpResponseRedirect(review_url(queue.pk))
 
     def alignment_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """The judge-alignment page of the queue's run."""
+        """The judge-alignment page of the queue's run (a single-run queue's only)."""
         queue = self._queue(request, pk)
+        if queue.kind != "single" or queue.run is None:
+            raise Http404(f"queue {queue.name!r} is {queue.kind}: judge alignment is a single-run queue's")
         report = judge_report(queue.run)
         for row in report["disagreements"]:
             row["url"] = reverse("admin:evaluation_prediction_change", args=[row["prediction_id"]])
@@ -185,12 +190,18 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         )
 
     def corrections_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST: the queue's corrected answers become the gold of a new dataset version."""
+        """POST: the queue's corrected answers become the gold of a new dataset
+        version (a chat-turn queue's: new examples of its dataset)."""
         queue = self._queue(request, pk)
         if request.method != "POST":
             return HttpResponse("POST only", status=405, content_type="text/plain")
         try:
-            change = corrections_to_version(queue, user=self.acting_user(request))
+            user = self.acting_user(request)
+            change = (
+                turn_corrections_to_dataset(queue, user=user)
+                if queue.kind == "turns"
+                else corrections_to_version(queue, user=user)
+            )
         except AgentLabError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:

@@ -89,7 +89,7 @@ def import_labels(queue_name: str, path: Path) -> int:
     if queue is None:
         raise NotFound(f"no annotation queue named {queue_name!r}")
     if queue.kind != "single":
-        raise BadInput(f"queue {queue_name!r} is pairwise: import labels into a single-run queue")
+        raise BadInput(f"queue {queue_name!r} is {queue.kind}: import labels into a single-run queue")
     items = {
         item.prediction.example.external_id: item
         for item in queue.items.select_related("prediction__example", "queue").filter(prediction__epoch=1)

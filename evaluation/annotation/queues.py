@@ -18,7 +18,14 @@ from django.db.models import QuerySet
 from common.errors import BadInput, NotFound
 from evaluation.models import AnnotationQueue, Prediction, QueueItem, Run, default_label_set
 
-__all__ = ["FILTERS", "PAIRWISE_LABELS", "create_pairwise_queue", "create_queue", "queue_predictions"]
+__all__ = [
+    "FILTERS",
+    "PAIRWISE_LABELS",
+    "check_rubric",
+    "create_pairwise_queue",
+    "create_queue",
+    "queue_predictions",
+]
 
 #: The filters a queue is made with.
 FILTERS = ("all", "wrong", "judged", "unscored", "disagree")
@@ -80,7 +87,9 @@ def queue_predictions(
     return chosen
 
 
-def _check_rubric(name: str, labels: Sequence[str], overlap: int) -> None:
+def check_rubric(name: str, labels: Sequence[str], overlap: int) -> None:
+    """``BadInput`` for a blank or taken queue ``name``, a label set of fewer
+    than two distinct non-empty labels, or an ``overlap`` below 1."""
     if not name.strip():
         raise BadInput("a queue needs a name")
     if AnnotationQueue.objects.filter(name=name).exists():
@@ -110,7 +119,7 @@ def create_queue(
     overlap or label set, or no prediction to queue; nothing is written then."""
     run = _run(run_id)
     label_set = list(labels) if labels else default_label_set()
-    _check_rubric(name, label_set, overlap)
+    check_rubric(name, label_set, overlap)
     chosen = queue_predictions(run, filter_name, sample=sample, seed=seed)
     if not chosen:
         raise BadInput(f"filter {filter_name!r} leaves no prediction of run {run_id!r} to queue")
@@ -154,7 +163,7 @@ def create_pairwise_queue(
             f"runs {left_run_id!r} and {right_run_id!r} are on different datasets "
             f"({run.dataset.name} and {other.dataset.name}): a pairwise queue pairs the same examples"
         )
-    _check_rubric(name, PAIRWISE_LABELS, overlap)
+    check_rubric(name, PAIRWISE_LABELS, overlap)
     theirs = {(p.example_id, p.epoch): p for p in other.predictions.all()}
     pairs = [
         (p, theirs[(p.example_id, p.epoch)])
