@@ -65,6 +65,8 @@ def turn_item_context(queue: AnnotationQueue, item: QueueItem, user: User) -> di
     ``feedback`` (the turn's current ratings: ``{"user", "rating",
     "comment", "at"}``, newest first) and the items' common keys; no gold
     and no score (a turn has neither)."""
+    if item.turn_id is None:
+        raise ValueError(f"item {item.position} of queue {queue.name!r} is a prediction, not a chat turn")
     turn = Turn.objects.get(pk=item.turn_id)
     ratings = TurnFeedback.objects.filter(turn=turn, current=True).select_related("user")
     return {
@@ -106,7 +108,7 @@ def item_context(queue: AnnotationQueue, item: QueueItem, user: User) -> dict[st
     item's is :func:`turn_item_context`'s."""
     if item.turn_id is not None:
         return turn_item_context(queue, item, user)
-    prediction = Prediction.objects.select_related("example").get(pk=item.prediction_id)
+    prediction = Prediction.objects.select_related("example").get(pk=item.prediction_id or 0)
     around = _around(queue, item, user, label_history(item))
     sides = [prediction]
     if queue.kind == "pairwise" and item.other_prediction_id:

@@ -30,6 +30,8 @@ def corrections_to_version(queue: AnnotationQueue, *, user: Any = None) -> Versi
     )
     latest: dict[str, tuple[Example, str]] = {}
     for row in rows:
+        if row.item.prediction is None:  # a run queue's items are predictions
+            continue
         example = row.item.prediction.example
         latest[example.external_id] = (example, row.corrected_answer)
     if not latest:
