@@ -8,6 +8,12 @@ from django.db import models
 from django.db.models import Q
 from django_celery_beat.models import CrontabSchedule, IntervalSchedule, PeriodicTask
 
+# the annotation queues' models: a module of their own (re-exported here)
+from evaluation.annotation_models import AnnotationQueue as AnnotationQueue
+from evaluation.annotation_models import HumanLabel as HumanLabel
+from evaluation.annotation_models import QueueItem as QueueItem
+from evaluation.annotation_models import default_label_set as default_label_set
+
 
 class Dataset(models.Model):
     """A named set of examples, imported from a JSONL file or written by the project."""
@@ -378,74 +384,3 @@ class JudgeCacheEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.model}: {self.grade}"
-
-
-def default_label_set() -> list[str]:
-    return ["correct", "partial", "incorrect"]
-
-
-class AnnotationQueue(models.Model):
-    """Predictions of ``run`` to label (docs/architecture.md#annotation-queues); ``pairwise``: each
-    item pairs ``run``'s and ``other_run``'s answers to one example. ``overlap``: reviewers per item."""
-
-    name = models.CharField(max_length=200, unique=True)
-    kind = models.CharField(max_length=16, default="single")
-    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="annotation_queues")
-    other_run = models.ForeignKey(Run, null=True, blank=True, on_delete=models.CASCADE, related_name="+")
-    filter = models.CharField(max_length=16, default="all")
-    sample = models.PositiveIntegerField(null=True, blank=True)
-    seed = models.IntegerField(null=True, blank=True)
-    overlap = models.PositiveIntegerField(default=1)
-    label_set = models.JSONField(default=default_label_set)
-    instructions = models.TextField(blank=True, default="")
-    tag_set = models.JSONField(default=list, blank=True)
-    label_map = models.JSONField(default=dict, blank=True, help_text="own label → correct/partial/incorrect")
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-
-    def __str__(self) -> str:
-        return self.name
-
-
-class QueueItem(models.Model):
-    """A queue's item, held by ``claimed_by`` until ``claimed_until``; ``swapped``: other on the left."""
-
-    queue = models.ForeignKey(AnnotationQueue, on_delete=models.CASCADE, related_name="items")
-    position = models.PositiveIntegerField()
-    prediction = models.ForeignKey(Prediction, on_delete=models.CASCADE, related_name="queue_items")
-    other_prediction = models.ForeignKey(
-        Prediction, null=True, blank=True, on_delete=models.CASCADE, related_name="+"
-    )
-    swapped = models.BooleanField(default=False)
-    claimed_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
-    )
-    claimed_until = models.DateTimeField(null=True, blank=True)
-    label_count = models.PositiveIntegerField(default=0, help_text="current labels: the claim's overlap test")
-
-    class Meta:
-        ordering = ["queue_id", "position"]
-        constraints = [models.UniqueConstraint(fields=["queue", "position"], name="queue_item_position")]
-
-
-class HumanLabel(models.Model):
-    """A reviewer's label of an item; a change adds a row and sets the old one's ``current`` False."""
-
-    item = models.ForeignKey(QueueItem, on_delete=models.CASCADE, related_name="labels")
-    reviewer = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+")
-    label = models.CharField(max_length=32)
-    tags = models.JSONField(default=list, blank=True)
-    note = models.TextField(blank=True, default="")
-    corrected_answer = models.TextField(blank=True, default="")
-    current = models.BooleanField(default=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["item_id", "created_at", "pk"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["item", "reviewer"], condition=Q(current=True), name="human_label_one_current"
-            )
-        ]

@@ -31,6 +31,7 @@ from evaluation.annotation.alignment import human_accuracy, judge_report, pairwi
 from evaluation.annotation.corrected import judge_corrected_accuracy
 from evaluation.annotation.corrections import corrections_to_version
 from evaluation.annotation.labelling import claim, give_label, next_item, progress, queue_item
+from evaluation.annotation.turn_queues import turn_corrections_to_dataset
 from evaluation.models import AnnotationQueue, QueueItem
 
 
@@ -67,6 +68,8 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
 
     @admin.display(description="pages")
     def links(self, queue: AnnotationQueue) -> SafeString:
+        if queue.kind != "single":
+            return format_html('<a href="{}">review</a>', review_url(queue.pk))
         alignment = reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk])
         return format_html(
             '<a href="{}">review</a> · <a href="{}">judge alignment</a>', review_url(queue.pk), alignment
@@ -99,7 +102,7 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         if not object_id.isdigit():
             raise Http404(f"no annotation queue with id {object_id!r}")
         queue = self._queue(request, int(object_id))
-        items = queue.items.select_related("prediction__example").prefetch_related("labels__reviewer")
+        items = queue.items.select_related("prediction__example", "turn").prefetch_related("labels__reviewer")
         return self._render(
             request,
             "detail.html",
@@ -136,8 +139,13 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         item = self._item(request, queue)
         title = f"Review · {queue.name}"
         ends: dict[str, Any] = {
-            "alignment_url": reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk]),
-            "report_url": run_report_url(queue.run_id),
+            # a queue over chat turns has no run: no alignment page, no report
+            "alignment_url": (
+                reverse("admin:evaluation_annotationqueue_alignment", args=[queue.pk])
+                if queue.kind == "single" and queue.run_id is not None
+                else None
+            ),
+            "report_url": run_report_url(queue.run_id) if queue.run_id is not None else None,
             "queues_url": reverse("admin:evaluation_annotationqueue_changelist"),
             "continue_url": review_url(queue.pk),
         }
@@ -172,8 +180,10 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         return HttpResponseRedirect(review_url(queue.pk, item.position))
 
     def alignment_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """The judge-alignment page of the queue's run."""
+        """The judge-alignment page of the queue's run (a single-run queue's only)."""
         queue = self._queue(request, pk)
+        if queue.kind != "single" or queue.run is None:
+            raise Http404(f"queue {queue.name!r} is {queue.kind}: judge alignment is a single-run queue's")
         try:
             report = judge_report(queue.run)
         except BadInput as exc:  # a queue with its own labels and no verdict map
@@ -204,12 +214,18 @@ class AnnotationQueueAdmin(StaffReadOnlyAdmin):
         )
 
     def corrections_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        """POST: the queue's corrected answers become the gold of a new dataset version."""
+        """POST: the queue's corrected answers become the gold of a new dataset
+        version (a chat-turn queue's: new examples of its dataset)."""
         queue = self._queue(request, pk)
         if request.method != "POST":
             return HttpResponse("POST only", status=405, content_type="text/plain")
         try:
-            change = corrections_to_version(queue, user=self.acting_user(request))
+            user = self.acting_user(request)
+            change = (
+                turn_corrections_to_dataset(queue, user=user)
+                if queue.kind == "turns"
+                else corrections_to_version(queue, user=user)
+            )
         except AgentLabError as exc:
             self.message_user(request, str(exc), messages.ERROR)
         else:

@@ -52,7 +52,8 @@ def run_labels(run: Run) -> dict[int, list[HumanLabel]]:
     ).select_related("reviewer", "item", "item__queue")
     labels: dict[int, list[HumanLabel]] = defaultdict(list)
     for row in rows.order_by("created_at", "pk"):
-        labels[row.item.prediction_id].append(row)
+        if row.item.prediction_id is not None:  # a single-run queue's items are predictions
+            labels[row.item.prediction_id].append(row)
     return labels
 
 
@@ -256,4 +257,5 @@ def pairwise_queue_result(queue: AnnotationQueue) -> dict[str, Any]:
         else:
             wins_b += 1
     other = queue.other_run.run_id if queue.other_run else None
-    return {"run_a": queue.run.run_id, "run_b": other, **pairwise_result(wins_a, wins_b, ties)}
+    run_a = queue.run.run_id if queue.run else None  # a pairwise queue has both runs
+    return {"run_a": run_a, "run_b": other, **pairwise_result(wins_a, wins_b, ties)}

@@ -18,7 +18,10 @@ def corrections_to_version(queue: AnnotationQueue, *, user: Any = None) -> Versi
     with a corrected answer (a reviewer's current label; the latest wins)
     has that answer as its gold. Raises ``BadInput`` when the queue has no
     corrected answer or an example changed since the run (its row is no
-    longer current); nothing is written then."""
+    longer current), or when it is not over a run (``turn_queues`` has the chat
+    turns' counterpart); nothing is written then."""
+    if queue.run is None:
+        raise BadInput(f"queue {queue.name!r} is over chat turns: its corrections become new examples")
     rows = (
         HumanLabel.objects.filter(item__queue=queue, current=True)
         .exclude(corrected_answer="")
@@ -27,6 +30,8 @@ def corrections_to_version(queue: AnnotationQueue, *, user: Any = None) -> Versi
     )
     latest: dict[str, tuple[Example, str]] = {}
     for row in rows:
+        if row.item.prediction is None:  # a run queue's items are predictions
+            continue
         example = row.item.prediction.example
         latest[example.external_id] = (example, row.corrected_answer)
     if not latest:

@@ -89,17 +89,19 @@ def import_labels(queue_name: str, path: Path) -> int:
     if queue is None:
         raise NotFound(f"no annotation queue named {queue_name!r}")
     if queue.kind != "single":
-        raise BadInput(f"queue {queue_name!r} is pairwise: import labels into a single-run queue")
+        raise BadInput(f"queue {queue_name!r} is {queue.kind}: import labels into a single-run queue")
     items = {
         item.prediction.example.external_id: item
         for item in queue.items.select_related("prediction__example", "queue").filter(prediction__epoch=1)
+        if item.prediction is not None  # a single-run queue's items are all predictions
     }
+    question_ids = {item.pk: qid for qid, item in items.items()}
     rows: list[_Row] = []
     seen: set[tuple[str, str]] = set()
     for line, raw in enumerate(_read(path), start=2):
         try:
             row = _check_row(queue, items, raw)
-            key = (row.item.prediction.example.external_id, row.reviewer.get_username())
+            key = (question_ids[row.item.pk], row.reviewer.get_username())
             if key in seen:
                 raise BadInput(f"question_id {key[0]!r} is labelled twice by {key[1]!r}")
         except AgentLabError as exc:

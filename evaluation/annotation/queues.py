@@ -22,6 +22,7 @@ __all__ = [
     "FILTERS",
     "PAIRWISE_LABELS",
     "VERDICTS",
+    "check_rubric",
     "create_pairwise_queue",
     "create_queue",
     "queue_predictions",
@@ -89,7 +90,9 @@ def queue_predictions(
     return chosen
 
 
-def _check_rubric(name: str, labels: Sequence[str], overlap: int) -> None:
+def check_rubric(name: str, labels: Sequence[str], overlap: int) -> None:
+    """``BadInput`` for a blank or taken queue ``name``, a label set of fewer
+    than two distinct non-empty labels, or an ``overlap`` below 1."""
     if not name.strip():
         raise BadInput("a queue needs a name")
     if AnnotationQueue.objects.filter(name=name).exists():
@@ -140,7 +143,7 @@ def create_queue(
     prediction to queue; nothing is written then."""
     run = _run(run_id)
     label_set = list(labels) if labels else default_label_set()
-    _check_rubric(name, label_set, overlap)
+    check_rubric(name, label_set, overlap)
     if label_map:
         _check_label_map(label_set, label_map)
     chosen = queue_predictions(run, filter_name, sample=sample, seed=seed)
@@ -187,7 +190,7 @@ def create_pairwise_queue(
             f"runs {left_run_id!r} and {right_run_id!r} are on different datasets "
             f"({run.dataset.name} and {other.dataset.name}): a pairwise queue pairs the same examples"
         )
-    _check_rubric(name, PAIRWISE_LABELS, overlap)
+    check_rubric(name, PAIRWISE_LABELS, overlap)
     theirs = {(p.example_id, p.epoch): p for p in other.predictions.all()}
     pairs = [
         (p, theirs[(p.example_id, p.epoch)])

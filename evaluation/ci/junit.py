@@ -5,8 +5,9 @@ Pure: plain values in, an ``xml.etree.ElementTree`` element out; no Django
 (CONTRIBUTING.md#pure-scoring-and-metrics). ``evaluation.ci.selectors`` builds
 the suites from the stored rows.
 
-The shape is the one Jenkins' xUnit plugin validates (its ``junit-10.xsd``,
-the schema GitLab's parser also accepts): a ``<testsuites>`` root, one
+The shape is the JUnit report as Jenkins' JUnit plugin and GitLab's parser
+read it (the tests validate it against AgentLab's own schema of that format,
+``tests/junit/agentlab-junit.xsd``): a ``<testsuites>`` root, one
 ``<testsuite>`` per task type (per variant for an experiment) with
 ``<properties>``, one ``<testcase>`` per example — ``name`` its
 ``question_id``, ``classname`` ``DATASET.TASK_TYPE``, ``time`` its latency in
@@ -88,7 +89,7 @@ def _clean(text: str) -> str:
 
 
 def _seconds(value: float) -> str:
-    # the schema's SUREFIRE_TIME: digits and a decimal point, no exponent
+    # a plain decimal (digits and a decimal point, no exponent), as CI servers parse it
     return f"{value:.3f}"
 
 

@@ -172,13 +172,15 @@ def test_the_judge_report_confusion_agreement_and_disagreements(runs):
 def test_two_reviewers_agreement_is_cohens_kappa_three_is_fleiss(runs):
     queue = create_queue("hq-exact", name="q", sample=4, seed=2, overlap=3)
     people = [staff("ann"), staff("bob"), staff("cy")]
+    run = queue.run
+    assert run is not None and run.run_id == "hq-exact"
     for n, user in enumerate(people):
         for item in queue.items.all():
             give_label(item, user, "incorrect" if (item.position + n) % 3 == 0 else "correct")
         if n == 1:
-            two = judge_report(queue.run)["reviewers"]
+            two = judge_report(run)["reviewers"]
     assert two["method"] == "Cohen's kappa" and two["reviewers"] == ["ann", "bob"] and two["items"] == 4
-    three = judge_report(queue.run)["reviewers"]
+    three = judge_report(run)["reviewers"]
     assert three["method"] == "Fleiss' kappa" and three["items"] == 4 and three["kappa"] is not None
 
 

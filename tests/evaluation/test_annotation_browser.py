@@ -1,7 +1,8 @@
 """The review page in headless Chromium (issue 30): a reviewer labels three
 items of a queue with the keyboard (keys 1–3, no mouse), the automatic score
 hidden before each label; then the judge-alignment page shows the confusion
-matrix. Screenshots go to ``/work/notes/shots/`` (``/tmp`` when that is missing).
+matrix; and (issue 45) a thumbs-down chat turn reviewed and corrected into
+a dataset example. Screenshots go to ``/work/notes/shots/`` (``/tmp`` when that is missing).
 
 The live daphne comes from ``tests/test_browser.py``, the browser page from
 ``tests/evaluation/test_report_browser.py``."""
@@ -13,8 +14,11 @@ import os
 import pytest
 
 from evaluation.annotation.queues import create_queue
-from evaluation.models import HumanLabel
+from evaluation.annotation.turn_queues import create_turn_queue
+from evaluation.datasets.versions import examples_at
+from evaluation.models import Dataset, HumanLabel
 from tests.evaluation.annotation_support import make_dataset, make_run, staff
+from tests.evaluation.test_annotation_turns import turns  # noqa: F401 - a fixture
 from tests.evaluation.test_report_browser import admin_log_in, desktop_page  # noqa: F401 - a fixture
 from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 
@@ -101,3 +105,34 @@ def test_save_waits_for_a_label_and_an_undefined_kappa_interval_is_a_dash(live_s
     assert "Cohen's κ 1.000 (95% CI —: undefined for these labels)" in figures
     assert " to )" not in figures
     page.screenshot(path=f"{SHOTS}/annotation-alignment-undefined-kappa.png", full_page=True)
+
+
+def test_a_thumbs_down_turn_is_reviewed_and_its_correction_becomes_an_example(
+    live_server_url, desktop_page, turns
+):
+    """Issue 45: the queue from thumbs-down chat turns, in the browser — the
+    turn's question, answer and the user's comment on the review page, a
+    corrected answer typed and labelled with key 3, then the queue page's
+    button adds it to the dataset."""
+    queue = create_turn_queue(name="bad answers", dataset_name="chat-gold")
+    staff("ann")
+    page = desktop_page
+    admin_log_in(page, live_server_url, "ann", "pw-ann-123")
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/review/?item=1")
+    assert page.locator("#review-question").inner_text() == "What is the capital of France?"
+    assert "wrong city" in page.locator("#review-feedback").inner_text()
+    assert page.locator("#review-gold").count() == 0
+    corrected = page.locator('input[name="corrected_answer"]')
+    corrected.fill("Paris")
+    corrected.evaluate("element => element.blur()")  # keys typed into it are text, not shortcuts
+    page.screenshot(path=f"{SHOTS}/annotation-turn-review.png", full_page=True)
+    page.locator("body").press("3")  # incorrect, saved with the correction
+    page.wait_for_function("document.querySelector('#review-progress')?.innerText === '1 of 2 labelled'")
+    assert HumanLabel.objects.get().corrected_answer == "Paris"
+    page.goto(f"{live_server_url}/admin/evaluation/annotationqueue/{queue.pk}/change/")
+    page.locator("#turn-corrections").click()
+    page.wait_for_selector(".messagelist")
+    assert f"version 1 — 1 added (turn-{turns['lyon'].pk})" in page.locator(".messagelist").inner_text()
+    page.screenshot(path=f"{SHOTS}/annotation-turn-queue.png", full_page=True)
+    [example] = examples_at(Dataset.objects.get(name="chat-gold"))
+    assert (example.question, example.answer) == ("What is the capital of France?", "Paris")

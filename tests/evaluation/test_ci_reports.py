@@ -1,6 +1,7 @@
 """CI reports (docs/evaluating.md#ci-reports): ``--junit-xml`` read back by a
-real JUnit parser (junitparser) and validated against Jenkins' JUnit schema
-(``tests/junit/jenkins-junit-10.xsd``, with xmlschema), and ``--summary-md``
+real JUnit parser (junitparser) and validated against AgentLab's own schema
+of the JUnit format as Jenkins and GitLab read it (``tests/junit/agentlab-junit.xsd``,
+with xmlschema), which also refuses malformed reports, and ``--summary-md``
 rendered as CommonMark with tables (markdown-it-py, what GitHub's renderer
 follows) — for ``run_eval``, ``compare_runs`` and ``run_experiment``."""
 
@@ -18,13 +19,14 @@ from django.core.management import CommandError, call_command
 from markdown_it import MarkdownIt
 
 from agentlab.testing.stub_llm import StubLLMServer, error_reply, final_answer_reply, last_user_text
+from evaluation.ci.junit import CaseVerdict, JunitCase, JunitSuite, junit_bytes
 from evaluation.models import Prediction, Run
 from tests.evaluation.test_experiments import ModelOracle, experiment_file, gsm40  # noqa: F401 - a fixture
 from tests.shared_data import dataset_path
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-SCHEMA = Path(__file__).resolve().parents[1] / "junit" / "jenkins-junit-10.xsd"
+SCHEMA = Path(__file__).resolve().parents[1] / "junit" / "agentlab-junit.xsd"
 GSM8K = dataset_path("gsm8k-test-200.jsonl")
 ARC = dataset_path("arc-challenge-test-100.jsonl")
 
@@ -82,7 +84,7 @@ def _suites(path: Path) -> dict[str, junitparser.TestSuite]:
     return {suite.name: suite for suite in xml}
 
 
-def test_run_eval_junit_has_the_runs_counts_and_is_valid_against_jenkins_schema(endpoint, mixed, tmp_path):
+def test_run_eval_junit_has_the_runs_counts_and_is_valid_against_the_schema(endpoint, mixed, tmp_path):
     path, rows = mixed
     junit, summary = tmp_path / "run.xml", tmp_path / "summary.md"
     with StubLLMServer(_oracle(rows, WRONG, BROKEN, frozenset(UNSCORED))) as server:
@@ -304,3 +306,39 @@ def test_an_unwritable_report_is_exit_2_before_anything_runs(endpoint, gsm24, tm
     assert message.replace("{tmp}", str(tmp_path)) in str(excinfo.value)
     assert not Run.objects.filter(run_id="never").exists()
     assert not (tmp_path / "same").exists()
+
+
+def _report_with_each_verdict() -> bytes:
+    """A report from the writer itself: one suite with a passed, a failed, an
+    errored and a skipped case and two properties."""
+    cases = [
+        JunitCase("q1", "gsm.math", 0.5, CaseVerdict.PASSED),
+        JunitCase("q2", "gsm.math", 1.25, CaseVerdict.FAILURE, "expected 4, got 5", text="question: 2+2"),
+        JunitCase("q3", "gsm.math", None, CaseVerdict.ERROR, "stop reason: error", "error", "HTTP 400"),
+        JunitCase("q4", "gsm.math", 0.1, CaseVerdict.SKIPPED, "gold is not a number"),
+    ]
+    suite = JunitSuite("r/math", cases, (("run_id", "r"), ("model", "m")), "2026-12-07T19:00:00+00:00")
+    return junit_bytes([suite], name="r")
+
+
+#: (what is wrong, the well-formed report's text, its malformed replacement)
+MALFORMED = [
+    ("a negative count", 'failures="1"', 'failures="-1"'),
+    ("a time with an exponent", 'time="1.250"', 'time="1.25e0"'),
+    ("a testcase with no name", '<testcase name="q1" ', "<testcase "),
+    ("a skipped and a failure in one case", "<failure ", "<skipped /><failure "),
+    ("an unknown element", "<properties>", "<properties><note>x</note>"),
+    ("a property with no value", ' value="m"', ""),
+    ("a timestamp that is not a date", "2026-12-07T19:00:00+00:00", "yesterday"),
+    ("properties after a case", "</properties>\n", "</properties>\n<testcase name='x' />\n<properties />\n"),
+]
+
+
+def test_the_schema_accepts_each_verdict_and_rejects_malformed_reports(tmp_path):
+    schema = xmlschema.XMLSchema(str(SCHEMA))
+    good = _report_with_each_verdict().decode()
+    schema.validate(good)  # the writer's own output, every verdict, is valid
+    for what, before, after in MALFORMED:
+        assert before in good, what
+        with pytest.raises(xmlschema.XMLSchemaValidationError):
+            schema.validate(good.replace(before, after, 1))

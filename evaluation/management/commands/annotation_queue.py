@@ -1,25 +1,34 @@
 """``manage.py annotation_queue create RUN --name Q --filter F [--sample N --seed S] [--overlap K]
-[--labels A,B --label-map A=correct,B=incorrect]``
-and ``manage.py annotation_queue import Q FILE.csv`` (issue 30; docs/architecture.md#annotation-queues).
+[--labels A,B --label-map A=correct,B=incorrect]``,
+``manage.py annotation_queue create --from-feedback down [--since DATE] --name Q [--dataset D]``
+and ``manage.py annotation_queue import Q FILE.csv`` (issues 30 and 45;
+docs/architecture.md#annotation-queues).
 
 ``create`` makes a queue from a run's predictions (``--pairwise OTHER_RUN``:
-a pairwise queue of the two runs); ``import`` records labels from a CSV file,
-checked whole first. Exit codes: 0 done, 2 bad input (an unknown run or
-queue, a bad filter, sample, rubric or label map, a bad CSV row — nothing written).
+a pairwise queue of the two runs), or with ``--from-feedback RATING`` from
+the chat turns end users rated so (``evaluation.annotation.turn_queues``);
+``import`` records labels from a CSV file, checked whole first. Exit codes:
+0 done, 2 bad input (an unknown run or queue, a run and ``--from-feedback``
+both or neither, a bad filter, date, sample, rubric or label map, no rated
+turn, a bad CSV row — nothing written).
 """
 
 from __future__ import annotations
 
+from datetime import datetime, time
 from pathlib import Path
 from typing import Any
 
 from django.core.management.base import BaseCommand, CommandParser
+from django.utils import timezone
+from django.utils.dateparse import parse_date, parse_datetime
 
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.annotation.label_import import import_labels
 from evaluation.annotation.labelling import progress
 from evaluation.annotation.queues import FILTERS, create_pairwise_queue, create_queue
+from evaluation.annotation.turn_queues import RATINGS, create_turn_queue
 
 
 def _names(raw: str) -> list[str]:
@@ -56,6 +65,23 @@ def _label_map(raw: str | None) -> dict[str, str] | None:
     return mapping
 
 
+def _since(raw: str | None) -> datetime | None:
+    """``--since``: an ISO date (its midnight, in the current time zone) or
+    date-time (naive: the current time zone); ``ValueError`` for anything else."""
+    if raw is None:
+        return None
+    try:
+        moment = parse_datetime(raw)
+        day = None if moment else parse_date(raw)
+    except ValueError:
+        moment = day = None
+    if day is not None:
+        moment = datetime.combine(day, time.min)
+    if moment is None:
+        raise ValueError(f"--since {raw!r} is not a date: give YYYY-MM-DD or an ISO 8601 date-time")
+    return timezone.make_aware(moment) if timezone.is_naive(moment) else moment
+
+
 class Command(BaseCommand):
     requires_system_checks = BATCH_COMMAND_CHECKS
     help = "Make an annotation queue from a run's predictions, or import labels into one from CSV."
@@ -63,7 +89,13 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         sub = parser.add_subparsers(dest="action", required=True)
         create = sub.add_parser("create", help="make a queue from a run's predictions")
-        create.add_argument("run", help="run id")
+        create.add_argument("run", nargs="?", default=None, help="run id (not with --from-feedback)")
+        create.add_argument(
+            "--from-feedback", choices=RATINGS, default=None, help="queue the chat turns rated so, not a run"
+        )
+        create.add_argument("--since", default=None, help="with --from-feedback: ratings given since DATE")
+        create.add_argument("--dataset", default="", help="with --from-feedback: where corrections go")
+        create.add_argument("--task-type", default="qa", help="with --from-feedback: the examples' task type")
         create.add_argument("--name", required=True, help="the queue's name (unique)")
         create.add_argument("--filter", dest="filter_name", default="all", choices=FILTERS)
         create.add_argument("--sample", type=int, default=None, help="a random sample of N predictions")
@@ -91,12 +123,24 @@ class Command(BaseCommand):
                 self.stdout.write(f"{count} label(s) imported into queue {opts['queue']}")
                 return
             queue = self._create(opts)
+        source = f"run {queue.run.run_id}" if queue.run else f"chat turns (dataset {queue.dataset_name})"
         self.stdout.write(
-            f"queue {queue.name} (id {queue.pk}): {progress(queue)['items']} item(s) from run "
-            f"{queue.run.run_id}, filter {queue.filter}, overlap {queue.overlap}"
+            f"queue {queue.name} (id {queue.pk}): {progress(queue)['items']} item(s) from {source}, "
+            f"filter {queue.filter}, overlap {queue.overlap}"
         )
 
     def _create(self, opts: dict[str, Any]) -> Any:
+        if bool(opts["run"]) == bool(opts["from_feedback"]):
+            raise ValueError("give a run id or --from-feedback RATING (one of them)")
+        if opts["from_feedback"]:
+            return create_turn_queue(
+                name=opts["name"], rating=opts["from_feedback"], since=_since(opts["since"]),
+                dataset_name=opts["dataset"], task_type=opts["task_type"], sample=opts["sample"],
+                seed=opts["seed"], overlap=opts["overlap"], labels=_label_set(opts["labels"]),
+                instructions=opts["instructions"], tags=_names(opts["tags"]),
+            )  # fmt: skip
+        if opts["since"] or opts["dataset"]:
+            raise ValueError("--since and --dataset go with --from-feedback, not a run")
         if opts["pairwise"]:
             return create_pairwise_queue(
                 opts["run"], opts["pairwise"], name=opts["name"], seed=opts["seed"],
