@@ -121,7 +121,10 @@ def rescore_start(
         "rescored_from": source.run_id,
         "code_version": code_version(),
     }
-    run, resumed = run_start(run_id=run_id, dataset=source.dataset, config=config)
+    # the source's dataset version, not the dataset's latest: the same predictions
+    run, resumed = run_start(
+        run_id=run_id, dataset=source.dataset, config=config, dataset_version=source.dataset_version
+    )
     if not resumed:
         Run.objects.filter(pk=run.pk).update(rescored_from=source)
         run.rescored_from = source
@@ -227,7 +230,9 @@ def rescore(
         judge_check(judge_model=judge_model or run_model)
     run, resumed = rescore_start(source=source, scorer=scorer, run_id=run_id, judge_model=judge_model)
     copied = 0 if resumed else rescore_copy(source=source, target=run, scorer=scorer)
-    status = RunStatus.SUCCESS
+    # a re-scoring is as finished as its source: a cancelled run's predictions
+    # re-scored are still a cancelled run's (the gate refuses it as a baseline)
+    status = RunStatus.SUCCESS if source.status == RunStatus.SUCCESS else RunStatus(source.status)
     tally = None
     try:
         if scorer == TRAJECTORY_JUDGE:

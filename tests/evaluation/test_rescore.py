@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.types import Completion, ProviderError, Usage
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text, text_reply
-from evaluation.models import JudgeCacheEntry, Run
+from evaluation.models import JudgeCacheEntry, Run, RunStatus
 from evaluation.run.rescoring import rescore
 from tests.api_support import ApiClient
 from turns.models import Turn
@@ -271,3 +271,25 @@ def test_rescore_says_so_when_the_judge_could_not_grade_any_answer(endpoint, dat
     err = capsys.readouterr().err
     assert "judge: 6 answers, 0 graded, could not grade any (left unscored: the judge failed" in err
     assert "; 0 from the cache, 6 calls" in err
+
+
+def test_a_rescore_keeps_its_sources_dataset_version_and_an_unfinished_end(endpoint, dataset_file):
+    """A fresh user's findings: a rescore of a version-1 run after the dataset
+    moved to version 2 is on version 1 (the same predictions), and a cancelled
+    run re-scored is still cancelled — the regression gate refuses it as a
+    baseline, as it refuses its source."""
+    source = exact_run(endpoint, dataset_file)
+    assert source.dataset_version == 1
+    call_command("rescore", "exact", "--scorer", "contains", "--run-id", "after")
+    Run.objects.filter(pk=source.pk).update(status=RunStatus.CANCELLED)
+    source.refresh_from_db()
+    dataset = source.dataset
+    # the dataset moves on: a changed file under its name is its version 2
+    changed = dataset_file.read_text(encoding="utf-8").replace('"q0"', '"q0-new"')
+    dataset_file.write_text(changed, encoding="utf-8")
+    call_command("import_dataset", str(dataset_file), "--name", dataset.name)
+    dataset.refresh_from_db()
+    assert dataset.versions.count() == 2
+    result = rescore(source_run_id="exact", scorer="exact", run_id="again")
+    assert (result.run.dataset_version, result.run.status) == (1, RunStatus.CANCELLED)
+    assert Run.objects.get(run_id="after").status == RunStatus.SUCCESS
