@@ -182,11 +182,15 @@ def test_a_chat_turn_with_a_tool_call_its_result_a_review_and_counted_usage(
     settings.AGENTLAB_REVIEW = True
     settings.REVIEW_WAIT_S = 300.0
     settings.AGENTLAB_MAX_OUTPUT_TOKENS = 256
-    settings.AGENTLAB_MAX_STEPS = 3
+    settings.AGENTLAB_MAX_STEPS = 4
     question = "Use the calculator: what is 1234 * 5678?"
 
     async def run():
         turn = await db_threads.run(turn_create, owner=owner, question=question)
+        # greedy decoding: the same turn every time on this build (the server's default samples at 0.8)
+        await db_threads.run(
+            lambda: Turn.objects.filter(pk=turn.pk).update(agent_options={"temperature": 0.0})
+        )
         provider = _provider()
         try:
             await drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads)
