@@ -174,6 +174,11 @@ TEMPLATES = [
 SQLITE_PATH = env.path("AGENTLAB_SQLITE_PATH", default=BASE_DIR / "var" / "agentlab.sqlite3")
 if env.str("DATABASE_URL", default=""):
     DATABASES = {"default": env.db("DATABASE_URL")}
+    if not DATABASES["default"].get("ENGINE"):  # django-environ read no scheme it knows
+        raise ImproperlyConfigured(
+            "DATABASE_URL is not a database URL (no scheme such as postgres://): give "
+            "postgres://USER@HOST:PORT/NAME, or leave it unset for the embedded SQLite file"
+        )
     if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":
         DATABASES["default"].setdefault("CONN_MAX_AGE", 60)
         DATABASES["default"].setdefault("CONN_HEALTH_CHECKS", True)

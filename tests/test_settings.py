@@ -143,3 +143,21 @@ def test_a_batch_command_runs_the_plugin_check_but_not_the_url_check(tmp_path):
     assert "(agentlab.E001) AGENTLAB_PLUGINS: no plugin 'no_such_plugin'" in bad.stderr
     assert imported.returncode == 0, imported.stderr
     assert imported.stdout.strip() == "[]"
+
+
+def test_a_database_url_without_a_scheme_is_one_line_and_exit_2(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DATABASE_URL": "garbage", "PYTHONWARNINGS": "ignore"}
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=root, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.endswith(
+        "configuration error: DATABASE_URL is not a database URL (no scheme such as postgres://): give "
+        "postgres://USER@HOST:PORT/NAME, or leave it unset for the embedded SQLite file\n"
+    )
