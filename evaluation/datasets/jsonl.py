@@ -136,8 +136,12 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
     record = json_safe(record)
     external_id = _external_id(record.get("question_id"), source, line)
     question = _require_text(record, "question", source, line)
-    if "answer" not in record or record["answer"] is None:
+    if "answer" not in record:
         raise _fail("field 'answer' is missing", source, line)
+    if record["answer"] is None:  # null, or NaN (json_safe made it None)
+        raise _fail("field 'answer' is null (or NaN): give the gold answer", source, line)
+    if record["answer"] == []:
+        raise _fail("field 'answer' is an empty list: give at least one accepted answer", source, line)
     answer = gold_answer(record["answer"])
     task_type = _require_text(record, "task_type", source, line)
     metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
@@ -164,7 +168,8 @@ def _subset_check(metadata: dict[str, Any], source: str, line: int | None) -> No
     strings), when present: what ``run_eval --split`` / ``--tag`` select on."""
     split = metadata.get(SPLIT_KEY)
     if split is not None and (not isinstance(split, str) or not split.strip()):
-        raise _fail(f"field 'split' must be a non-empty string, got {_json_type(split)}", source, line)
+        got = "a blank string" if isinstance(split, str) else _json_type(split)
+        raise _fail(f"field 'split' must be a non-empty string, got {got}", source, line)
     if SPLIT_KEY in metadata and split is None:
         del metadata[SPLIT_KEY]
     tags = metadata.get(TAGS_KEY)

@@ -198,7 +198,7 @@ def test_split_and_tags_travel_through_versions_export_and_the_admin(gsm12, tmp_
     ("field", "message"),
     [
         ('"split": 3', "line 1: field 'split' must be a non-empty string, got number"),
-        ('"split": ""', "line 1: field 'split' must be a non-empty string, got string"),
+        ('"split": ""', "line 1: field 'split' must be a non-empty string, got a blank string"),
         ('"tags": "hard"', "line 1: field 'tags' must be a list of non-empty strings"),
         ('"tags": ["hard", 2]', "line 1: field 'tags' must be a list of non-empty strings"),
     ],
