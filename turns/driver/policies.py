@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.db import transaction
 
 from agentlab.agent.loop import ApprovalDecision
 from agentlab.agent.types import ToolCall
-from common.db import DatabaseThreads
-from turns.driver import watch
+from turns.driver import lease
 from turns.models import ApprovalStatus
 from turns.services.approvals import approval_open, approval_poll, approval_running_again
 from turns.signals import chat_turn_finished_send
+
+if TYPE_CHECKING:
+    from turns.driver.context import DriveContext
 
 
 class TurnPolicy:
@@ -35,7 +37,7 @@ class TurnPolicy:
     default (``review_enabled``). ``review_wait_s()`` is how long the driver
     waits for a review before finishing without it (``None``: until it comes).
     ``streams``: whether the LLM calls are streamed and their text written as
-    ``llm.delta`` events (``driver.deltas``) — chat only, a documented
+    ``llm.delta`` events (``driver.record``) — chat only, a documented
     difference: nobody watches an evaluation turn, and its throughput is kept.
     """
 
@@ -65,9 +67,7 @@ class TurnPolicy:
         stop_reason, usage, meta, timings …): what the caller records here
         commits or rolls back with the end of the turn."""
 
-    async def approval(
-        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
-    ) -> ApprovalDecision:
+    async def approval(self, ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
         return "unavailable"
 
 
@@ -111,19 +111,15 @@ class ChatPolicy(TurnPolicy):
     def review_wait_s(self) -> float | None:
         return float(settings.REVIEW_WAIT_S)
 
-    async def approval(
-        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
-    ) -> ApprovalDecision:
-        return await approval_wait(turn_id=turn_id, call=call, db=db, holder=holder)
+    async def approval(self, ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
+        return await approval_wait(ctx, call)
 
 
 EVALUATION = EvaluationPolicy()
 CHAT = ChatPolicy()
 
 
-async def approval_wait(
-    *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
-) -> ApprovalDecision:
+async def approval_wait(ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
     """The chat policy's approval gate: open (or find) the approval of
     ``call``, then poll it every ``CANCEL_POLL_S`` until it is decided or
     expires. ``approved`` → the tool runs; ``rejected`` or ``expired`` →
@@ -131,9 +127,10 @@ async def approval_wait(
     driver's watcher keeps writing heartbeats and reading the cancel flag
     meanwhile, so a cancel ends the wait within ``CANCEL_POLL_S``.
     """
+    db, turn_id, holder = ctx.db, ctx.turn_id, ctx.holder
     approval_id, status = await db.run(approval_open, turn_id=turn_id, call=call, holder=holder)
     while status == ApprovalStatus.PENDING:
-        await asyncio.sleep(watch.CANCEL_POLL_S)
+        await asyncio.sleep(lease.CANCEL_POLL_S)
         status = await db.run(approval_poll, approval_id=approval_id, turn_id=turn_id, holder=holder)
     await db.run(approval_running_again, turn_id=turn_id, holder=holder)
     return "approved" if status == ApprovalStatus.APPROVED else "rejected"
