@@ -238,7 +238,8 @@ class TurnDrive:
 
     async def gate(self, call: ToolCall) -> ApprovalDecision:
         """The approval gate of a tool call (the policy's)."""
-        return await self.policy.approval(self.ctx, call)
+        ctx = self.ctx  # the policy is part of the context, so it is given the parts it needs
+        return await self.policy.approval(turn_id=ctx.turn_id, call=call, db=ctx.db, holder=ctx.holder)
 
     def _add_time(self, key: str, since: float) -> None:
         self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - since) * 1000)

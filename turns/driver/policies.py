@@ -9,20 +9,18 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.conf import settings
 from django.db import transaction
 
 from agentlab.agent.loop import ApprovalDecision
 from agentlab.agent.types import ToolCall
+from common.db import DatabaseThreads
 from turns.driver import lease
 from turns.models import ApprovalStatus
 from turns.services.approvals import approval_open, approval_poll, approval_running_again
 from turns.signals import chat_turn_finished_send
-
-if TYPE_CHECKING:
-    from turns.driver.context import DriveContext
 
 
 class TurnPolicy:
@@ -67,7 +65,9 @@ class TurnPolicy:
         stop_reason, usage, meta, timings …): what the caller records here
         commits or rolls back with the end of the turn."""
 
-    async def approval(self, ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
+    async def approval(
+        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+    ) -> ApprovalDecision:
         return "unavailable"
 
 
@@ -111,15 +111,19 @@ class ChatPolicy(TurnPolicy):
     def review_wait_s(self) -> float | None:
         return float(settings.REVIEW_WAIT_S)
 
-    async def approval(self, ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
-        return await approval_wait(ctx, call)
+    async def approval(
+        self, *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+    ) -> ApprovalDecision:
+        return await approval_wait(turn_id=turn_id, call=call, db=db, holder=holder)
 
 
 EVALUATION = EvaluationPolicy()
 CHAT = ChatPolicy()
 
 
-async def approval_wait(ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
+async def approval_wait(
+    *, turn_id: int, call: ToolCall, db: DatabaseThreads, holder: str
+) -> ApprovalDecision:
     """The chat policy's approval gate: open (or find) the approval of
     ``call``, then poll it every ``CANCEL_POLL_S`` until it is decided or
     expires. ``approved`` → the tool runs; ``rejected`` or ``expired`` →
@@ -127,7 +131,6 @@ async def approval_wait(ctx: DriveContext, call: ToolCall) -> ApprovalDecision:
     driver's watcher keeps writing heartbeats and reading the cancel flag
     meanwhile, so a cancel ends the wait within ``CANCEL_POLL_S``.
     """
-    db, turn_id, holder = ctx.db, ctx.turn_id, ctx.holder
     approval_id, status = await db.run(approval_open, turn_id=turn_id, call=call, holder=holder)
     while status == ApprovalStatus.PENDING:
         await asyncio.sleep(lease.CANCEL_POLL_S)
