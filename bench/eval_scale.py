@@ -77,7 +77,7 @@ from scale_probe import peak_reset, sample_lag, status_kb
 ROOT = Path(__file__).resolve().parent.parent
 PROBE = Path(__file__).resolve().parent / "scale_probe.py"
 #: an in-process command's connections beside its database threads: its main thread's,
-#: its run lease's and its turn watcher's (turns/driver/watch.py)
+#: its run lease's and its turn watcher's (turns/driver/lease.py)
 COMMAND_CONNECTIONS = 3
 #: a command following a run on Celery: its main thread's and its run lease's
 FOLLOWER_CONNECTIONS = 2

@@ -9,7 +9,7 @@ the seq reservation of one turn and of several (``UPDATE … RETURNING
 last_seq``), the multi-row event ``INSERT … RETURNING``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
-(``turns.events``, ``turns.driver.claim``, ``turns.driver.watch``,
+(``turns.events``, ``turns.driver.lease``,
 ``common.db.update_by_pk``, ``config.health``) choose the values; no other production module writes SQL text
 or calls ``cursor.execute``.
 
@@ -163,7 +163,7 @@ def events_insert_sql(
 
 
 def turn_claim_sql(connection: Any, *, table: str, pk: str, returning: tuple[str, ...]) -> str:
-    """The claim of a queued turn (``turns.driver.claim``): ``UPDATE table SET
+    """The claim of a queued turn (``turns.driver.lease``): ``UPDATE table SET
     status = %s, heartbeat_at = %s, job_id = %s, updated_at = %s, phase = %s,
     started_at = COALESCE(started_at, %s), attempts = at least 1, last_seq =
     last_seq + %s WHERE pk = %s AND status = %s RETURNING returning,
@@ -191,7 +191,7 @@ def turn_claim_sql(connection: Any, *, table: str, pk: str, returning: tuple[str
 
 
 def turns_beat_sql(connection: Any, *, table: str, pk: str, count: int) -> str:
-    """The watcher's heartbeat of ``count`` turns (``turns.driver.watch``):
+    """The watcher's heartbeat of ``count`` turns (``turns.driver.lease``):
     ``UPDATE table SET heartbeat_at = %s WHERE <held> RETURNING pk, job_id,
     status, cancel_requested``, where ``<held>`` is ``pk IN (ids) AND job_id
     IN (tokens) AND status IN (%s, %s)``; on a database with row locks the

@@ -96,7 +96,7 @@ class ThinkingData(TypedDict, total=False):
 @with_config(_CLOSED)
 class LLMDeltaData(TypedDict):
     """Text of a streaming completion, coalesced by the driver
-    (``turns.driver.deltas``): ``text`` continues the visible text of try
+    (``turns.driver.record``): ``text`` continues the visible text of try
     ``completion`` (1, 2 …) of step ``step`` of attempt ``attempt`` at
     character ``offset`` (the length of that text before it). A new
     ``completion`` number starts the text again (a retried call): a reader

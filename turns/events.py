@@ -9,7 +9,7 @@ commit rings the channel-layer group of that turn. The unique constraint on
 The channel layer is only a doorbell (``turns.doorbell``): a lost ring delays
 nothing a subscriber cannot recover from the database on its next heartbeat
 tick. Payloads are checked against ``turns.event_types`` and made JSON-safe.
-The other appender is the claim (``turns.driver.claim``), which takes a turn
+The other appender is the claim (``turns.driver.lease``), which takes a turn
 and reserves its first seqs in one statement; reads are in ``turns.selectors``.
 """
 
@@ -148,7 +148,7 @@ def events_insert_reserved(
 ) -> list[TurnEvent]:
     """Insert ``events`` as seqs ``after + 1 …`` of one turn, whose
     ``last_seq`` the caller has already advanced in its transaction (the
-    claim does, ``turns.driver.claim``); see ``_insert_rows``. Nothing but
+    claim does, ``turns.driver.lease``); see ``_insert_rows``. Nothing but
     an appender of this module and the claim calls this."""
     return _insert_rows(
         [

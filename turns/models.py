@@ -145,7 +145,7 @@ class AttemptReason(models.TextChoices):
 
     #: the turn's first attempt
     FIRST = "first"
-    #: a review's ``retry`` verdict (the driver, ``turns.driver.review_phase``)
+    #: a review's ``retry`` verdict (the driver, ``turns.driver.review``)
     REVIEW = "review"
     #: a person retried the turn (``turns.services.turn_retry``)
     RETRY = "retry"

@@ -88,7 +88,7 @@ def test_the_claim_and_the_watchers_statements_per_vendor():
 
 def test_each_statement_runs_and_does_what_it_says(owner):
     """The statements run as the callers run them (``turns.events``,
-    ``turns.driver.claim``, ``turns.driver.watch``, ``common.db``)."""
+    ``turns.driver.lease``, ``common.db``)."""
     turn = turn_create(owner=owner, question="q")  # queued, last_seq 1
     pk = pk_column(Turn)
     now = Turn._meta.get_field("updated_at").get_db_prep_save(timezone.now(), connection)

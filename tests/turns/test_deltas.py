@@ -1,6 +1,6 @@
 """Streamed text as ``llm.delta`` events: the driver's coalescing bounds, the
 order of the log, a retried completion, and the evaluation policy's not
-streaming (``turns.driver.deltas``)."""
+streaming (``turns.driver.record``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from agentlab.agent.providers.scripted import Cut, ScriptedProvider, final, text, tool_call
 from agentlab.agent.streaming import TextDelta
 from turns.driver import CHAT, EVALUATION, drive_turn
-from turns.driver.deltas import DeltaCoalescer
+from turns.driver.record import DeltaCoalescer
 from turns.event_types import LLMDeltaData
 from turns.selectors import events_after
 from turns.services import turn_create

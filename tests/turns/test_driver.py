@@ -13,8 +13,8 @@ from agentlab.agent.tools import Tool, default_registry
 from agentlab.agent.types import ProviderError
 from turns import events as events_module
 from turns.driver import CHAT, EVALUATION, drive_turn
-from turns.driver import recorder as recorder_module
-from turns.driver import watch as watch_module
+from turns.driver import lease as lease_module
+from turns.driver import record as record_module
 from turns.models import Turn, TurnEvent
 from turns.selectors import events_after
 from turns.services import turn_cancel, turn_create, turn_interrupt, turn_resume
@@ -215,7 +215,7 @@ async def test_an_exception_in_the_driver_still_reaches_turn_failed(owner, db_th
 
 
 async def test_cancel_stops_a_slow_llm_call_and_keeps_usage(owner, db_threads, monkeypatch):
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.1)
     turn = await db_threads.run(turn_create, owner=owner, question="q")
 
     def slow(_messages):
@@ -263,7 +263,7 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
             tool_calls(call("count", {"label": "a"}), call("count", {"label": "b"}), usage=(11, 3)),
         ]
     )
-    real = recorder_module.Recorder.__call__
+    real = record_module.Recorder.__call__
     seen = itertools.count()
 
     async def dying(self, report):
@@ -271,12 +271,12 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
         if next(seen) == 2:  # after the completion, the first tool.started and its result are stored
             raise Killed()
 
-    recorder_module.Recorder.__call__ = dying
+    record_module.Recorder.__call__ = dying
     try:
         with pytest.raises(Killed):
             await drive_turn(turn.pk, policy=EVALUATION, provider=first, db=db_threads, tools=registry)
     finally:
-        recorder_module.Recorder.__call__ = real
+        record_module.Recorder.__call__ = real
     assert counter == {"a": 1}
     before = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert before.status == "running"
@@ -323,7 +323,7 @@ async def test_resume_reuses_recorded_replies_and_tool_results(owner, db_threads
 async def test_a_driver_whose_turn_was_swept_writes_nothing_more(owner, db_threads, monkeypatch):
     """A slow driver presumed dead (its turn marked interrupted, then resumed
     and claimed by another job) cannot append to the log any more."""
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.1)
     turn = await db_threads.run(turn_create, owner=owner, question="q")
     release = asyncio.Event()
     slow = ScriptedProvider([tool_call("calculator", {"expression": "2"}), final("late")])

@@ -12,7 +12,7 @@ from agentlab.agent.mcp import parse_server
 from agentlab.agent.providers.scripted import ScriptedProvider, final, tool_call
 from tests.mcp_support import http_server, starts, stdio_spec
 from turns.driver import CHAT, drive_turn
-from turns.driver import watch as watch_module
+from turns.driver import lease as lease_module
 from turns.models import Approval, EventType, Turn
 from turns.selectors import events_after
 from turns.services import approval_decide, turn_create
@@ -104,7 +104,7 @@ async def test_a_server_that_dies_mid_turn_is_a_tool_error_the_model_sees_and_co
 
 
 async def test_an_mcp_tool_that_needs_approval_waits_for_a_human(owner, db_threads, settings, monkeypatch):
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.05)
     settings.AGENTLAB_MCP_SERVERS = [parse_server("calc", {**stdio_spec(), "approval": ["add"]})]
     turn = await db_threads.run(turn_create, owner=owner, question="Add 20 and 22.")
     provider = ScriptedProvider([tool_call("calc__add", {"a": 20, "b": 22}, id="a1"), final("42")])

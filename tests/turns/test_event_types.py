@@ -13,7 +13,7 @@ from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, call, final, text, tool_call, tool_calls
 from agentlab.agent.tools import Tool, default_registry
 from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
-from turns.driver import watch as watch_module
+from turns.driver import lease as lease_module
 from turns.event_types import PAYLOADS
 from turns.events import event_append
 from turns.models import EventType, Turn, TurnEvent
@@ -84,7 +84,7 @@ async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) ->
     plugin's checks, an expired
     approval, a clarifying question, max_steps then continue, a cancel then
     retry, an interrupt then resume."""
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.05)
     settings.APPROVAL_TIMEOUT_S = 0.3
 
     reviewed = await db_threads.run(turn_create, owner=owner, question="What is 6*7?")

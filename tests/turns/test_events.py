@@ -146,7 +146,7 @@ def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
     reserves the seqs; a second claim of the same turn writes nothing."""
     from django.db import transaction
 
-    from turns.driver.claim import event_append_claim
+    from turns.driver.lease import event_append_claim
     from turns.services import turn_interrupt, turn_resume
 
     turn = turn_create(owner=owner, question="claimed?", context={"documents": ["d"]})
@@ -190,7 +190,7 @@ def test_a_claim_reserves_its_seqs_and_returns_the_claimed_row(owner):
 def test_a_claim_with_the_wrong_number_of_events_writes_nothing(owner):
     from django.db import transaction
 
-    from turns.driver.claim import event_append_claim
+    from turns.driver.lease import event_append_claim
 
     turn = turn_create(owner=owner, question="q")
     with pytest.raises(ValueError, match="reserved 2 seqs but 1 events"), transaction.atomic():

@@ -129,9 +129,9 @@ def test_the_celery_task_drives_a_turn_with_the_configured_provider(owner, setti
 
 
 async def test_cancel_stops_a_running_turn_inside_a_slow_llm_call_within_2s(owner, db_threads, monkeypatch):
-    from turns.driver import watch
+    from turns.driver import lease
 
-    monkeypatch.setattr(watch, "CANCEL_POLL_S", 0.1)
+    monkeypatch.setattr(lease, "CANCEL_POLL_S", 0.1)
     provider = ScriptedProvider(
         [tool_call("calculator", {"expression": "1+1"}, usage=(12, 4)), Slow(60, final("never"))]
     )

@@ -18,8 +18,8 @@ from agentlab.agent.tools import Tool, default_registry
 from agentlab.agent.types import ProviderError
 from common.errors import StateConflict
 from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
-from turns.driver import review_phase as review_module
-from turns.driver import watch as watch_module
+from turns.driver import lease as lease_module
+from turns.driver import review as review_module
 from turns.driver.replay import recorded_steps
 from turns.jobs.sweep import turns_sweep_stale
 from turns.models import Approval, Turn, TurnAttempt
@@ -69,7 +69,7 @@ def events_of(turn_id: int, etype: str):
 
 @pytest.fixture
 def fast_poll(monkeypatch):
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.05)
 
 
 # --- review ------------------------------------------------------------------------------

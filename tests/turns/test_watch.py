@@ -14,9 +14,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from turns.driver import watch as watch_module
-from turns.driver.claim import turn_claim
-from turns.driver.watch import turn_watcher, turns_poll
+from turns.driver import lease as lease_module
+from turns.driver.lease import turn_claim, turn_watcher, turns_poll
 from turns.models import Turn, TurnStatus
 from turns.services import turn_create
 
@@ -63,7 +62,7 @@ def test_a_heartbeat_tick_is_one_statement_for_every_turn(owner):
 
 
 async def test_one_watcher_serves_the_turns_of_every_event_loop(owner, db_threads, monkeypatch):
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.05)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.05)
     holders = await db_threads.run(_claimed, owner, 4)
     watcher = turn_watcher()
     results: dict[int, bool] = {}
@@ -117,16 +116,16 @@ async def test_a_database_outage_is_one_line_without_a_traceback(monkeypatch, ca
     ahead of run_eval's one-line exit-75 message."""
     from django.db import OperationalError
 
-    monkeypatch.setattr(watch_module, "CANCEL_POLL_S", 0.02)
+    monkeypatch.setattr(lease_module, "CANCEL_POLL_S", 0.02)
     failed = threading.Event()
 
     def down(**_: object) -> None:
         failed.set()
         raise OperationalError("connection refused")
 
-    monkeypatch.setattr(watch_module, "turns_poll", down)
+    monkeypatch.setattr(lease_module, "turns_poll", down)
     watcher = turn_watcher()
-    with caplog.at_level("INFO", logger=watch_module.logger.name):
+    with caplog.at_level("INFO", logger=lease_module.logger.name):
         watcher.add(turn_id=2**40, holder="h", cancel=asyncio.Event())
         try:
             assert await asyncio.to_thread(failed.wait, 5)

@@ -4,23 +4,24 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
 (docs/architecture.md#the-driver). ``drive_turn``
 
 1. claims the turn with a conditional update (``queued → running``,
-   ``claim.turn_claim``), so a duplicate job delivery does nothing and writes
+   ``lease.turn_claim``), so a duplicate job delivery does nothing and writes
    nothing;
 2. rebuilds the agent's recorded steps from the event log (``replay``), so a
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
 3. runs the agent loop, persisting every completion and every tool result as
-   events *before* the next step starts (``recorder``);
+   events *before* the next step starts (``record``);
 4. watches the turn row for the cancel flag and writes a heartbeat while it
-   runs (``watch``);
-5. reviews an answered attempt and retries it once if asked (``review_phase``);
+   runs (``lease``);
+5. reviews an answered attempt and retries it once if asked (``review``);
 6. reaches a terminal event on every path, exceptions included — a failure
-   while the drive begins (replay, extensions) as well (``finish``,
-   ``result``).
+   while the drive begins (replay, extensions) as well (``finish``).
 
 ``drive_turn`` reads as those phases: claim, then ``TurnDrive`` — act (one
 attempt of the agent loop), review (and the one retry it may ask for),
-finish — with ``result.finish_after_error`` on every exception.
+finish — with ``finish.finish_after_error`` on every exception. What every
+phase reads (the claimed turn, its holder, the database threads, the policy,
+the provider, the tools) is one ``DriveContext``, made once per drive.
 """
 
 from __future__ import annotations
@@ -28,7 +29,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
 
 from django.conf import settings
 
@@ -40,7 +40,7 @@ from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
 from agentlab.agent.usage import UsageTotals
 from agentlab.telemetry import turn_trace
 from common.db import DatabaseThreads
-from turns.driver.claim import ClaimedTurn, turn_claim
+from turns.driver.context import DriveContext
 from turns.driver.extensions import (
     ExtensionsUnavailable,
     Subject,
@@ -51,20 +51,18 @@ from turns.driver.extensions import (
     plugin_context,
     unavailable_result,
 )
-from turns.driver.finish import finish_fields, finish_write
-from turns.driver.loading import model_load
+from turns.driver.finish import DriveResult, finish_after_error, finish_fields, finish_write
+from turns.driver.lease import turn_claim, turn_watcher
 from turns.driver.policies import TurnPolicy
-from turns.driver.recorder import Attempt, Recorder
+from turns.driver.record import Attempt, Recorder, model_load
 from turns.driver.replay import attempt_steps, calls_started
-from turns.driver.result import DriveResult, finish_after_error
-from turns.driver.review_phase import (
+from turns.driver.review import (
     attempt_question,
     retry_after_review,
     review_may_retry,
     review_phase,
     review_record_late,
 )
-from turns.driver.watch import turn_watcher
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
 from turns.models import ApprovalStatus, EventType
@@ -129,20 +127,24 @@ async def drive_turn(
     if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
         return None
     trace = turn_trace(turn, kind=policy.name, subject=subject)  # its spans and metrics: ends with it
-    shared: dict[str, Any] = {
-        "policy": policy, "provider": provider, "db": db, "tools": tools or shared_default_tools(),
-        "subject": subject, "started": started,
-    }  # fmt: skip
+    ctx = DriveContext(
+        turn=turn,
+        db=db,
+        policy=policy,
+        provider=provider,
+        tools=tools or shared_default_tools(),
+        subject=subject,
+    )
     drive: TurnDrive | None = None
     try:  # begin (replay, extensions) inside: its failure ends the turn failed too
-        drive = await TurnDrive.begin(turn, extensions=extensions, timeout_s=timeout_s, **shared)
+        drive = await TurnDrive.begin(ctx, extensions=extensions, timeout_s=timeout_s, started=started)
         result = await drive.act_and_review()
         return trace.end(await drive.finish(result))
     except asyncio.CancelledError:
         raise
     except Exception as exc:
         # a drive that could not begin fails through a bare one (no replay, no extensions)
-        drive = drive or TurnDrive(turn, extensions=Extensions(), deadline=None, **shared)
+        drive = drive or TurnDrive(ctx, extensions=Extensions(), deadline=None, started=started)
         return trace.end(await drive.fail(exc))
     finally:
         if drive is not None:
@@ -150,27 +152,24 @@ async def drive_turn(
 
 
 class TurnDrive:
-    """One drive of one claimed turn: the state its phases share (the turn's
-    meta, the current attempt and its recorder, the steps recorded before,
-    the cancel flag, the timings) and the phases themselves."""
+    """One drive of one claimed turn: what its phases read (``ctx``, the
+    ``DriveContext``), the state that changes as it goes (the turn's meta,
+    the current attempt and its recorder, the steps recorded before, the
+    cancel flag, the timings) and the phases themselves."""
 
     def __init__(
         self,
-        turn: ClaimedTurn,
+        ctx: DriveContext,
         *,
-        policy: TurnPolicy,
-        provider: LLMProvider,
-        db: DatabaseThreads,
-        tools: ToolRegistry,
         extensions: Extensions,
-        subject: Subject | None,
         deadline: float | None,
         started: float,
     ) -> None:
-        self.turn, self.policy, self.provider, self.db = turn, policy, provider, db
-        self.tools, self.extensions, self.subject = tools, extensions, subject
-        self.deadline, self.started = deadline, started
-        self.holder = turn.job_id
+        self.ctx, self.extensions, self.deadline, self.started = ctx, extensions, deadline, started
+        turn = ctx.turn
+        # the parts of ctx the phases below use most, by name
+        self.turn, self.policy, self.provider = turn, ctx.policy, ctx.provider
+        self.db, self.tools = ctx.db, ctx.tools
         self.meta: TurnMeta = meta_of(turn.meta)
         self.max_output_tokens = int(turn.max_output_tokens or settings.AGENTLAB_MAX_OUTPUT_TOKENS)
         self.inherited: list[Step] = []
@@ -186,27 +185,28 @@ class TurnDrive:
     @classmethod
     async def begin(
         cls,
-        turn: ClaimedTurn,
+        ctx: DriveContext,
         *,
         extensions: Extensions | None,
         timeout_s: float | None,
-        **kwargs: Any,
+        started: float,
     ) -> TurnDrive:
-        """The drive of ``turn`` (just claimed): its recorded steps rebuilt
+        """The drive of ``ctx.turn`` (just claimed): its recorded steps rebuilt
         from the event log unless it is fresh, its watch (heartbeat, cancel
         flag) started. ``extensions`` ``None``: the settings' plus the
         plugins the turn recorded running with."""
+        turn = ctx.turn
         meta = meta_of(turn.meta)
         timeout = timeout_s if timeout_s is not None else float(settings.AGENTLAB_TURN_TIMEOUT_S)
         drive = cls(
-            turn,
+            ctx,
             extensions=recorded_extensions(meta_extensions(meta)) if extensions is None else extensions,
             deadline=time.monotonic() + timeout if timeout else None,
-            **kwargs,
+            started=started,
         )
         if not turn.fresh:
             await drive.replay()
-        drive.watch.add(turn_id=turn.id, holder=drive.holder, cancel=drive.cancel)
+        drive.watch.add(turn_id=turn.id, holder=ctx.holder, cancel=drive.cancel)
         return drive
 
     async def replay(self) -> None:
@@ -227,13 +227,7 @@ class TurnDrive:
         for step in own_steps:
             usage.add(step.completion)
         recorder = Recorder(
-            turn_id=self.turn.id,
-            holder=self.holder,
-            attempt=number,
-            db=self.db,
-            usage=usage,
-            steps=steps_before + len(own_steps),
-            tools=self.tools,
+            self.ctx, attempt=number, usage=usage, steps=steps_before + len(own_steps), tools=self.tools
         )
         return Attempt(
             number=number,
@@ -244,7 +238,8 @@ class TurnDrive:
 
     async def gate(self, call: ToolCall) -> ApprovalDecision:
         """The approval gate of a tool call (the policy's)."""
-        return await self.policy.approval(turn_id=self.turn.id, call=call, db=self.db, holder=self.holder)
+        ctx = self.ctx  # the policy is part of the context, so it is given the parts it needs
+        return await self.policy.approval(turn_id=ctx.turn_id, call=call, db=ctx.db, holder=ctx.holder)
 
     def _add_time(self, key: str, since: float) -> None:
         self.timings[key] = self.timings.get(key, 0) + int((time.monotonic() - since) * 1000)
@@ -260,7 +255,7 @@ class TurnDrive:
             and bool(self.extensions)
             and await self.db.run(turn_checked, turn_id=turn.id, attempt=self.current.number)
         )
-        await model_load(self.provider, turn_id=self.turn.id, holder=self.holder, db=self.db)
+        await model_load(self.ctx)
         while True:
             result = await self.act(checked=checked)
             checked = False
@@ -279,7 +274,7 @@ class TurnDrive:
                 kind=self.policy.name,
                 attempt=self.current.number,
                 question=self.current.question,
-                subject=self.subject,
+                subject=self.ctx.subject,
             )
             try:
                 setup = await attempt_setup(self.extensions, tools=self.tools, context=context)
@@ -342,16 +337,7 @@ class TurnDrive:
         act on, archive it and start the next attempt. True when it did."""
         review_started = time.monotonic()
         review, self.late_review, self.meta = await review_phase(
-            turn_id=self.turn.id,
-            holder=self.holder,
-            attempt=self.current,
-            provider=self.provider,
-            policy=self.policy,
-            question=self.turn.question,
-            result=result,
-            cancel=self.cancel,
-            db=self.db,
-            meta=self.meta,
+            self.ctx, attempt=self.current, result=result, cancel=self.cancel, meta=self.meta
         )
         self._add_time("review_ms", review_started)
         if review is None or self.cancel.is_set() or not review.wants_retry:
@@ -359,13 +345,7 @@ class TurnDrive:
         if not await self.db.run(review_may_retry, review=review, turn_id=self.turn.id):
             return False
         self.meta = await retry_after_review(
-            turn_id=self.turn.id,
-            holder=self.holder,
-            attempt=self.current,
-            result=result,
-            review=review,
-            db=self.db,
-            meta=self.meta,
+            self.ctx, attempt=self.current, result=result, review=review, meta=self.meta
         )
         self.current = self.new_attempt(self.current.number + 1, 0, [])
         self.recorded = []
@@ -391,20 +371,16 @@ class TurnDrive:
                 data["reason"] = "the approval expired"
         await db.run(
             finish_write,
-            turn_id=turn_id,
+            self.ctx,
             event_type=event_type,
             data=data,
             fields={**self.current.recorder.pending_fields, **fields},
             timings=self.all_timings(),
             meta=dict(self.meta),
             pending=self.current.recorder.pending,
-            policy=self.policy,
-            holder=self.holder,
         )
         if self.late_review is not None:
-            await review_record_late(
-                turn_id=turn_id, attempt=self.current.number, task=self.late_review, db=db
-            )
+            await review_record_late(self.ctx, attempt=self.current.number, task=self.late_review)
         return DriveResult(
             turn_id=turn_id,
             status=fields["status"],
@@ -427,14 +403,7 @@ class TurnDrive:
         """End the turn after the driver raised ``exc`` (``finish_after_error``)."""
         self.timings["total_ms"] = int((time.monotonic() - self.started) * 1000)
         return await finish_after_error(
-            exc,
-            turn_id=self.turn.id,
-            holder=self.holder,
-            recorder=self.current.recorder,
-            db=self.db,
-            timings=self.all_timings(),
-            meta=dict(self.meta),
-            policy=self.policy,
+            self.ctx, exc, recorder=self.current.recorder, timings=self.all_timings(), meta=dict(self.meta)
         )
 
     async def close(self) -> None:
@@ -443,6 +412,6 @@ class TurnDrive:
         self.cancel.set()
         if self.current.recorder.deltas is not None:
             await self.current.recorder.deltas.close()
-        self.watch.discard(self.turn.id, self.holder)
+        self.watch.discard(self.turn.id, self.ctx.holder)
         if self.late_review is not None and not self.late_review.done():
             self.late_review.cancel()

@@ -26,7 +26,7 @@ from agentlab.agent.mcp.hub import MCPUnavailable
 from agentlab.agent.plugins import CheckRecord, PluginContext, TurnSummary
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.usage import UsageTotals
-from turns.driver.claim import ClaimedTurn
+from turns.driver.lease import ClaimedTurn
 from turns.event_types import CheckData
 from turns.events import NewEvent
 from turns.meta import AttemptSetup, OfferedTool, TurnMeta, meta_with_extensions

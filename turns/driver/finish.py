@@ -1,9 +1,17 @@
-"""Ending a turn: map the loop's stop reason to a terminal event and write it
-(docs/architecture.md#the-turn-lifecycle)."""
+"""Ending a turn (docs/architecture.md#the-turn-lifecycle): map the loop's
+stop reason to a terminal event and write it (``finish_fields``,
+``finish_write``); what a driven turn ended with (``DriveResult``); and the
+ends the driver writes when a turn cannot finish normally: the database
+failed under it (``finish_after_outage``: interrupted, resumable) or the
+driver itself raised (``finish_after_error``: failed, the error recorded).
+"""
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -11,10 +19,12 @@ from django.utils import timezone
 
 from agentlab.agent.loop import LoopResult
 from agentlab.agent.text import safe_fields
+from common.db import is_connection_error
 
 # called through the module, so that a test can break every write of the driver at once
 from turns import events as event_log
-from turns.driver.policies import TurnPolicy
+from turns.driver.context import DriveContext
+from turns.driver.record import Recorder
 from turns.event_types import (
     PhaseData,
     TurnAnsweredData,
@@ -23,9 +33,11 @@ from turns.event_types import (
     TurnFailedData,
     TurnInterruptedData,
 )
-from turns.events import NewEvent
+from turns.events import NewEvent, TurnNotHeld
 from turns.meta import meta_with_answer_type, meta_with_failure
 from turns.models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
+
+logger = logging.getLogger(__name__)
 
 _FAILED_STOPS = {
     "empty_answer",
@@ -100,16 +112,14 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
 
 
 def finish_write(
+    ctx: DriveContext,
     *,
-    turn_id: int,
     event_type: str,
     data: dict[str, Any],
     fields: dict[str, Any],
     timings: dict[str, int],
     meta: dict[str, Any],
     pending: Sequence[NewEvent] = (),
-    policy: TurnPolicy,
-    holder: str,
 ) -> None:
     """Write the terminal event (after any ``pending`` step events) and the
     turn's final fields in one transaction. ``timings`` and ``meta`` are the
@@ -124,21 +134,21 @@ def finish_write(
     turn_fields = safe_fields({**fields, "meta": meta, "timings": timings})
     with transaction.atomic():
         event_log.event_append_many(
-            turn_id=turn_id,
+            turn_id=ctx.turn_id,
             events=[
                 *pending,
                 NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.FINISH)),
                 NewEvent(event_type, data),
             ],
             turn_fields=turn_fields,
-            holder=holder,
+            holder=ctx.holder,
         )
-        policy.on_finish(turn_id=turn_id, turn_fields=turn_fields)
+        ctx.policy.on_finish(turn_id=ctx.turn_id, turn_fields=turn_fields)
 
 
 def finish_unexpected(
+    ctx: DriveContext,
     *,
-    turn_id: int,
     error: str,
     usage: dict[str, Any],
     steps: int,
@@ -146,12 +156,10 @@ def finish_unexpected(
     meta: dict[str, Any],
     pending: list[NewEvent],
     pending_fields: dict[str, Any],
-    policy: TurnPolicy,
-    holder: str,
 ) -> None:
     """End a turn whose driver itself raised; only if it is still ours."""
     if not Turn.objects.filter(
-        pk=turn_id, job_id=holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)
+        pk=ctx.turn_id, job_id=ctx.holder, status__in=(TurnStatus.RUNNING, TurnStatus.WAITING)
     ).exists():
         return
     fields = {
@@ -165,47 +173,179 @@ def finish_unexpected(
         "steps": steps,
     }
     finish_write(
-        turn_id=turn_id,
+        ctx,
         event_type=EventType.TURN_FAILED,
         data=dict(TurnFailedData(stop_reason="error", steps=steps, cause="error", error=error)),
         fields=fields,
         timings=timings,
         meta=meta,
         pending=pending,
-        policy=policy,
-        holder=holder,
     )
 
 
 def finish_interrupted(
+    ctx: DriveContext,
     *,
     reason: str,
-    turn_id: int,
     usage: dict[str, Any],
     steps: int,
     timings: dict[str, int],
     pending: list[NewEvent],
     pending_fields: dict[str, Any],
-    holder: str,
 ) -> bool:
     """End a turn whose driver lost the database mid-turn (a restart, a
     network cut) as ``interrupted`` — resumable — rather than failed: its
     step events held back for the finishing write (``pending``: a final
     answer, say) are written first, so a resume reuses them and no answer
-    is lost. Only if the turn is still held by ``holder``; returns whether
+    is lost. Only if the turn is still held by ``ctx.holder``; returns whether
     it was written. Raises the database's error while it is still down (the
     sweeper then marks the turn interrupted once its heartbeat is stale)."""
     fields = {**pending_fields, "status": TurnStatus.INTERRUPTED, "usage": usage, "steps": steps}
     try:
         event_log.event_append_many(
-            turn_id=turn_id,
+            turn_id=ctx.turn_id,
             events=[
                 *pending,
                 NewEvent(EventType.TURN_INTERRUPTED, TurnInterruptedData(reason=reason, was="running")),
             ],
             turn_fields={**safe_fields(fields), "timings": timings},
-            holder=holder,
+            holder=ctx.holder,
         )
     except event_log.TurnNotHeld:
         return False
     return True
+
+
+@dataclass(frozen=True)
+class DriveResult:
+    """What a driven turn ended with (the same values are on the turn row)."""
+
+    turn_id: int
+    status: str
+    outcome: str
+    stop_reason: str
+    answer: str
+    evidence: str
+    reasoning: str
+    steps: int
+    usage: dict[str, Any]
+    error: str | None
+    latency_ms: int
+
+    @classmethod
+    def errored(
+        cls, *, turn_id: int, status: str, outcome: str, recorder: Recorder, error: str, latency_ms: int
+    ) -> DriveResult:
+        """The result of a turn the driver could not finish (it raised, or
+        the database failed under it): stop reason ``error``, no answer, the
+        steps and usage ``recorder`` had."""
+        return cls(
+            turn_id=turn_id,
+            status=status,
+            outcome=outcome,
+            stop_reason="error",
+            answer="",
+            evidence="",
+            reasoning="",
+            steps=recorder.steps,
+            usage=recorder.usage.to_dict(),
+            error=error,
+            latency_ms=latency_ms,
+        )
+
+
+async def finish_after_error(
+    ctx: DriveContext,
+    exc: Exception,
+    *,
+    recorder: Recorder,
+    timings: dict[str, int],
+    meta: dict[str, Any],
+) -> DriveResult:
+    """End a turn whose driver raised ``exc``: a database outage interrupts
+    it (``finish_after_outage``); a turn swept and resumed elsewhere, or
+    deleted with its conversation, is logged and left alone; anything else
+    fails it with the error recorded (``finish_unexpected``), best effort.
+    ``timings`` already holds ``total_ms``."""
+    turn_id = ctx.turn_id
+    if is_connection_error(exc):
+        return await finish_after_outage(ctx, exc, recorder=recorder, timings=timings)
+    if isinstance(exc, TurnNotHeld | Turn.DoesNotExist):
+        # swept and resumed elsewhere, or deleted with its conversation:
+        # not a failure of this turn, and nothing more to write
+        logger.warning("turn %s: driver stopped: %s", turn_id, exc)
+    else:
+        logger.exception("turn %s: driver failed", turn_id)
+    error = f"{type(exc).__name__}: {exc}"
+    try:
+        await ctx.db.run(
+            finish_unexpected,
+            ctx,
+            error=error,
+            usage=recorder.usage.to_dict(),
+            steps=recorder.steps,
+            timings=timings,
+            meta=meta,
+            pending=recorder.pending,
+            pending_fields=recorder.pending_fields,
+        )
+    except Exception:
+        logger.exception("turn %s: could not record the failure", turn_id)
+    return DriveResult.errored(
+        turn_id=turn_id,
+        status=TurnStatus.FAILED,
+        outcome=TurnOutcome.FAILED,
+        recorder=recorder,
+        error=error,
+        latency_ms=timings["total_ms"],
+    )
+
+
+#: How often, and how far apart (seconds), a driver that lost the database
+#: tries to mark its turn interrupted before leaving that to the sweeper.
+OUTAGE_WRITE_TRIES = 3
+OUTAGE_WRITE_PAUSE_S = 1.0
+
+
+async def finish_after_outage(
+    ctx: DriveContext,
+    exc: Exception,
+    *,
+    recorder: Recorder,
+    timings: dict[str, int],
+) -> DriveResult:
+    """The database failed under the turn (a restart, a network cut): end it
+    ``interrupted`` — resumable, with the steps it had held back — not
+    failed (``finish_interrupted``). The database may still be down: a few
+    tries, then the turn stays ``running`` for the sweeper to mark
+    interrupted once its heartbeat is stale. Either way it resumes."""
+    turn_id = ctx.turn_id
+    error = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+    logger.warning("turn %s: the database failed under it; interrupting: %s", turn_id, error)
+    for attempt in range(OUTAGE_WRITE_TRIES):
+        if attempt:
+            await asyncio.sleep(OUTAGE_WRITE_PAUSE_S)
+        try:
+            await ctx.db.run(
+                finish_interrupted,
+                ctx,
+                reason=f"database error: {error}"[:500],
+                usage=recorder.usage.to_dict(),
+                steps=recorder.steps,
+                timings=timings,
+                pending=recorder.pending,
+                pending_fields=recorder.pending_fields,
+            )
+            break
+        except Exception as again:
+            if not is_connection_error(again):
+                logger.exception("turn %s: could not record the interruption", turn_id)
+                break
+    return DriveResult.errored(
+        turn_id=turn_id,
+        status=TurnStatus.INTERRUPTED,
+        outcome="",
+        recorder=recorder,
+        error=error,
+        latency_ms=timings.get("total_ms", 0),
+    )

@@ -17,7 +17,7 @@ from django.db import transaction
 from agentlab.agent.loop import ApprovalDecision
 from agentlab.agent.types import ToolCall
 from common.db import DatabaseThreads
-from turns.driver import watch
+from turns.driver import lease
 from turns.models import ApprovalStatus
 from turns.services.approvals import approval_open, approval_poll, approval_running_again
 from turns.signals import chat_turn_finished_send
@@ -35,7 +35,7 @@ class TurnPolicy:
     default (``review_enabled``). ``review_wait_s()`` is how long the driver
     waits for a review before finishing without it (``None``: until it comes).
     ``streams``: whether the LLM calls are streamed and their text written as
-    ``llm.delta`` events (``driver.deltas``) — chat only, a documented
+    ``llm.delta`` events (``driver.record``) — chat only, a documented
     difference: nobody watches an evaluation turn, and its throughput is kept.
     """
 
@@ -133,7 +133,7 @@ async def approval_wait(
     """
     approval_id, status = await db.run(approval_open, turn_id=turn_id, call=call, holder=holder)
     while status == ApprovalStatus.PENDING:
-        await asyncio.sleep(watch.CANCEL_POLL_S)
+        await asyncio.sleep(lease.CANCEL_POLL_S)
         status = await db.run(approval_poll, approval_id=approval_id, turn_id=turn_id, holder=holder)
     await db.run(approval_running_again, turn_id=turn_id, holder=holder)
     return "approved" if status == ApprovalStatus.APPROVED else "rejected"

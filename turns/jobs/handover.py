@@ -35,7 +35,7 @@ from django.conf import settings
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
-from turns.driver.watch import turn_watcher
+from turns.driver.lease import turn_watcher
 from turns.jobs.ids import local_job_id
 from turns.jobs.run import job_tools, make_job_provider, run_turn_job
 from turns.jobs.sweep import turns_sweep

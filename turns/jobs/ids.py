@@ -2,7 +2,7 @@
 
 A process that drives turns itself (the inline executor, ``run_eval``) names
 its jobs ``<inline|eval>-<host>-<pid>-<n>``; the claim cuts that to 40
-characters and adds ``:<random>`` (``turns.driver.claim``). The host is
+characters and adds ``:<random>`` (``turns.driver.lease``). The host is
 shortened so that the pid always survives the cut. A Celery task's id has no
 such shape and is never taken for a local job.
 """

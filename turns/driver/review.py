@@ -22,14 +22,13 @@ from agentlab.agent.loop import LoopResult
 from agentlab.agent.review import Review, retry_question, review_answer
 from agentlab.agent.types import Completion, LLMProvider
 from agentlab.agent.usage import UsageTotals
-from common.db import DatabaseThreads
 
 # called through the module, so that a test can break every write of the driver at once
 from turns import events as event_log
 from turns.attempts import attempt_archive, attempt_of_fields, column_defaults, review_retries
+from turns.driver.context import DriveContext
 from turns.driver.finish import finish_fields
-from turns.driver.policies import TurnPolicy
-from turns.driver.recorder import Attempt
+from turns.driver.record import Attempt
 from turns.event_types import (
     AttemptRetryData,
     CompletionUsageData,
@@ -78,16 +77,11 @@ def attempt_question(*, question: str, meta: Mapping[str, Any]) -> str:
 
 
 async def review_phase(
+    ctx: DriveContext,
     *,
-    turn_id: int,
-    holder: str,
     attempt: Attempt,
-    provider: LLMProvider,
-    policy: TurnPolicy,
-    question: str,
     result: LoopResult,
     cancel: asyncio.Event,
-    db: DatabaseThreads,
     meta: TurnMeta,
 ) -> tuple[Review | None, asyncio.Task[tuple[Review, Completion | None]] | None, TurnMeta]:
     """Review an answered attempt; returns ``(review, None, meta)`` when it
@@ -102,21 +96,23 @@ async def review_phase(
     before its review.
     """
     recorder = attempt.recorder
-    await db.run(
+    await ctx.db.run(
         event_log.event_append_many,
-        turn_id=turn_id,
+        turn_id=ctx.turn_id,
         events=[*recorder.pending, NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.REVIEW))],
         turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW},
-        holder=holder,
+        holder=ctx.holder,
     )
     recorder.pending, recorder.pending_fields = [], {}
     task = asyncio.create_task(
-        _run_review(provider, question=question, result=result, max_tokens=attempt.max_output_tokens)
+        _run_review(
+            ctx.provider, question=ctx.turn.question, result=result, max_tokens=attempt.max_output_tokens
+        )
     )
     stop = asyncio.ensure_future(cancel.wait())
     try:
         done, _ = await asyncio.wait(
-            {task, stop}, timeout=policy.review_wait_s(), return_when=asyncio.FIRST_COMPLETED
+            {task, stop}, timeout=ctx.policy.review_wait_s(), return_when=asyncio.FIRST_COMPLETED
         )
     finally:
         stop.cancel()
@@ -129,24 +125,22 @@ async def review_phase(
     if completion is not None:
         recorder.usage.add(completion, role="review")
     data = review_data(attempt=attempt.number, review=review, completion=completion, late=False)
-    await db.run(
+    await ctx.db.run(
         event_log.event_append_many,
-        turn_id=turn_id,
+        turn_id=ctx.turn_id,
         events=[NewEvent(EventType.REVIEW, data)],
         turn_fields={"usage": recorder.usage.to_dict()},
-        holder=holder,
+        holder=ctx.holder,
     )
     return review, None, meta_with_review(meta, data)
 
 
 async def retry_after_review(
+    ctx: DriveContext,
     *,
-    turn_id: int,
-    holder: str,
     attempt: Attempt,
     result: LoopResult,
     review: Review,
-    db: DatabaseThreads,
     meta: TurnMeta,
 ) -> TurnMeta:
     """Archive the reviewed attempt and start the next one (one transaction,
@@ -156,7 +150,7 @@ async def retry_after_review(
     then ``phase: act``. Returns the new meta."""
     _, _, fields = finish_fields(result)
     archived = attempt_of_fields(
-        turn_id=turn_id,
+        turn_id=ctx.turn_id,
         number=attempt.number,
         ended_by=AttemptReason.REVIEW,
         fields={**fields, "usage": attempt.recorder.usage.to_dict()},
@@ -175,10 +169,9 @@ async def retry_after_review(
             answer=result.answer,
         ),
     )
-    return await db.run(
+    return await ctx.db.run(
         _archive_and_start_next,
-        turn_id=turn_id,
-        holder=holder,
+        ctx,
         archived=archived,
         meta=meta,
         retry=retry,
@@ -187,9 +180,8 @@ async def retry_after_review(
 
 
 def _archive_and_start_next(
+    ctx: DriveContext,
     *,
-    turn_id: int,
-    holder: str,
     archived: TurnAttempt,
     meta: TurnMeta,
     retry: AttemptRetryData,
@@ -197,14 +189,14 @@ def _archive_and_start_next(
 ) -> TurnMeta:
     """``retry_after_review``'s write, in one transaction under the turn's row lock."""
     with transaction.atomic():
-        current = Turn.objects.select_for_update().values_list("meta", flat=True).get(pk=turn_id) or {}
+        current = Turn.objects.select_for_update().values_list("meta", flat=True).get(pk=ctx.turn_id) or {}
         # what others wrote since the claim (a cancel request) wins over our copy
         merged = meta_of({**current, **{k: v for k, v in meta.items() if k not in current}})
         if "review" in meta:  # the archive keeps the review just made, whatever the row holds
             merged["review"] = meta["review"]
         new_meta = attempt_archive(archived, merged, retry_instruction=retry_instruction)
         event_log.event_append_many(
-            turn_id=turn_id,
+            turn_id=ctx.turn_id,
             events=[
                 NewEvent(EventType.ATTEMPT_RETRY, retry),
                 NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
@@ -215,23 +207,25 @@ def _archive_and_start_next(
                 "meta": new_meta,
                 "phase": TurnPhase.ACT,
             },
-            holder=holder,
+            holder=ctx.holder,
         )
     return new_meta
 
 
 async def review_record_late(
-    *, turn_id: int, attempt: int, task: asyncio.Task[tuple[Review, Completion | None]], db: DatabaseThreads
+    ctx: DriveContext, *, attempt: int, task: asyncio.Task[tuple[Review, Completion | None]]
 ) -> None:
     """Wait for a review that missed the chat wait and append it (``late: true``)."""
     try:
         review, completion = await task
         data = review_data(attempt=attempt, review=review, completion=completion, late=True)
-        await db.run(review_append_late, turn_id=turn_id, attempt=attempt, data=data, completion=completion)
+        await ctx.db.run(
+            review_append_late, turn_id=ctx.turn_id, attempt=attempt, data=data, completion=completion
+        )
     except asyncio.CancelledError:
         raise
     except Exception:
-        logger.exception("turn %s: could not record the late review", turn_id)
+        logger.exception("turn %s: could not record the late review", ctx.turn_id)
 
 
 def _completion_usage(completion: Completion | None) -> CompletionUsageData | None:
