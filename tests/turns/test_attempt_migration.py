@@ -1,4 +1,4 @@
-"""Migration ``turns.0009_h40_attempts_from_meta`` moves the archived attempts
+"""Migration ``turns.0009_attempts_from_meta`` moves the archived attempts
 of ``Turn.meta["attempts"]`` into ``TurnAttempt`` rows with nothing lost, and
 back: tested on a database holding archived attempts of every reason, by
 migrating back, writing rows in the old shape and migrating forward
@@ -15,8 +15,8 @@ from django.db.migrations.executor import MigrationExecutor
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-BEFORE = [("turns", "0008_h40_turn_attempt")]
-AFTER = [("turns", "0009_h40_attempts_from_meta")]
+BEFORE = [("turns", "0008_turn_attempt")]
+AFTER = [("turns", "0009_attempts_from_meta")]
 FINISHED = datetime(2026, 12, 1, 9, 30, 15, 250000, tzinfo=UTC).isoformat()
 REVIEW = {
     "attempt": 1,
@@ -154,7 +154,7 @@ def test_archived_attempts_become_rows_with_nothing_lost_and_come_back(at_0008):
     assert (third.failure_cause, third.failure_error) == ("provider_error", "HTTP 503 from the provider")
     assert TurnAttempt.objects.count() == 3
 
-    apps = _migrate([("turns", "0010_h40_attempt_reason")])  # why each started: what ended the one before
+    apps = _migrate([("turns", "0010_attempt_reason")])  # why each started: what ended the one before
     rows = apps.get_model("turns", "TurnAttempt").objects.filter(turn_id=turn_id).order_by("number")
     assert [row.reason for row in rows] == ["first", "review", "continue"]
 

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turns', '0010_h40_attempt_reason'),
+        ('turns', '0010_attempt_reason'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 

@@ -19,7 +19,7 @@ def reasons_from_previous(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turns', '0009_h40_attempts_from_meta'),
+        ('turns', '0009_attempts_from_meta'),
     ]
 
     operations = [

@@ -87,7 +87,7 @@ def rows_to_meta(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('turns', '0008_h40_turn_attempt'),
+        ('turns', '0008_turn_attempt'),
     ]
 
     operations = [
