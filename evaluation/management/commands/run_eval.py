@@ -47,6 +47,7 @@ from evaluation.run.request import (
     BaselineRequest,
     EvalRequest,
     baseline_request,
+    cache_policy,
     eval_request,
 )
 
@@ -267,8 +268,28 @@ def _add_extension_options(parser: CommandParser) -> None:
 
 
 #: The option groups of ``run_eval --help``, in its order.
+def _add_cache_options(parser: CommandParser) -> None:
+    """The LLM-call cache (docs/evaluating.md#caching-llm-calls)."""
+    parser.add_argument(
+        "--cache",
+        action="store_true",
+        help="serve LLM calls made before with the same request from the cache (and store new ones)",
+    )
+    parser.add_argument(
+        "--cache-expiry",
+        default=None,
+        help="how long a cached completion is served, e.g. 12h, 7d, 2w (default: until cache_clear)",
+    )
+    parser.add_argument(
+        "--cache-sampled",
+        action="store_true",
+        help="cache requests with temperature > 0 and no seed too (by default they are never served)",
+    )
+
+
 _OPTION_GROUPS = (
     _add_run_options,
+    _add_cache_options,
     _add_agent_options,
     _add_celery_options,
     _add_model_options,
@@ -303,6 +324,9 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         tags=opts["tags"],
         sample=opts.get("sample"),
         seed=opts.get("seed"),
+        cache=cache_policy(
+            cache=bool(opts.get("cache")), expiry=opts.get("cache_expiry"), sampled=bool(opts.get("cache_sampled"))
+        ),
         **agent_options(opts),
     )
 
