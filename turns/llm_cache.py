@@ -58,9 +58,17 @@ class DatabaseCallCache:
         return await self._db.run(cache_lookup, key)
 
     async def put(
-        self, key: str, *, request: dict[str, Any], completion: dict[str, Any], model: str, expiry: timedelta | None
+        self,
+        key: str,
+        *,
+        request: dict[str, Any],
+        completion: dict[str, Any],
+        model: str,
+        expiry: timedelta | None,
     ) -> None:
-        await self._db.run(cache_store, key, request=request, completion=completion, model=model, expiry=expiry)
+        await self._db.run(
+            cache_store, key, request=request, completion=completion, model=model, expiry=expiry
+        )
 
     def close(self) -> None:
         self._db.close()

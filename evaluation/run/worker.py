@@ -113,7 +113,8 @@ def _loop_provider(
     return _loop.keep(
         f"provider:{key}",
         lambda: cached_provider(
-            get_provider(model=model, price=Price.from_dict(price), base_url=base_url, api_key=api_key), policy
+            get_provider(model=model, price=Price.from_dict(price), base_url=base_url, api_key=api_key),
+            policy,
         ),
     )
 

@@ -20,7 +20,9 @@ from agentlab.agent.providers.caching import (
 from agentlab.agent.types import Completion, ToolCall, Usage
 from agentlab.agent.usage import UsageTotals
 
-TOOLS = [{"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}}}]
+TOOLS = [
+    {"type": "function", "function": {"name": "calc", "parameters": {"type": "object", "properties": {}}}}
+]
 MESSAGES = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "2+2?"}]
 
 
@@ -91,7 +93,9 @@ def test_a_second_identical_call_is_served_from_the_store_without_a_request() ->
     assert (second.finish_reason, second.usage, second.cost) == ("tool_calls", Usage(100, 20), 0.5)
     assert second.to_dict()["cached"] is True and "cached" not in first.to_dict()
     (request,) = store.requests.values()
-    assert request["messages"] == MESSAGES and request["model"] == "m1" and request["base_url"] == "http://a/v1"
+    assert (
+        request["messages"] == MESSAGES and request["model"] == "m1" and request["base_url"] == "http://a/v1"
+    )
 
 
 @pytest.mark.parametrize(
@@ -177,7 +181,11 @@ def test_cached_usage_is_counted_apart_and_charged_nothing() -> None:
     totals.add(_call(cached, temperature=0.0))
     data = totals.to_dict()
     assert (data["calls"], data["input_tokens"], data["output_tokens"], data["cost"]) == (1, 100, 20, 0.5)
-    assert (data["cache_hits"], data["cache_hit_input_tokens"], data["cache_hit_output_tokens"]) == (1, 100, 20)
+    assert (data["cache_hits"], data["cache_hit_input_tokens"], data["cache_hit_output_tokens"]) == (
+        1,
+        100,
+        20,
+    )
     assert data["by_model"]["m1"]["cache_hits"] == 1
     assert UsageTotals.from_dict(data).to_dict() == data
 
@@ -188,7 +196,9 @@ def test_the_key_is_sha256_of_canonical_json() -> None:
     assert request_key({}) == "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a"
 
 
-@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("15m", 900), ("12h", 43200), ("7d", 604800), ("2w", 1209600)])
+@pytest.mark.parametrize(
+    ("text", "seconds"), [("30s", 30), ("15m", 900), ("12h", 43200), ("7d", 604800), ("2w", 1209600)]
+)
 def test_expiry_parses(text: str, seconds: int) -> None:
     assert parse_expiry(text) == timedelta(seconds=seconds)
 

@@ -48,7 +48,9 @@ def stub(endpoint):
         yield server
 
 
-def _run(server: StubLLMServer, dataset: str, run_id: str, *options: str, model: str = "stub-model") -> tuple[Run, int]:
+def _run(
+    server: StubLLMServer, dataset: str, run_id: str, *options: str, model: str = "stub-model"
+) -> tuple[Run, int]:
     """Run ``run_eval`` on ``server``: the run and the requests it made."""
     before = server.request_count
     call_command("run_eval", "--no-review", dataset, "--run-id", run_id, "--model", model, *options)

@@ -78,7 +78,9 @@ class CachePolicy:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> CachePolicy:
         expiry_s = data.get("expiry_s")
-        return cls(expiry=timedelta(seconds=int(expiry_s)) if expiry_s else None, sampled=bool(data.get("sampled")))
+        return cls(
+            expiry=timedelta(seconds=int(expiry_s)) if expiry_s else None, sampled=bool(data.get("sampled"))
+        )
 
 
 class CallCacheStore(Protocol):
@@ -93,7 +95,13 @@ class CallCacheStore(Protocol):
     async def get(self, key: str) -> dict[str, Any] | None: ...
 
     async def put(
-        self, key: str, *, request: dict[str, Any], completion: dict[str, Any], model: str, expiry: timedelta | None
+        self,
+        key: str,
+        *,
+        request: dict[str, Any],
+        completion: dict[str, Any],
+        model: str,
+        expiry: timedelta | None,
     ) -> None: ...
 
 
@@ -231,7 +239,7 @@ class CachingProvider:
                 model=completion.model or self.inner.model,
                 expiry=self.policy.expiry,
             )
-        except Exception:  # noqa: BLE001 - a write never fails the turn
+        except Exception:  # a write never fails the turn
             self.write_failures += 1
             logger.warning("LLM cache write failed; the completion is not cached", exc_info=True)
 

@@ -325,7 +325,9 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         sample=opts.get("sample"),
         seed=opts.get("seed"),
         cache=cache_policy(
-            cache=bool(opts.get("cache")), expiry=opts.get("cache_expiry"), sampled=bool(opts.get("cache_sampled"))
+            cache=bool(opts.get("cache")),
+            expiry=opts.get("cache_expiry"),
+            sampled=bool(opts.get("cache_sampled")),
         ),
         **agent_options(opts),
     )

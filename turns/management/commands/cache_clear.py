@@ -20,10 +20,14 @@ class Command(BaseCommand):
     help = "Delete cached LLM completions: all, those older than --older-than, and/or those of --model."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--older-than", default=None, help="only entries created longer ago, e.g. 12h, 7d, 2w")
+        parser.add_argument(
+            "--older-than", default=None, help="only entries created longer ago, e.g. 12h, 7d, 2w"
+        )
         parser.add_argument("--model", default=None, help="only entries of this model")
 
-    def handle(self, *args: Any, older_than: str | None = None, model: str | None = None, **options: Any) -> None:
+    def handle(
+        self, *args: Any, older_than: str | None = None, model: str | None = None, **options: Any
+    ) -> None:
         with exit_codes(ValueError):
             age = parse_expiry(older_than, option="--older-than") if older_than is not None else None
         with database_errors():
