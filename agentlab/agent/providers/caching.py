@@ -144,21 +144,39 @@ class CachingProvider:
         # only called for attributes this class does not have: the inner provider's
         return getattr(self.__dict__["inner"], name)
 
+    # read and written through: the inner provider may change them (the
+    # OpenAI provider switches constrained decoding off when refused)
     @property
-    def name(self) -> str:  # type: ignore[override]
+    def name(self) -> str:
         return self.inner.name
 
+    @name.setter
+    def name(self, value: str) -> None:
+        self.inner.name = value
+
     @property
-    def model(self) -> str:  # type: ignore[override]
+    def model(self) -> str:
         return self.inner.model
 
-    @property
-    def native_tools(self) -> bool:  # type: ignore[override]
-        return self.inner.native_tools
+    @model.setter
+    def model(self, value: str) -> None:
+        self.inner.model = value
 
     @property
-    def constrained_decoding(self) -> bool:  # type: ignore[override]
+    def native_tools(self) -> bool:
+        return self.inner.native_tools
+
+    @native_tools.setter
+    def native_tools(self, value: bool) -> None:
+        self.inner.native_tools = value
+
+    @property
+    def constrained_decoding(self) -> bool:
         return self.inner.constrained_decoding
+
+    @constrained_decoding.setter
+    def constrained_decoding(self, value: bool) -> None:
+        self.inner.constrained_decoding = value
 
     def cache_request(
         self,
