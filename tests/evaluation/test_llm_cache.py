@@ -178,3 +178,32 @@ def test_concurrent_writes_of_one_key_store_one_entry() -> None:
     assert LLMCacheEntry.objects.count() == 1
     stored = cache_lookup("k" * 64)
     assert stored is not None and stored["text"].startswith("answer ")
+
+
+def _experiment(tmp_path, dataset: str, head: str):
+    path = tmp_path / "experiment.toml"
+    path.write_text(
+        f'name = "Cached"\ndataset = "{dataset}"\nreview = false\n{head}\n'
+        '[[variant]]\nname = "same"\nmodel = "stub-model"\n',
+        encoding="utf-8",
+    )
+    return str(path)
+
+
+def test_an_experiment_with_cache_true_is_served_from_the_cache(stub, dataset, tmp_path) -> None:
+    call_command("import_dataset", dataset, "--name", "sums")
+    _run(stub, "sums", "cold", "--cache")
+    before = stub.request_count
+    call_command("run_experiment", _experiment(tmp_path, "sums", 'cache = true\ncache_expiry = "2w"'))
+    assert stub.request_count == before  # every call served from the cold run's entries
+    run = Run.objects.get(run_id="cached.same")
+    assert run.config["cache"] == {"expiry_s": 14 * 86400, "sampled": False}
+    assert (run.metrics["usage"]["calls"], run.metrics["usage"]["cache_hits"]) == (0, 4)
+
+
+def test_an_experiment_cache_expiry_that_does_not_parse_is_exit_2(stub, dataset, tmp_path) -> None:
+    call_command("import_dataset", dataset, "--name", "sums")
+    with pytest.raises(CommandError, match="cache_expiry must be a positive whole number") as caught:
+        call_command("run_experiment", _experiment(tmp_path, "sums", 'cache = true\ncache_expiry = "soon"'))
+    assert caught.value.returncode == 2
+    assert stub.request_count == 0 and not Run.objects.exists()
