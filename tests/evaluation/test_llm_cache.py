@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import timedelta
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from agentlab.agent.types import Completion, Usage
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply
+from agentlab.testing.stub_llm import StubLLMServer, StubReply, final_answer_reply
 from evaluation.models import Prediction, Run
 from turns.llm_cache import DatabaseCallCache, cache_lookup, cache_store
 from turns.models import EventType, LLMCacheEntry, TurnEvent
@@ -33,7 +34,7 @@ def dataset(tmp_path):
     return str(path)
 
 
-def _answer(body: dict) -> object:
+def _answer(body: dict[str, Any]) -> StubReply:
     """The sum the question asks for, so each example has its own answer."""
     question = next(m["content"] for m in body["messages"] if m["role"] == "user")
     n = int(question.split("What is ")[1].split(" +")[0])
