@@ -7,10 +7,11 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
-from agentlab.agent.providers.caching import CachePolicy, CachingProvider
+from agentlab.agent.providers.caching import CachePolicy, CachingProvider, parse_expiry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
 from turns.models import LLMCacheEntry
@@ -90,6 +91,18 @@ def cached_provider(provider: LLMProvider, policy: CachePolicy | None) -> LLMPro
     if policy is None:
         return provider
     return _ClosingCachingProvider(provider, DatabaseCallCache(), policy)
+
+
+def chat_cache_policy() -> CachePolicy | None:
+    """The chat turns' cache policy (``AGENTLAB_CHAT_LLM_CACHE``): ``None``
+    (no cache) unless the setting is ``on`` (never expires) or an age such as
+    ``7d`` (checked when the settings load)."""
+    value = str(getattr(settings, "AGENTLAB_CHAT_LLM_CACHE", "") or "")
+    if value in ("", "off"):
+        return None
+    if value == "on":
+        return CachePolicy()
+    return CachePolicy(expiry=parse_expiry(value, option="AGENTLAB_CHAT_LLM_CACHE"))
 
 
 def cache_clear(*, older_than: timedelta | None = None, model: str | None = None) -> int:

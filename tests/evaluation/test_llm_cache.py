@@ -208,3 +208,36 @@ def test_an_experiment_cache_expiry_that_does_not_parse_is_exit_2(stub, dataset,
         call_command("run_experiment", _experiment(tmp_path, "sums", 'cache = true\ncache_expiry = "soon"'))
     assert caught.value.returncode == 2
     assert stub.request_count == 0 and not Run.objects.exists()
+
+
+def test_chat_turns_use_the_cache_only_when_the_setting_says_so(settings, stub) -> None:
+    from agentlab.agent.providers.caching import CachingProvider
+    from turns.jobs.run import make_job_provider
+
+    settings.AGENTLAB_CHAT_LLM_CACHE = ""
+    assert not isinstance(make_job_provider(), CachingProvider)
+    settings.AGENTLAB_CHAT_LLM_CACHE = "off"
+    assert not isinstance(make_job_provider(), CachingProvider)
+    settings.AGENTLAB_CHAT_LLM_CACHE = "on"
+    provider = make_job_provider()
+    assert isinstance(provider, CachingProvider) and provider.policy.expiry is None
+    settings.AGENTLAB_CHAT_LLM_CACHE = "12h"
+    provider = make_job_provider()
+    assert isinstance(provider, CachingProvider) and provider.policy.expiry == timedelta(hours=12)
+    assert provider.model == "stub-model" and provider.name == "openai"
+
+
+def test_a_chat_cache_setting_that_does_not_parse_stops_manage_py_with_exit_2(tmp_path) -> None:
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "AGENTLAB_CHAT_LLM_CACHE": "weekly", "AGENTLAB_SQLITE_PATH": str(tmp_path / "x.db")}
+    env.pop("DATABASE_URL", None)
+    proc = subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=root, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2
+    assert "AGENTLAB_CHAT_LLM_CACHE must be a positive whole number" in proc.stderr
