@@ -327,6 +327,17 @@ AGENTLAB_LLM_TIMEOUT_S = env_number("AGENTLAB_LLM_TIMEOUT_S", 60.0, positive=Tru
 #: Whether agent steps, which offer tools, are streamed from an endpoint
 #: (llama-cpp-python's server cannot stream an automatic tool choice).
 AGENTLAB_LLM_STREAM_TOOLS = env.bool("AGENTLAB_LLM_STREAM_TOOLS", default=True)
+#: The LLM-call cache for chat turns (docs/evaluating.md#caching-llm-calls):
+#: unset or ``off`` — chat turns never use it; ``on`` — they do, entries never
+#: expire; an age such as ``7d`` — they do, entries served for that long.
+AGENTLAB_CHAT_LLM_CACHE = env.str("AGENTLAB_CHAT_LLM_CACHE", default="").strip().lower()
+if AGENTLAB_CHAT_LLM_CACHE not in ("", "off", "on"):
+    from agentlab.agent.providers.caching import parse_expiry
+
+    try:
+        parse_expiry(AGENTLAB_CHAT_LLM_CACHE, option="AGENTLAB_CHAT_LLM_CACHE")
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"{exc} (or on / off)") from None
 #: The GGUF file whose tokenizer counts a streamed reply's tokens when the
 #: endpoint sends no usage; ``off``: never count; unset: the model's own file
 #: when the endpoint names it (agentlab.agent.providers.token_count).

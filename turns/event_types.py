@@ -138,7 +138,10 @@ class LLMUsageData(TypedDict):
     (``agentlab.agent.types.Decoding``: ``native`` tool calls, ``schema``
     constrained to the step's JSON schema, ``free``); ``request`` what was
     sent (``LLMRequestData``). The last two are absent in logs written
-    before they were recorded."""
+    before they were recorded. ``cached``: ``true`` when the completion was
+    served by the LLM-call cache (no request made; the tokens and cost are
+    those reported when it was first made, and are not charged again);
+    absent otherwise."""
 
     attempt: int
     step: int
@@ -149,6 +152,7 @@ class LLMUsageData(TypedDict):
     finish_reason: str | None
     decoding: NotRequired[str | None]
     request: NotRequired[LLMRequestData]
+    cached: NotRequired[bool]
 
 
 @with_config(_CLOSED)

@@ -321,3 +321,24 @@ class TurnFeedback(models.Model):
 
     def __str__(self) -> str:
         return f"turn {self.turn_id}: {self.rating}"
+
+
+class LLMCacheEntry(models.Model):
+    """One cached LLM completion (``agentlab.agent.providers.caching``;
+    docs/evaluating.md#caching-llm-calls), shared by every process that
+    reads this database — in-process runs and Celery workers alike.
+
+    ``key``: SHA-256 hex of the request's canonical JSON, unique (two
+    concurrent misses store one entry); ``request``: that JSON, for
+    inspection; ``completion``: ``Completion.to_dict()`` as first returned;
+    ``expires_at``: ``None`` never expires."""
+
+    key = models.CharField(max_length=64, unique=True)
+    model = models.CharField(max_length=200, db_index=True)
+    request = models.JSONField()
+    completion = models.JSONField()
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    expires_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.model}: {self.key[:12]}"

@@ -136,7 +136,9 @@ class Completion:
     output-token limit), ``tool_calls`` … ``cost`` is in US dollars when the
     provider or a price table knows it, else ``None`` (unknown, never 0).
     ``decoding`` says how the text was decoded (``Decoding``); ``None`` in
-    completions recorded before it was.
+    completions recorded before it was. ``cached``: served from the LLM-call
+    cache (``agentlab.agent.providers.caching``) — no request was made, and
+    ``usage`` / ``cost`` are as reported when it was first made.
     """
 
     text: str | None
@@ -146,6 +148,7 @@ class Completion:
     finish_reason: str | None = None
     cost: float | None = None
     decoding: Decoding | None = None
+    cached: bool = False
 
     @property
     def truncated(self) -> bool:
@@ -161,6 +164,8 @@ class Completion:
             "finish_reason": self.finish_reason,
             "cost": self.cost,
             "decoding": self.decoding,
+            # only when true, so an uncached completion's event is what it was
+            **({"cached": True} if self.cached else {}),
         }
 
     @classmethod
@@ -173,6 +178,7 @@ class Completion:
             finish_reason=data.get("finish_reason"),
             cost=data.get("cost"),
             decoding=data.get("decoding") if data.get("decoding") in DECODINGS else None,
+            cached=bool(data.get("cached")),
         )
 
 

@@ -33,8 +33,16 @@ class _Bucket:
     cost: float | None = None
     unpriced_calls: int = 0
     cached_input_tokens: int = 0
+    cache_hits: int = 0
+    cache_hit_input_tokens: int = 0
+    cache_hit_output_tokens: int = 0
 
     def add(self, completion: Completion) -> None:
+        if completion.cached:  # served by the LLM-call cache: no request, no charge
+            self.cache_hits += 1
+            self.cache_hit_input_tokens += int(completion.usage.input_tokens or 0)
+            self.cache_hit_output_tokens += int(completion.usage.output_tokens or 0)
+            return
         self.calls += 1
         usage = completion.usage
         if usage.known:
@@ -55,6 +63,9 @@ class _Bucket:
         self.unknown_calls += other.unknown_calls
         self.unpriced_calls += other.unpriced_calls
         self.cached_input_tokens += other.cached_input_tokens
+        self.cache_hits += other.cache_hits
+        self.cache_hit_input_tokens += other.cache_hit_input_tokens
+        self.cache_hit_output_tokens += other.cache_hit_output_tokens
         if other.cost is not None:
             self.cost = (self.cost or 0.0) + other.cost
 
@@ -69,6 +80,10 @@ class _Bucket:
         }
         if self.cached_input_tokens:
             data["cached_input_tokens"] = self.cached_input_tokens
+        if self.cache_hits:
+            data["cache_hits"] = self.cache_hits
+            data["cache_hit_input_tokens"] = self.cache_hit_input_tokens
+            data["cache_hit_output_tokens"] = self.cache_hit_output_tokens
         return data
 
     @classmethod
@@ -85,6 +100,9 @@ class _Bucket:
             # rows stored before unpriced_calls existed: unpriced when they had no cost at all
             unpriced_calls=int(unpriced) if unpriced is not None else (calls if cost is None else 0),
             cached_input_tokens=int(data.get("cached_input_tokens") or 0),
+            cache_hits=int(data.get("cache_hits") or 0),
+            cache_hit_input_tokens=int(data.get("cache_hit_input_tokens") or 0),
+            cache_hit_output_tokens=int(data.get("cache_hit_output_tokens") or 0),
         )
 
 
@@ -102,7 +120,12 @@ class UsageTotals:
 
     ``cached_input_tokens`` (of ``input_tokens``, those read from the
     provider's prompt cache and priced at its cached rate) is there only
-    when some call reported cached tokens.
+    when some call reported cached tokens. ``cache_hits``,
+    ``cache_hit_input_tokens`` and ``cache_hit_output_tokens`` (there only
+    when some completion was served by the LLM-call cache,
+    ``agentlab.agent.providers.caching``) count those completions apart: they
+    are in none of ``calls``, the token sums or ``cost`` (no request was
+    made, nothing is charged).
 
     Token sums cover only calls whose usage is known (both counts reported);
     ``calls - unknown_calls`` of them. ``cost`` is US dollars summed over the
@@ -124,6 +147,11 @@ class UsageTotals:
     @property
     def calls(self) -> int:
         return self._total.calls
+
+    @property
+    def cache_hits(self) -> int:
+        """Completions served by the LLM-call cache (not in ``calls``)."""
+        return self._total.cache_hits
 
     @property
     def unknown_calls(self) -> int:

@@ -51,6 +51,10 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "price_in": float,
     "price_out": float,
     "fail_under": float,
+    # the LLM-call cache (docs/evaluating.md#caching-llm-calls): run_eval's --cache options
+    "cache": bool,
+    "cache_expiry": str,
+    "cache_sampled": bool,
     # run_experiment --stop-when-decided (evaluation.experiments.stopping)
     "stop_when_decided": bool,
     "margin": float,

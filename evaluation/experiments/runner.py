@@ -35,7 +35,7 @@ from evaluation.run.lifecycle import run_regression_record
 from evaluation.run.on_workers import broker_precheck, queue_warning
 from evaluation.run.opening import CheckedEval, OpenRun, eval_check, run_open
 from evaluation.run.progress import ProgressFactory
-from evaluation.run.request import BaselineRequest, Endpoint, EvalRequest, eval_request
+from evaluation.run.request import BaselineRequest, Endpoint, EvalRequest, cache_policy, eval_request
 
 #: Shared keys passed to ``eval_request`` under the same name.
 _SHARED_AS_IS = (
@@ -119,6 +119,11 @@ def variant_request(
             endpoint=endpoint,
             system_prompt=options.get("system_prompt"),
             temperature=options.get("temperature"),
+            cache=cache_policy(
+                cache=bool(shared.get("cache")),
+                expiry=shared.get("cache_expiry"),
+                sampled=bool(shared.get("cache_sampled")),
+            ),
             **values,
         )
     except (ValueError, BadInput) as exc:

@@ -112,11 +112,13 @@ def _per_task_table(metrics: dict[str, Any]) -> Table:
 
 
 def _by_model_table(metrics: dict[str, Any]) -> Table:
-    """Calls, tokens and cost per model."""
+    """Calls, calls served by the LLM-call cache (not in ``calls``, not
+    charged), tokens and cost per model."""
     by_model = Table(title="Per model")
     for name, justify in (
         ("model", "left"),
         ("calls", "right"),
+        ("cached", "right"),
         ("input tokens", "right"),
         ("output tokens", "right"),
         ("cost", "right"),
@@ -126,6 +128,7 @@ def _by_model_table(metrics: dict[str, Any]) -> Table:
         by_model.add_row(
             model or "(unnamed)",
             str(bucket.get("calls", 0)),
+            str(bucket.get("cache_hits", 0)),
             f"{bucket.get('input_tokens', 0):,}",
             f"{bucket.get('output_tokens', 0):,}",
             _cost(bucket.get("cost"), int(bucket.get("unpriced_calls") or 0)),

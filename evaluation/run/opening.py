@@ -28,6 +28,7 @@ from evaluation.run.notes import plan_line, review_resolved
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.request import EvalRequest
 from turns.llm import get_provider
+from turns.llm_cache import cached_provider
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def eval_check(request: EvalRequest) -> CheckedEval:
         )
     if isinstance(provider, LocalGGUFProvider):
         provider.load()
+    provider = cached_provider(provider, request.cache)
     judge_check(judge_model=request.judge_model, run_model=request.model)
     ref = dataset_resolve_ref(name_or_path=request.dataset)
     if request.split is not None or request.tags:
@@ -216,4 +218,6 @@ def run_config(request: EvalRequest, provider: LLMProvider, dataset: Dataset) ->
         "max_output_tokens": request.max_output_tokens,
         # None: the provider's own cost, else the genai-prices table, else unknown
         "price": request.price.to_dict() if request.price is not None else None,
+        # only when set, so an uncached run's config is what it was before the cache
+        **({"cache": request.cache.to_dict()} if request.cache is not None else {}),
     }

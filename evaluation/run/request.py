@@ -14,6 +14,7 @@ from django.conf import settings
 from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.pricing import Price
+from agentlab.agent.providers.caching import CachePolicy, parse_expiry
 from common.errors import BadInput
 
 
@@ -75,6 +76,21 @@ class EvalRequest:
     #: (``plan.sample_examples``), recorded in the run's config
     sample: int | None = None
     seed: int | None = None
+    #: ``--cache [--cache-expiry 7d] [--cache-sampled]``: the LLM-call cache
+    #: policy (``agentlab.agent.providers.caching``); ``None``: no cache
+    cache: CachePolicy | None = None
+
+
+def cache_policy(*, cache: bool, expiry: str | None, sampled: bool) -> CachePolicy | None:
+    """``--cache``, ``--cache-expiry`` and ``--cache-sampled`` as a
+    ``CachePolicy`` (``None`` without ``--cache``). ``ValueError`` naming
+    the option: an expiry that does not parse (``parse_expiry``), or
+    ``--cache-expiry`` / ``--cache-sampled`` without ``--cache``."""
+    if not cache:
+        if expiry is not None or sampled:
+            raise ValueError("--cache-expiry and --cache-sampled need --cache")
+        return None
+    return CachePolicy(expiry=parse_expiry(expiry) if expiry is not None else None, sampled=sampled)
 
 
 def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
@@ -157,6 +173,7 @@ def eval_request(
     tags: Sequence[str] = (),
     sample: int | None = None,
     seed: int | None = None,
+    cache: CachePolicy | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -231,6 +248,7 @@ def eval_request(
         agent_options=options,
         sample=sample,
         seed=(seed if seed is not None else 0) if sample is not None else None,
+        cache=cache,
     )
 
 

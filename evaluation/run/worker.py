@@ -24,6 +24,7 @@ import asyncio
 import json
 import logging
 import os
+from typing import Any
 
 from celery import shared_task
 from celery.signals import worker_process_shutdown
@@ -31,6 +32,7 @@ from django.conf import settings
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.pricing import Price
+from agentlab.agent.providers.caching import CachePolicy
 from agentlab.agent.types import LLMProvider
 from common.loop_thread import LoopThread
 from evaluation.models import Prediction
@@ -39,6 +41,7 @@ from evaluation.run.on_workers import EVAL_TASK
 from evaluation.run.plan import PlanAction, PlannedExample
 from turns.jobs.tasks import DRIVER_TASK_OPTIONS, shared_db
 from turns.llm import get_provider
+from turns.llm_cache import cached_provider
 
 logger = logging.getLogger(__name__)
 
@@ -93,18 +96,26 @@ def _loop_provider(
     price: dict[str, float] | None,
     base_url: str | None = None,
     api_key_env: str | None = None,
+    cache: dict[str, Any] | None = None,
 ) -> LLMProvider:
     """The provider for ``model``, ``price`` and the run's endpoint
     ``base_url`` (``None``: this worker's own; its key from this worker's
     environment variable ``api_key_env`` when the run names one, else
     ``AGENTLAB_LLM_API_KEY``) kept on the process's loop: building one (an
     HTTP client and its session) costs ~60 ms of CPU, more than the rest of a
-    short example, and its connections are reused."""
-    key = json.dumps([model, price, base_url, api_key_env], sort_keys=True)
+    short example, and its connections are reused. ``cache``: the run's
+    LLM-call cache policy (``CachePolicy.to_dict()``; ``None``: no cache) —
+    the worker reads and writes the same table as the process that
+    started the run."""
+    key = json.dumps([model, price, base_url, api_key_env, cache], sort_keys=True)
     api_key = os.environ.get(api_key_env) if api_key_env else None
+    policy = CachePolicy.from_dict(cache) if cache is not None else None
     return _loop.keep(
         f"provider:{key}",
-        lambda: get_provider(model=model, price=Price.from_dict(price), base_url=base_url, api_key=api_key),
+        lambda: cached_provider(
+            get_provider(model=model, price=Price.from_dict(price), base_url=base_url, api_key=api_key),
+            policy,
+        ),
     )
 
 
@@ -128,7 +139,11 @@ async def _drive_run(rows: list[tuple[PlannedExample, Prediction]], task_id: str
         [item for item, _ in rows],
         # the run's endpoint, not the worker's: what run_eval was pointed at
         provider=_loop_provider(
-            config.get("model"), config.get("price"), config.get("base_url"), config.get("api_key_env")
+            config.get("model"),
+            config.get("price"),
+            config.get("base_url"),
+            config.get("api_key_env"),
+            config.get("cache"),
         ),
         db=shared_db(),
         concurrency=len(rows),

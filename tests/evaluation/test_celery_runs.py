@@ -440,3 +440,31 @@ def test_the_run_s_endpoint_travels_to_the_workers(cluster_for):
     status, metrics, config = run_row(cluster.dbname, "endpoint")
     assert (status, metrics["correct"]) == ("success", 3)
     assert config["base_url"] == commands.base_url
+
+
+def test_celery_workers_share_the_llm_cache(cluster_for):
+    """An in-process ``run_eval --cache`` fills the cache; the same run on a
+    Celery worker is then served from it (0 requests), and the worker's own
+    misses are stored for the next process too (docs/evaluating.md#caching-llm-calls)."""
+    gsm = rows(GSM8K, 6)
+    script = CountingOracle(gsm, right={0, 1, 2}, latency=0.0)
+    with StubLLMServer(script) as stub:
+        cluster = cluster_for(stub)
+        cold = cluster.run_eval(str(GSM8K), "--cache", "--run-id", "cold", "--limit", "4", log="cold.log")
+        assert cold.wait(timeout=90) == 0, cluster.log("cold.log")
+        assert stub.request_count == 4
+        cluster.worker("solo", concurrency=2)
+        warm = cluster.run_eval(
+            str(GSM8K), "--celery", "--cache", "--run-id", "warm", "--limit", "6", log="warm.log"
+        )
+        assert warm.wait(timeout=90) == 0, cluster.log("warm.log")
+        assert stub.request_count == 6  # only the two examples the first run did not have
+        again = cluster.run_eval(str(GSM8K), "--cache", "--run-id", "again", "--limit", "6", log="again.log")
+        assert again.wait(timeout=90) == 0, cluster.log("again.log")
+        assert stub.request_count == 6  # the worker's misses were stored for this process
+    ((entries,),) = psql(cluster.dbname, "SELECT count(*) FROM turns_llmcacheentry")
+    assert entries == 6
+    _, warm_metrics, warm_config = run_row(cluster.dbname, "warm")
+    assert warm_config["cache"] == {"expiry_s": None, "sampled": False}
+    assert (warm_metrics["usage"]["calls"], warm_metrics["usage"]["cache_hits"]) == (2, 4)
+    assert (warm_metrics["correct"], run_row(cluster.dbname, "again")[1]["correct"]) == (3, 3)

@@ -290,6 +290,8 @@ class Recorder:
             finish_reason=c.finish_reason,
             decoding=c.decoding,
         )
+        if c.cached:
+            usage["cached"] = True
         if report.request is not None:
             usage["request"] = self.request_data(report.request)
         events.append(NewEvent(EventType.LLM_USAGE, usage))

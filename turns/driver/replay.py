@@ -58,6 +58,7 @@ def recorded_steps(*, turn_id: int, attempt: int) -> list[Step]:
             finish_reason=usage.get("finish_reason"),
             cost=usage.get("cost"),
             decoding=usage.get("decoding") if usage.get("decoding") in DECODINGS else None,
+            cached=bool(usage.get("cached")),
         )
         steps.append(Step(index=index, completion=completion, results=slot["results"]))
     return steps

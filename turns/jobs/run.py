@@ -18,6 +18,7 @@ from common.db import DatabaseThreads
 from turns.driver.drive import drive_turn
 from turns.driver.policies import CHAT, EVALUATION
 from turns.llm import get_provider
+from turns.llm_cache import cached_provider, chat_cache_policy
 from turns.models import Turn, TurnKind
 
 logger = logging.getLogger(__name__)
@@ -60,9 +61,11 @@ class UnavailableProvider:
 
 
 def make_job_provider() -> LLMProvider:
-    """``turns.llm.get_provider()``, or an ``UnavailableProvider`` saying why not."""
+    """``turns.llm.get_provider()`` — wrapped in the LLM-call cache only when
+    ``AGENTLAB_CHAT_LLM_CACHE`` says so (``turns.llm_cache.chat_cache_policy``)
+    — or an ``UnavailableProvider`` saying why not."""
     try:
-        return get_provider()
+        return cached_provider(get_provider(), chat_cache_policy())
     except Exception as exc:
         logger.exception("could not build the LLM provider")
         return UnavailableProvider(f"{type(exc).__name__}: {exc}")

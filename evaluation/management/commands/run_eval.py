@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import sys
 from pathlib import Path
@@ -40,6 +39,7 @@ from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
+from evaluation.run.llm_options import add_agent_options, add_cache_options, agent_options, cache_options
 from evaluation.run.notes import demo_epilogue
 from evaluation.run.progress import progress_for
 from evaluation.run.request import (
@@ -116,46 +116,6 @@ def _add_run_options(parser: CommandParser) -> None:
         help="when resuming, run again the examples whose turn ended in an error "
         "(a provider outage, say) as a new attempt",
     )
-
-
-def _add_agent_options(parser: CommandParser) -> None:
-    """The agent's sampling and system prompt, as an experiment's variant has them."""
-    parser.add_argument(
-        "--temperature",
-        type=float,
-        default=None,
-        help="sampling temperature of every agent call, 0 to 2 (default: the provider's; greedy "
-        "for the embedded model)",
-    )
-    parser.add_argument(
-        "--system-prompt",
-        default=None,
-        help="the agent's job description in place of the default (the tool list and protocol "
-        "are still added)",
-    )
-    parser.add_argument(
-        "--system-prompt-file", default=None, metavar="FILE", help="--system-prompt read from FILE (UTF-8)"
-    )
-
-
-def agent_options(opts: dict[str, Any]) -> dict[str, Any]:
-    """``--temperature`` and ``--system-prompt``/``--system-prompt-file``
-    checked, the file read: ``{"temperature", "system_prompt"}``. Raises
-    ``ValueError`` naming the option (exit 2)."""
-    temperature = opts.get("temperature")
-    if temperature is not None and not (math.isfinite(temperature) and 0 <= temperature <= 2):
-        raise ValueError(f"--temperature must be between 0 and 2, got {temperature:g}")
-    prompt, path = opts.get("system_prompt"), opts.get("system_prompt_file")
-    if prompt is not None and path is not None:
-        raise ValueError("give --system-prompt or --system-prompt-file, not both")
-    if path is not None:
-        try:
-            prompt = Path(path).read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ValueError(f"--system-prompt-file {path}: cannot read it ({exc})") from None
-    if prompt is not None and not prompt.strip():
-        raise ValueError("--system-prompt" + ("-file is empty" if path else " is blank"))
-    return {"temperature": temperature, "system_prompt": prompt}
 
 
 def _add_celery_options(parser: CommandParser) -> None:
@@ -269,7 +229,8 @@ def _add_extension_options(parser: CommandParser) -> None:
 #: The option groups of ``run_eval --help``, in its order.
 _OPTION_GROUPS = (
     _add_run_options,
-    _add_agent_options,
+    add_cache_options,
+    add_agent_options,
     _add_celery_options,
     _add_model_options,
     _add_report_options,
@@ -303,6 +264,7 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         tags=opts["tags"],
         sample=opts.get("sample"),
         seed=opts.get("seed"),
+        cache=cache_options(opts),
         **agent_options(opts),
     )
 
