@@ -27,13 +27,15 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import BadInput
 from evaluation.datasets.versions import examples_at
 from evaluation.experiments.experiment_file import ExperimentSpec
-from evaluation.experiments.sequential import Decision, decide
 from evaluation.models import Experiment, Prediction, Run
+
+if TYPE_CHECKING:  # numpy: imported where the sequence is computed, never at start-up
+    from evaluation.experiments.sequential import Decision
 
 #: The examples per round when neither ``--batch-size`` nor ``batch_size`` is given.
 DEFAULT_BATCH = 20
@@ -119,6 +121,8 @@ def pair_decisions(
     among ``example_ids`` (in that order), each at ``alpha`` divided by the
     number of pairs; ``earlier``: the examples at which a pair (by its two
     names, sorted) was first decided in an earlier round."""
+    from evaluation.experiments.sequential import decide  # numpy: not at every command's start
+
     scores = {name: _example_scores(run, example_ids) for name, run in runs.items()}
     names = sorted(runs)
     pairs = len(names) * (len(names) - 1) // 2
