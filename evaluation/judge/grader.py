@@ -20,6 +20,7 @@ MT-Bench and Chatbot Arena".
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from collections.abc import Sequence
@@ -195,11 +196,28 @@ async def judge(
     early = judge_precheck(request)
     if early is not None:
         return early, None
+    return await judge_call(
+        provider, judge_messages(request), scorer=JUDGE, max_tokens=max_tokens, retry_attempts=retry_attempts
+    )
+
+
+async def judge_call(
+    provider: LLMProvider,
+    messages: list[dict[str, Any]],
+    *,
+    scorer: str,
+    max_tokens: int | None,
+    retry_attempts: int,
+) -> tuple[Score, Completion | None]:
+    """One judge call on ``messages`` (greedy, role ``judge``, under
+    :data:`JUDGE_SCHEMA` where the provider decodes constrained): its grade as
+    ``scorer``'s :class:`Score` and the ``Completion``; a ``ProviderError``
+    after ``retry_attempts`` is an unscored score naming it, with ``None``."""
     constrained = bool(getattr(provider, "constrained_decoding", False))
     try:
         completion = await complete_with_retries(
             provider,
-            judge_messages(request),
+            messages,
             None,
             attempts=retry_attempts,
             max_tokens=max_tokens,
@@ -208,5 +226,5 @@ async def judge(
             role="judge",
         )
     except ProviderError as exc:
-        return Score.unscored(JUDGE, f"the judge failed: {exc}"), None
-    return parse_grade(completion.text), completion
+        return Score.unscored(scorer, f"the judge failed: {exc}"), None
+    return dataclasses.replace(parse_grade(completion.text), scorer=scorer), completion

@@ -21,9 +21,8 @@ import dataclasses
 import json
 from collections.abc import Sequence
 
-from agentlab.agent.retry import complete_with_retries
-from agentlab.agent.types import Completion, LLMProvider, ProviderError
-from evaluation.judge.grader import JUDGE_SCHEMA, JudgeRequest, parse_grade
+from agentlab.agent.types import Completion, LLMProvider
+from evaluation.judge.grader import JudgeRequest, judge_call
 from evaluation.scoring.base import Score
 from evaluation.scoring.trajectory_spec import PROTOCOL_TOOLS, TrajectoryStep
 
@@ -110,18 +109,10 @@ async def judge_path(
 ) -> tuple[Score, Completion | None]:
     """Grade one path with ``provider``: the :class:`Score` and the call's
     ``Completion`` (``None`` when the call failed: unscored, naming the error)."""
-    constrained = bool(getattr(provider, "constrained_decoding", False))
-    try:
-        completion = await complete_with_retries(
-            provider,
-            trajectory_messages(request),
-            None,
-            attempts=retry_attempts,
-            max_tokens=max_tokens,
-            temperature=0.0,
-            response_schema=JUDGE_SCHEMA if constrained else None,
-            role="judge",
-        )
-    except ProviderError as exc:
-        return Score.unscored(TRAJECTORY_JUDGE, f"the judge failed: {exc}"), None
-    return as_trajectory_judge(parse_grade(completion.text)), completion
+    return await judge_call(
+        provider,
+        trajectory_messages(request),
+        scorer=TRAJECTORY_JUDGE,
+        max_tokens=max_tokens,
+        retry_attempts=retry_attempts,
+    )
