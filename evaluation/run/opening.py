@@ -22,6 +22,7 @@ from evaluation.datasets.subsets import subset_check
 from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Experiment, Run
+from evaluation.run.scorer_check import scorers_snapshot
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
 from evaluation.run.notes import plan_line, review_resolved
@@ -168,6 +169,7 @@ def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtens
     config = {
         **run_config(request, provider, dataset),
         **extensions_snapshot(extensions, dataset=dataset),
+        **scorers_snapshot(dataset),
         "epochs": epochs,
         "judge_model": request.judge_model,
         **_subset_config(request, existing),
