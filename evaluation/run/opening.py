@@ -22,12 +22,12 @@ from evaluation.datasets.subsets import subset_check
 from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Experiment, Run
-from evaluation.run.scorer_check import scorers_snapshot
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
 from evaluation.run.notes import plan_line, review_resolved
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.request import EvalRequest
+from evaluation.run.scorer_check import scorers_snapshot
 from turns.llm import get_provider
 
 

@@ -17,7 +17,13 @@ from evaluation.judge.grader import JUDGE, JudgeRequest, judge_precheck
 from evaluation.models import Example, Prediction
 from evaluation.run.extensions import example_subject
 from evaluation.scoring.base import Score
-from evaluation.scoring.dispatch import KNOWN_SCORERS, MODEL_GRADED_SCORERS, answer_mismatch, score, scorer_for
+from evaluation.scoring.dispatch import (
+    KNOWN_SCORERS,
+    MODEL_GRADED_SCORERS,
+    answer_mismatch,
+    score,
+    scorer_for,
+)
 from evaluation.scoring.plugin_scorers import PluginScorer, plugin_scorers
 from turns.attempts import first_attempt_if_review_retried, last_review_of, turn_attempts, usage_sum
 from turns.meta import meta_answer_type, meta_failure

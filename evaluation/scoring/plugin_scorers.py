@@ -65,7 +65,8 @@ def read_verdict(name: str, value: Any) -> Score:
     raw, explanation = value["score"], str(value.get("explanation") or "")
     if raw is None:
         return Score.unscored(name, explanation or f"scorer {name!r} could not score")
-    if isinstance(raw, bool) or not isinstance(raw, int | float) or not math.isfinite(raw) or not 0 <= raw <= 1:
+    number = isinstance(raw, int | float) and not isinstance(raw, bool)
+    if not number or not math.isfinite(raw) or not 0 <= raw <= 1:
         return Score.unscored(name, f"scorer {name!r} returned score {_short(raw)}, not a number in [0, 1]")
     correct = value.get("correct", raw == 1)
     if not isinstance(correct, bool):
@@ -102,7 +103,9 @@ def _scorers_of(plugin_name: str) -> dict[str, PluginScorer]:
     return out
 
 
-def plugin_scorers(plugin_names: Sequence[str], *, reserved: frozenset[str] = frozenset()) -> dict[str, PluginScorer]:
+def plugin_scorers(
+    plugin_names: Sequence[str], *, reserved: frozenset[str] = frozenset()
+) -> dict[str, PluginScorer]:
     """The scorers of the plugins ``plugin_names`` (in order), by name.
 
     Raises ``PluginError`` when a plugin does not load, its hook raises or
