@@ -101,7 +101,8 @@ def test_an_experiment_on_a_dataset_scored_by_a_plugin(endpoint, settings, tmp_p
     assert Dataset.objects.get(name="words").scorer == "first_word"
     path = tmp_path / "experiment.toml"
     path.write_text(
-        'name = "plugin scorer"\ndataset = "words"\nreview = false\n\n[[variant]]\nname = "one"\nmodel = "m"\n',
+        'name = "plugin scorer"\ndataset = "words"\nreview = false\n'
+        '\n[[variant]]\nname = "one"\nmodel = "m"\n',
         encoding="utf-8",
     )
     with StubLLMServer(agent) as server:
