@@ -51,6 +51,7 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "price_in": float,
     "price_out": float,
     "fail_under": float,
+    "fail_on_check": list,
     # run_experiment --stop-when-decided (evaluation.experiments.stopping)
     "stop_when_decided": bool,
     "margin": float,

@@ -22,6 +22,7 @@ from evaluation.datasets.subsets import subset_check
 from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Experiment, Run
+from evaluation.run.check_gate import check_gate_precheck
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
 from evaluation.run.notes import plan_line, review_resolved
@@ -174,6 +175,7 @@ def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtens
         "judge_model": request.judge_model,
         **_subset_config(request, existing),
     }
+    check_gate_precheck(request.fail_on_checks, [p["name"] for p in config["plugins"]])
     return request, extensions, config, review_default
 
 

@@ -15,6 +15,7 @@ from agentlab.agent.mcp.config import MCPServerConfig, parse_server_option
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.pricing import Price
 from common.errors import BadInput
+from evaluation.run.check_gate import parse_fail_on_check
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,8 @@ class EvalRequest:
     max_steps: int
     model: str | None
     fail_under: float | None
+    #: ``--fail-on-check NAME[:MIN]`` gates, parsed (``evaluation.run.check_gate``)
+    fail_on_checks: tuple[tuple[str, float], ...] = ()
     review: bool = True
     retry_errors: bool = False
     celery: bool = False
@@ -138,6 +141,7 @@ def eval_request(
     max_steps: int | None = None,
     model: str | None = None,
     fail_under: float | None = None,
+    fail_on_check: Sequence[str] = (),
     review: bool = True,
     retry_errors: bool = False,
     celery: bool = False,
@@ -212,6 +216,7 @@ def eval_request(
         max_steps=max_steps,
         model=model,
         fail_under=fail_under,
+        fail_on_checks=parse_fail_on_check(fail_on_check),
         review=review,
         retry_errors=retry_errors,
         celery=celery,

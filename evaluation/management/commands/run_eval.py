@@ -103,6 +103,14 @@ def _add_run_options(parser: CommandParser) -> None:
         "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
     )
     parser.add_argument(
+        "--fail-on-check",
+        action="append",
+        default=[],
+        metavar="NAME[:MIN]",
+        help="exit 1 if the plugin check NAME passed in less than MIN (0..1, default 1) of the times it "
+        "ran, or never ran; repeatable",
+    )
+    parser.add_argument(
         "--review",
         action=_OnceBoolean,
         default=None,
@@ -287,6 +295,7 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         max_steps=opts["max_steps"],
         model=opts["model"],
         fail_under=opts["fail_under"],
+        fail_on_check=opts["fail_on_check"],
         review=opts["review"],
         retry_errors=opts["retry_errors"],
         celery=opts["celery"],
@@ -349,7 +358,7 @@ class Command(BaseCommand):
         except RunOutage as exc:
             self._outage(exc, opts)
         self._report(result, outcome, json_path)
-        self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None)
+        self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None or bool(request.fail_on_checks))
 
     def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
         """Ctrl-C: say how to resume (or follow again), exit 130."""
