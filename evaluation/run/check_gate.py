@@ -70,7 +70,7 @@ def check_gate_failure(metrics: Mapping[str, Any], gates: Sequence[tuple[str, fl
         block = checks.get(name) or {}
         ran, passed = int(block.get("ran") or 0), int(block.get("passed") or 0)
         if ran == 0:
-            return f"check {name!r} never ran, so its pass rate cannot meet --fail-on-check {name}:{minimum:g}"
+            return f"check {name!r} never ran: no pass rate to meet --fail-on-check {name}:{minimum:g}"
         rate = passed / ran
         if rate < minimum:
             interval = wilson_interval(passed, ran)

@@ -358,7 +358,8 @@ class Command(BaseCommand):
         except RunOutage as exc:
             self._outage(exc, opts)
         self._report(result, outcome, json_path)
-        self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None or bool(request.fail_on_checks))
+        gated = request.fail_under is not None or bool(request.fail_on_checks)
+        self._ci_reports(result, outcome, targets, baseline, gated=gated)
 
     def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
         """Ctrl-C: say how to resume (or follow again), exit 130."""
