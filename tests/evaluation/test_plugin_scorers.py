@@ -127,3 +127,60 @@ def test_unknown_or_unloadable_scorers_are_exit_2_and_nothing_is_written(endpoin
         assert excinfo.value.returncode == 2
         assert server.request_count == 0
     assert not Run.objects.exists() and not Dataset.objects.filter(name="plugged").exists()
+
+
+SHORT = "tests.agent.plugins.sample_plugins:ShortAnswer"
+
+
+def test_fail_on_check_gates_the_run_on_the_checks_pass_rate(endpoint, tmp_path):
+    data = write_dataset(tmp_path, scorers=False)  # 4 of the 5 answers are one word
+    with StubLLMServer(agent) as server:
+        endpoint(server)
+        argv = ["run_eval", "--no-review", str(data), "--plugin", SHORT]
+        call_command(*argv, "--run-id", "lenient", "--fail-on-check", "short_answer:0.8")
+        with pytest.raises(CommandError) as excinfo:
+            call_command(*argv, "--run-id", "strict", "--fail-on-check", "short_answer")
+        with pytest.raises(CommandError) as never:
+            call_command(*argv, "--run-id", "typo", "--fail-on-check", "short_anwser:0.5")
+    assert Run.objects.get(run_id="lenient").metrics["checks"]["short_answer"]["pass_rate"] == 0.8
+    assert excinfo.value.returncode == 1
+    # statsmodels' proportion_confint(4, 5, method="wilson") = (0.3755, 0.9638)
+    assert str(excinfo.value) == (
+        "check 'short_answer' passed 4/5 (0.800, 95% Wilson interval 0.376–0.964), "
+        "below --fail-on-check short_answer:1"
+    )
+    assert never.value.returncode == 1
+    assert "check 'short_anwser' never ran" in str(never.value)
+
+
+def test_an_experiments_fail_on_check_gates_its_variants(endpoint, tmp_path):
+    call_command("import_dataset", str(write_dataset(tmp_path, scorers=False)), "--name", "words")
+    path = tmp_path / "experiment.toml"
+    path.write_text(
+        f'name = "gated"\ndataset = "words"\nreview = false\nplugins = ["{SHORT}"]\n'
+        'fail_on_check = ["short_answer:0.9"]\n\n[[variant]]\nname = "one"\nmodel = "m"\n',
+        encoding="utf-8",
+    )
+    with StubLLMServer(agent) as server:
+        endpoint(server)
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_experiment", str(path))
+    assert excinfo.value.returncode == 1
+    assert "check 'short_answer' passed 4/5" in str(excinfo.value)
+
+
+def test_fail_on_check_without_a_check_giving_plugin_or_with_a_bad_min_is_exit_2(endpoint, tmp_path):
+    data = write_dataset(tmp_path, scorers=False)
+    with StubLLMServer(agent) as server:
+        endpoint(server)
+        for extra, message in (
+            ([], "no plugin of this run provides checks"),
+            (["--plugin", SCORERS], "no plugin of this run provides checks"),
+            (["--plugin", SHORT, "--fail-on-check", "short_answer:1.5"], "MIN must be a pass rate in [0, 1]"),
+        ):
+            with pytest.raises(CommandError, match=message.replace("[", r"\[").replace("]", r"\]")) as err:
+                call_command("run_eval", "--no-review", str(data), "--fail-on-check", "short_answer", *extra)
+            assert err.value.returncode == 2
+        assert server.request_count == 0
+    # no run is written (the file itself is registered as a dataset first, as for a bad --plugin)
+    assert not Run.objects.exists()

@@ -158,3 +158,11 @@ class BrokenScorers:
     @hookimpl
     def agentlab_scorers(self):
         raise RuntimeError("scorer registry is down")
+
+
+class ShortAnswer:
+    """A turn check ``short_answer``: the answer is one word."""
+
+    @hookimpl
+    def agentlab_turn_finished(self, turn):
+        return {"name": "short_answer", "passed": len(turn.answer.split()) == 1}
