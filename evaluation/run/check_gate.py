@@ -15,6 +15,7 @@ check-giving plugin never returns is known only at the end: "never ran".
 
 from __future__ import annotations
 
+from argparse import ArgumentParser
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,22 @@ from evaluation.metrics.intervals import wilson_interval
 
 #: The hooks whose implementations return checks.
 CHECK_HOOKS = ("agentlab_step_checked", "agentlab_turn_finished")
+
+
+def add_gate_arguments(parser: ArgumentParser) -> None:
+    """``run_eval``'s quality gates: ``--fail-under`` (accuracy) and
+    ``--fail-on-check`` (a plugin check's pass rate)."""
+    parser.add_argument(
+        "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
+    )
+    parser.add_argument(
+        "--fail-on-check",
+        action="append",
+        default=[],
+        metavar="NAME[:MIN]",
+        help="exit 1 if the plugin check NAME passed in less than MIN (0..1, default 1) of the times it "
+        "ran, or never ran; repeatable",
+    )
 
 
 def parse_fail_on_check(values: Sequence[str]) -> tuple[tuple[str, float], ...]:

@@ -79,6 +79,11 @@ class EvalRequest:
     sample: int | None = None
     seed: int | None = None
 
+    @property
+    def gated(self) -> bool:
+        """Whether a quality gate is set (``fail_under`` or ``fail_on_checks``)."""
+        return self.fail_under is not None or bool(self.fail_on_checks)
+
 
 def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
     """``--split`` and the ``--tag`` names (sorted, once each), each non-blank;

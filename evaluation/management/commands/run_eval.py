@@ -38,6 +38,7 @@ from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
+from evaluation.run.check_gate import add_gate_arguments
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.notes import demo_epilogue
@@ -99,17 +100,7 @@ def _add_run_options(parser: CommandParser) -> None:
     )
     parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
     parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
-    parser.add_argument(
-        "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
-    )
-    parser.add_argument(
-        "--fail-on-check",
-        action="append",
-        default=[],
-        metavar="NAME[:MIN]",
-        help="exit 1 if the plugin check NAME passed in less than MIN (0..1, default 1) of the times it "
-        "ran, or never ran; repeatable",
-    )
+    add_gate_arguments(parser)
     parser.add_argument(
         "--review",
         action=_OnceBoolean,
@@ -358,8 +349,7 @@ class Command(BaseCommand):
         except RunOutage as exc:
             self._outage(exc, opts)
         self._report(result, outcome, json_path)
-        gated = request.fail_under is not None or bool(request.fail_on_checks)
-        self._ci_reports(result, outcome, targets, baseline, gated=gated)
+        self._ci_reports(result, outcome, targets, baseline, gated=request.gated)
 
     def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
         """Ctrl-C: say how to resume (or follow again), exit 130."""
