@@ -1,12 +1,10 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset
 (docs/architecture.md#evaluation-semantics).
 
-Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints
-the metrics table — and, with ``--baseline``, the comparison with the baseline
-(``evaluation.compare.gate``) — and maps outcomes to exit codes: 0 done, 1
-accuracy below ``--fail-under`` (or nothing could be scored) or, with
-``--fail-on-regression``, a significant regression, 2 bad input (options,
-dataset, model file, baseline, database), 75 the database failed mid-run, 130
+Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints the metrics table — and, with
+``--baseline``, the comparison (``evaluation.compare.gate``) — and maps outcomes to exit codes: 0 done,
+1 a failed gate (``--fail-under``, ``--fail-on-check``, ``--fail-on-regression``; docs/exit-codes.md),
+2 bad input (options, dataset, model file, baseline, database), 75 the database failed mid-run, 130
 Ctrl-C — the last two print the shell-quoted command that resumes the run.
 """
 
