@@ -63,6 +63,7 @@ from typing import Any
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.text import json_safe
 from evaluation.datasets.spec import SPLIT_KEY, TAGS_KEY, ExampleSpec, gold_answer, gold_display
+from evaluation.scoring.plugin_scorers import plugin_scorers
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
 from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
 
@@ -155,7 +156,7 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         question=question,
         answer=answer,
         task_type=task_type,
-        scorer=_scorer(record.get("scorer"), source, line),
+        scorer=_scorer(record.get("scorer"), source, line, plugins=record.get("plugins")),
         choices=_choices(record.get("choices"), source, line),
         context=_context(record.get("context"), source, line, base_dir),
         metadata=metadata,
@@ -250,16 +251,28 @@ def _database_paths(
     return {"database_path": str(database_path), "database_root": str(folder)}
 
 
-def _scorer(scorer: Any, source: str, line: int | None) -> str | None:
-    """``scorer``: absent, or the name of a known scorer."""
+def _scorer(scorer: Any, source: str, line: int | None, *, plugins: Any = None) -> str | None:
+    """``scorer``: absent, or the name of a known scorer — a pure one, or a
+    scorer of a plugin (``agentlab_scorers``) of ``AGENTLAB_PLUGINS`` or of
+    the line's own ``plugins``; looked up only for a name that is not pure."""
     if scorer is None:
         return None
     if not isinstance(scorer, str):
         raise _fail(f"field 'scorer' must be a string, got {_json_type(scorer)}", source, line)
-    if scorer not in PURE_SCORER_NAMES:
+    if scorer in PURE_SCORER_NAMES:
+        return scorer
+    from django.conf import settings  # deferred: the format is read without Django too
+
+    own = [p for p in plugins if isinstance(p, str)] if isinstance(plugins, list) else []
+    try:
+        extra = plugin_scorers([*settings.AGENTLAB_PLUGINS, *own], reserved=PURE_SCORER_NAMES)
+    except PluginError as exc:
         raise _fail(
-            f"unknown scorer {scorer!r} (known: {', '.join(sorted(PURE_SCORER_NAMES))})", source, line
-        )
+            f"field 'scorer' {scorer!r}: a plugin scorer does not load: {exc}", source, line
+        ) from None
+    if scorer not in extra:
+        known = ", ".join(sorted(PURE_SCORER_NAMES | set(extra)))
+        raise _fail(f"unknown scorer {scorer!r} (known: {known})", source, line)
     return scorer
 
 

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from django.conf import settings
 from django.db import transaction
 
 from agentlab.agent.plugins import PluginError, load_plugin
@@ -24,10 +25,26 @@ from evaluation.datasets.versions import (
     version_check,
 )
 from evaluation.models import Dataset
-from evaluation.scoring.dispatch import DEFAULT_SCORER_BY_TASK_TYPE, FALLBACK_SCORER, check_scorer, scorer_for
+from evaluation.scoring.dispatch import (
+    DEFAULT_SCORER_BY_TASK_TYPE,
+    FALLBACK_SCORER,
+    KNOWN_SCORERS,
+    check_scorer,
+    scorer_for,
+)
+from evaluation.scoring.plugin_scorers import plugin_scorers
 
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
+
+
+def _plugin_scorer_names(plugins: Sequence[str]) -> frozenset[str]:
+    """The names of the scorers of ``AGENTLAB_PLUGINS`` and ``plugins``
+    (``agentlab_scorers``); ``BadInput`` when one of them does not load."""
+    try:
+        return frozenset(plugin_scorers([*settings.AGENTLAB_PLUGINS, *plugins], reserved=KNOWN_SCORERS))
+    except PluginError as exc:
+        raise BadInput(f"a plugin scorer does not load: {exc}") from None
 
 
 def dataset_import(**options: Any) -> Dataset:
@@ -72,9 +89,10 @@ def dataset_import_version(
         raise BadInput(f"dataset {name!r} has no examples")
     plugin_names = _dataset_plugins(plugins)
     if scorer:
-        check_scorer(scorer)
+        check_scorer(scorer, _plugin_scorer_names(plugin_names))
     for spec in examples:  # fail before writing anything
-        scorer_for(example_scorer=spec.scorer, task_type=spec.task_type)
+        extra = _plugin_scorer_names([*plugin_names, *spec.plugins]) if spec.scorer else ()
+        scorer_for(example_scorer=spec.scorer, task_type=spec.task_type, extra=extra)
     with transaction.atomic():
         dataset, created = Dataset.objects.get_or_create(
             name=name, defaults={"source": source, "plugins": plugin_names}

@@ -55,6 +55,7 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "cache": bool,
     "cache_expiry": str,
     "cache_sampled": bool,
+    "fail_on_check": list,
     # run_experiment --stop-when-decided (evaluation.experiments.stopping)
     "stop_when_decided": bool,
     "margin": float,

@@ -28,6 +28,7 @@ from evaluation.compare.gate import BaselineOutcome, baseline_compare
 from evaluation.experiments.experiment_file import ExperimentSpec, VariantSpec
 from evaluation.experiments.stopping import StopRule, drive_in_rounds
 from evaluation.models import Experiment, Run, RunStatus
+from evaluation.run.check_gate import check_gate_failure, parse_fail_on_check
 from evaluation.run.evaluate import drive_and_finish
 from evaluation.run.exits import outage_as_run_outage, run_failure
 from evaluation.run.extensions import mcp_preflight
@@ -51,6 +52,7 @@ _SHARED_AS_IS = (
     "price_in",
     "price_out",
     "fail_under",
+    "fail_on_check",
 )
 #: Variant keys passed to ``eval_request`` under the same name (they win over the shared ones).
 _VARIANT_AS_IS = ("model", "review", "max_steps", "max_output_tokens", "price_in", "price_out")
@@ -178,7 +180,7 @@ def experiment_check(spec: ExperimentSpec) -> Experiment | None:
 #: and gated, not what is measured (``limit`` drives more examples, as a
 #: ``run_eval`` resume with a larger ``--limit`` does).
 FREE_SHARED_KEYS = frozenset(
-    {"limit", "concurrency", "celery", "queue", "max_in_flight", "fail_under"}
+    {"limit", "concurrency", "celery", "queue", "max_in_flight", "fail_under", "fail_on_check"}
     | {"stop_when_decided", "margin", "batch_size"}  # when it stops, not what is measured
 )
 
@@ -417,7 +419,9 @@ def _drive(
         if not outcome.done:
             outcome.run = next(finished)
         if outcome.run is not None:
-            outcome.gate_failure = run_failure(outcome.run, fail_under)
+            outcome.gate_failure = run_failure(outcome.run, fail_under) or check_gate_failure(
+                outcome.run.metrics, parse_fail_on_check(spec.shared.get("fail_on_check") or ())
+            )
     return outcomes
 
 

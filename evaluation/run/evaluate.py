@@ -34,6 +34,7 @@ from common.db import DatabaseThreads, connections_retire_broken, is_connection_
 from common.errors import BadInput
 from evaluation.judge.judge_pass import judge_pass
 from evaluation.models import Dataset, Prediction, Run, RunStatus
+from evaluation.run.check_gate import check_gate_failure
 from evaluation.run.exits import DatabaseOutage, RunOutage, outage_as_run_outage, run_failure
 from evaluation.run.inprocess import drive_examples
 from evaluation.run.lifecycle import run_finish, run_release
@@ -125,7 +126,8 @@ def run_eval(*, request: EvalRequest, note: Callable[[str], None], progress: Pro
             run = _drive_and_finish(opened, progress=progress)
         finally:
             opened.lease.stop()
-    return EvalResult(run=run, dataset=opened.dataset, gate_failure=run_failure(run, request.fail_under))
+    failure = run_failure(run, request.fail_under) or check_gate_failure(run.metrics, request.fail_on_checks)
+    return EvalResult(run=run, dataset=opened.dataset, gate_failure=failure)
 
 
 def open_run(checked: CheckedEval, *, run_id: str, note: Callable[[str], None], **variant: Any) -> OpenRun:

@@ -49,6 +49,7 @@ _REPEATED: tuple[tuple[str, str], ...] = (
     ("--max-steps", "max_steps"),
     ("--model", "model"),
     ("--fail-under", "fail_under"),
+    ("--fail-on-check", "fail_on_check"),
     ("--queue", "queue"),
     ("--max-in-flight", "max_in_flight"),
     ("--max-output-tokens", "max_output_tokens"),

@@ -22,11 +22,13 @@ from evaluation.datasets.subsets import subset_check
 from evaluation.datasets.versions import DatasetRef
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Experiment, Run
+from evaluation.run.check_gate import check_gate_precheck
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
 from evaluation.run.lifecycle import RunLease, run_lease_tag, run_start
 from evaluation.run.notes import plan_line, review_resolved
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.request import EvalRequest
+from evaluation.run.scorer_check import scorers_snapshot
 from turns.llm import get_provider
 from turns.llm_cache import cached_provider
 
@@ -170,10 +172,12 @@ def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtens
     config = {
         **run_config(request, provider, dataset),
         **extensions_snapshot(extensions, dataset=dataset),
+        **scorers_snapshot(dataset),
         "epochs": epochs,
         "judge_model": request.judge_model,
         **_subset_config(request, existing),
     }
+    check_gate_precheck(request.fail_on_checks, [p["name"] for p in config["plugins"]])
     return request, extensions, config, review_default
 
 

@@ -4,18 +4,27 @@ planned, ``evaluation.run.plan``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.utils import timezone
 
 from agentlab.agent.text import safe_fields
 from common.db import update_by_pk
 from evaluation.judge.grader import JUDGE, JudgeRequest, judge_precheck
 from evaluation.models import Example, Prediction
+from evaluation.run.extensions import example_subject
 from evaluation.scoring.base import Score
-from evaluation.scoring.dispatch import MODEL_GRADED_SCORERS, answer_mismatch, score, scorer_for
+from evaluation.scoring.dispatch import (
+    KNOWN_SCORERS,
+    MODEL_GRADED_SCORERS,
+    answer_mismatch,
+    score,
+    scorer_for,
+)
+from evaluation.scoring.plugin_scorers import PluginScorer, plugin_scorers
 from turns.attempts import first_attempt_if_review_retried, last_review_of, turn_attempts, usage_sum
 from turns.meta import meta_answer_type, meta_failure
 from turns.models import Turn, TurnAttempt, TurnOutcome
@@ -25,21 +34,54 @@ from turns.models import Turn, TurnAttempt, TurnOutcome
 AWAITING_JUDGE = "awaiting the judge"
 
 
+def scorer_plugins(example: Example | None = None, *, dataset_plugins: Sequence[str] = ()) -> list[str]:
+    """The plugins whose scorers an example may name: ``AGENTLAB_PLUGINS``,
+    its dataset's and its own (or ``dataset_plugins`` without an example)."""
+    names = [*settings.AGENTLAB_PLUGINS, *dataset_plugins]
+    if example is not None:
+        names += [*(example.dataset.plugins or ()), *(example.plugins or ())]
+    return names
+
+
+def scorers_of_plugins(names: Sequence[str]) -> dict[str, PluginScorer]:
+    """The plugins' scorers by name (``plugin_scorers``, the built-in names
+    reserved). Raises ``agentlab.agent.plugins.PluginError``."""
+    return plugin_scorers(names, reserved=KNOWN_SCORERS)
+
+
 def example_scorer(example: Example) -> str:
     """The scorer ``example`` gets: its own, else its dataset's default,
-    else its task type's (``scorer_for``)."""
+    else its task type's (``scorer_for``); a plugin's scorer
+    (``agentlab_scorers``) of ``scorer_plugins(example)`` may be named."""
     return scorer_for(
         example_scorer=example.scorer or None,
         task_type=example.task_type,
         dataset_scorer=example.dataset.scorer or None,
+        extra=scorers_of_plugins(scorer_plugins(example)),
     )
 
 
-def score_without_judge(*, example: Example, answer: str | None, scorer: str) -> Score | None:
+def score_without_judge(
+    *,
+    example: Example,
+    answer: str | None,
+    scorer: str,
+    steps: int = 0,
+    usage: Mapping[str, Any] | None = None,
+    plugins: Sequence[str] = (),
+) -> Score | None:
     """The score of ``answer`` (``None``: the turn gave none) under
     ``scorer``, or ``None`` when it is the judge's to give: a pure scorer
-    scores at once; the judge is not asked about a missing gold answer
-    (unscored) or a missing answer (wrong)."""
+    scores at once; a plugin's scorer (of ``scorer_plugins(example)`` and
+    ``plugins``) is given the example and ``{"answer", "steps", "usage"}``;
+    the judge is not asked about a missing gold answer (unscored) or a
+    missing answer (wrong)."""
+    if scorer not in KNOWN_SCORERS:
+        found = scorers_of_plugins([*scorer_plugins(example), *plugins]).get(scorer)
+        if found is None:
+            return Score.unscored(scorer, f"no plugin provides scorer {scorer!r}")
+        prediction = {"answer": answer, "steps": steps, "usage": dict(usage or {})}
+        return found.score(example_subject(example), prediction)
     if scorer not in MODEL_GRADED_SCORERS:
         return score(
             prediction=answer,
@@ -141,11 +183,12 @@ def _prediction_values(
     answered = turn is not None and turn.outcome == TurnOutcome.ANSWERED
     answer = turn.answer if answered and turn is not None else None
     # the judge's answers wait for judge_run, which completes the row
-    result = score_without_judge(example=example, answer=answer, scorer=scorer)
+    usage = usage_sum(turn.usage, turn.archived) if turn is not None else {}
+    steps = turn.steps if turn is not None else 0
+    result = score_without_judge(example=example, answer=answer, scorer=scorer, steps=steps, usage=usage)
     awaiting = result is None
     if result is None:
         result = Score.unscored(JUDGE, AWAITING_JUDGE)
-    usage = usage_sum(turn.usage, turn.archived) if turn is not None else {}
     calls = int(usage.get("calls") or 0)
     unknown = int(usage.get("unknown_calls") or 0)
     tokens_known = calls > 0 and unknown == 0

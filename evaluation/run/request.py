@@ -16,6 +16,7 @@ from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers.caching import CachePolicy, parse_expiry
 from common.errors import BadInput
+from evaluation.run.check_gate import parse_fail_on_check
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,8 @@ class EvalRequest:
     max_steps: int
     model: str | None
     fail_under: float | None
+    #: ``--fail-on-check NAME[:MIN]`` gates, parsed (``evaluation.run.check_gate``)
+    fail_on_checks: tuple[tuple[str, float], ...] = ()
     review: bool = True
     retry_errors: bool = False
     celery: bool = False
@@ -91,6 +94,11 @@ def cache_policy(*, cache: bool, expiry: str | None, sampled: bool) -> CachePoli
             raise ValueError("--cache-expiry and --cache-sampled need --cache")
         return None
     return CachePolicy(expiry=parse_expiry(expiry) if expiry is not None else None, sampled=sampled)
+
+    @property
+    def gated(self) -> bool:
+        """Whether a quality gate is set (``fail_under`` or ``fail_on_checks``)."""
+        return self.fail_under is not None or bool(self.fail_on_checks)
 
 
 def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
@@ -154,6 +162,7 @@ def eval_request(
     max_steps: int | None = None,
     model: str | None = None,
     fail_under: float | None = None,
+    fail_on_check: Sequence[str] = (),
     review: bool = True,
     retry_errors: bool = False,
     celery: bool = False,
@@ -229,6 +238,7 @@ def eval_request(
         max_steps=max_steps,
         model=model,
         fail_under=fail_under,
+        fail_on_checks=parse_fail_on_check(fail_on_check),
         review=review,
         retry_errors=retry_errors,
         celery=celery,

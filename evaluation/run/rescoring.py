@@ -21,6 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
+from agentlab.agent.plugins import PluginError
 from agentlab.agent.types import LLMProvider
 from common.errors import BadInput, StateConflict
 from common.version import code_version
@@ -31,7 +32,7 @@ from evaluation.judge.trajectory_judge import TRAJECTORY_JUDGE
 from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run.lifecycle import run_finish, run_start
 from evaluation.run.path_judging import path_judge_pass
-from evaluation.run.record import AWAITING_JUDGE, score_without_judge
+from evaluation.run.record import AWAITING_JUDGE, score_without_judge, scorer_plugins, scorers_of_plugins
 from evaluation.run.request import RUN_ID_MAX
 from evaluation.scoring.dispatch import answer_mismatch, check_scorer
 from evaluation.selectors import run_get
@@ -92,10 +93,16 @@ def rescore_start(
     Returns ``(run, resumed)``. Raises ``BadInput`` for an unknown scorer,
     ``StateConflict`` when ``source`` is not finished (status ``started``),
     or when ``run_id`` names a run that is not a re-scoring of ``source``
-    under ``scorer``."""
+    under ``scorer``, or when a plugin whose scorers it may name does not
+    load (``PluginError``). A plugin's scorer is recorded in the config
+    (``scorer_plugin``: the plugin, its distribution and version)."""
+    try:
+        found = scorers_of_plugins(scorer_plugins(dataset_plugins=source.dataset.plugins or ()))
+    except PluginError as exc:
+        raise BadInput(f"--scorer {scorer}: {exc}") from None
     try:
         if scorer not in PATH_SCORERS:
-            check_scorer(scorer)
+            check_scorer(scorer, found)
     except ValueError as exc:
         raise BadInput(f"{exc}, or {TRAJECTORY!r} or {TRAJECTORY_JUDGE!r} (the agent's paths)") from None
     if source.status == RunStatus.STARTED:
@@ -119,6 +126,7 @@ def rescore_start(
         "scorer": scorer,
         "judge_model": judge_model,
         "rescored_from": source.run_id,
+        "scorer_plugin": found[scorer].describe() if scorer in found else None,
         "code_version": code_version(),
     }
     # the source's dataset version, not the dataset's latest: the same predictions
@@ -160,7 +168,9 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
         # a prediction whose turn was deleted keeps its stored answer
         answered = p.turn.outcome == TurnOutcome.ANSWERED if p.turn is not None else bool(p.prediction)
         answer = p.prediction if answered else None
-        result = score_without_judge(example=p.example, answer=answer, scorer=scorer)
+        result = score_without_judge(
+            example=p.example, answer=answer, scorer=scorer, steps=p.steps, usage=p.usage
+        )
         new.scorer = scorer
         new.score = result.value if result is not None else None
         new.correct = result.correct if result is not None else None

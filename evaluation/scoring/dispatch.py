@@ -15,7 +15,7 @@ or missing prediction is wrong (``0.0``), never unscored.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from evaluation.scoring.base import Score, ScorerFn
@@ -93,25 +93,34 @@ def answer_mismatch(*, answer_type: str | None, scorer: str) -> str:
     return f"a JSON {answer_type} where {_EXPECTED_WORDS[scorer]} was expected; scored as its JSON text"
 
 
-def check_scorer(name: str) -> str:
-    """``name`` if it is a known scorer (:data:`KNOWN_SCORERS`); else
-    ``ValueError`` naming the known ones."""
-    if name not in KNOWN_SCORERS:
-        raise ValueError(f"unknown scorer {name!r}; known scorers: {', '.join(sorted(KNOWN_SCORERS))}")
+def check_scorer(name: str, extra: Collection[str] = ()) -> str:
+    """``name`` if it is a known scorer (:data:`KNOWN_SCORERS`, or one of
+    ``extra``: the plugins' scorers, ``evaluation.scoring.plugin_scorers``);
+    else ``ValueError`` naming the known ones."""
+    if name not in KNOWN_SCORERS and name not in extra:
+        known = ", ".join(sorted(KNOWN_SCORERS | set(extra)))
+        raise ValueError(f"unknown scorer {name!r}; known scorers: {known}")
     return name
 
 
-def scorer_for(*, example_scorer: str | None, task_type: str, dataset_scorer: str | None = None) -> str:
+def scorer_for(
+    *,
+    example_scorer: str | None,
+    task_type: str,
+    dataset_scorer: str | None = None,
+    extra: Collection[str] = (),
+) -> str:
     """The scorer name to use for an example.
 
     The example's own scorer wins; ``None`` or ``""`` means "not set", and then
     the dataset's default scorer (``Dataset.scorer``), then
     :data:`DEFAULT_SCORER_BY_TASK_TYPE` decides, else ``"exact"``.
+    ``extra``: the plugins' scorer names, known too.
     Raises ``ValueError`` naming an unknown scorer."""
     if example_scorer:
-        return check_scorer(example_scorer)
+        return check_scorer(example_scorer, extra)
     if dataset_scorer:
-        return check_scorer(dataset_scorer)
+        return check_scorer(dataset_scorer, extra)
     return check_scorer(DEFAULT_SCORER_BY_TASK_TYPE.get(task_type, FALLBACK_SCORER))
 
 

@@ -119,10 +119,27 @@ class AgentlabHookSpecs:
         """Checks about a finished attempt (``TurnSummary``): a ``Check``, a
         list of them, or ``None`` — ``check`` events with ``scope: "turn"``."""
 
+    @hookspec
+    def agentlab_scorers(self) -> Any:
+        """Named scorers: a mapping ``{name: scorer}``, each ``scorer(example,
+        prediction)`` with the built-in scorers' contract. ``example`` is as in
+        ``PluginContext`` (gold answer included); ``prediction`` is
+        ``{"answer": str | None, "steps": int, "usage": {...}}`` (``answer``
+        ``None``: the turn gave none). It returns a verdict ``{"score": float
+        in [0, 1] or None, "explanation": str, "correct": bool}`` (``correct``
+        optional: ``score == 1``) or an ``evaluation.scoring.Score``;
+        ``score: None`` means "could not score", apart from ``0.0``, wrong.
+        A name may be given to ``run_eval --scorer``, a dataset's or an
+        example's ``scorer`` and ``rescore --scorer``; it must not be a
+        built-in scorer's. Called once per process per plugin; a scorer that
+        raises or returns something unreadable leaves that prediction
+        unscored with the reason (``evaluation.scoring.plugin_scorers``)."""
+
 
 HOOK_NAMES: tuple[str, ...] = (
     "agentlab_tools",
     "agentlab_system_prompt",
     "agentlab_step_checked",
     "agentlab_turn_finished",
+    "agentlab_scorers",
 )

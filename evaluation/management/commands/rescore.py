@@ -33,7 +33,8 @@ class Command(BaseCommand):
             "--scorer",
             required=True,
             help=f"the scorer: {', '.join(sorted(KNOWN_SCORERS))}, "
-            "or trajectory / trajectory_judge (the agent's paths, from the event log)",
+            "trajectory / trajectory_judge (the agent's paths, from the event log), or a scorer of a plugin "
+            "(the agentlab_scorers hook) of AGENTLAB_PLUGINS or the run's dataset",
         )
         parser.add_argument(
             "--judge-model",

@@ -1,12 +1,10 @@
 """``manage.py run_eval DATASET`` — evaluate the agent over a dataset
 (docs/architecture.md#evaluation-semantics).
 
-Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints
-the metrics table — and, with ``--baseline``, the comparison with the baseline
-(``evaluation.compare.gate``) — and maps outcomes to exit codes: 0 done, 1
-accuracy below ``--fail-under`` (or nothing could be scored) or, with
-``--fail-on-regression``, a significant regression, 2 bad input (options,
-dataset, model file, baseline, database), 75 the database failed mid-run, 130
+Parses the options, calls ``evaluation.run.evaluate.run_eval``, prints the metrics table — and, with
+``--baseline``, the comparison (``evaluation.compare.gate``) — and maps outcomes to exit codes: 0 done,
+1 a failed gate (``--fail-under``, ``--fail-on-check``, ``--fail-on-regression``; docs/exit-codes.md),
+2 bad input (options, dataset, model file, baseline, database), 75 the database failed mid-run, 130
 Ctrl-C — the last two print the shell-quoted command that resumes the run.
 """
 
@@ -37,6 +35,7 @@ from evaluation.compare.comparison_table import format_comparison
 from evaluation.compare.gate import BaselineOutcome, baseline_compare, baseline_precheck
 from evaluation.datasets.jsonl import DatasetFormatError
 from evaluation.metrics.metrics_table import format_table
+from evaluation.run.check_gate import add_gate_arguments
 from evaluation.run.evaluate import EvalResult, RunInterrupted, run_eval
 from evaluation.run.exits import EXIT_TEMPFAIL, RunOutage, resume_command
 from evaluation.run.llm_options import add_agent_options, add_cache_options, agent_options, cache_options
@@ -99,9 +98,7 @@ def _add_run_options(parser: CommandParser) -> None:
     )
     parser.add_argument("--max-steps", type=int, default=None, help="agent steps per example")
     parser.add_argument("--model", default=None, help="model name (endpoint) or GGUF path (local model)")
-    parser.add_argument(
-        "--fail-under", type=float, default=None, help="exit 1 if accuracy is below this (0..1)"
-    )
+    add_gate_arguments(parser)
     parser.add_argument(
         "--review",
         action=_OnceBoolean,
@@ -248,6 +245,7 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         max_steps=opts["max_steps"],
         model=opts["model"],
         fail_under=opts["fail_under"],
+        fail_on_check=opts["fail_on_check"],
         review=opts["review"],
         retry_errors=opts["retry_errors"],
         celery=opts["celery"],
@@ -311,7 +309,7 @@ class Command(BaseCommand):
         except RunOutage as exc:
             self._outage(exc, opts)
         self._report(result, outcome, json_path)
-        self._ci_reports(result, outcome, targets, baseline, gated=request.fail_under is not None)
+        self._ci_reports(result, outcome, targets, baseline, gated=request.gated)
 
     def _interrupted(self, exc: RunInterrupted, opts: dict[str, Any]) -> NoReturn:
         """Ctrl-C: say how to resume (or follow again), exit 130."""

@@ -115,3 +115,54 @@ class Misspelt:
     @hookimpl
     def agentlab_step_check(self, step, context):
         return None
+
+
+def _first_word(text) -> str:
+    words = str(text or "").lower().replace(",", " ").split()
+    return words[0] if words else ""
+
+
+class Scorers:
+    """Scorers (``agentlab_scorers``): ``first_word`` (the answer's first word
+    is the gold's; no answer is wrong, a blank gold could not be scored),
+    ``step_budget`` (full marks for an answer within one step, half for more),
+    ``raises`` (always raises) and ``garbled`` (returns no verdict)."""
+
+    __version__ = "2.1.0"
+
+    @hookimpl
+    def agentlab_scorers(self):
+        def first_word(example, prediction):
+            gold = _first_word(example["answer"])
+            if not gold:
+                return {"score": None, "explanation": "no gold word"}
+            got = _first_word(prediction["answer"])
+            return {"score": float(got == gold), "explanation": f"{got!r} against {gold!r}"}
+
+        def step_budget(example, prediction):
+            steps, tokens = prediction["steps"], prediction["usage"].get("input_tokens")
+            return {"score": 1.0 if steps <= 1 else 0.5, "explanation": f"{steps} steps, {tokens} tokens in"}
+
+        def raises(example, prediction):
+            raise ZeroDivisionError("scorer bug")
+
+        def garbled(example, prediction):
+            return 42
+
+        return {"first_word": first_word, "step_budget": step_budget, "raises": raises, "garbled": garbled}
+
+
+class BrokenScorers:
+    """``agentlab_scorers`` raises: its scorers do not load."""
+
+    @hookimpl
+    def agentlab_scorers(self):
+        raise RuntimeError("scorer registry is down")
+
+
+class ShortAnswer:
+    """A turn check ``short_answer``: the answer is one word."""
+
+    @hookimpl
+    def agentlab_turn_finished(self, turn):
+        return {"name": "short_answer", "passed": len(turn.answer.split()) == 1}
