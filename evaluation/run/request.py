@@ -83,6 +83,11 @@ class EvalRequest:
     #: policy (``agentlab.agent.providers.caching``); ``None``: no cache
     cache: CachePolicy | None = None
 
+    @property
+    def gated(self) -> bool:
+        """Whether a quality gate is set (``fail_under`` or ``fail_on_checks``)."""
+        return self.fail_under is not None or bool(self.fail_on_checks)
+
 
 def cache_policy(*, cache: bool, expiry: str | None, sampled: bool) -> CachePolicy | None:
     """``--cache``, ``--cache-expiry`` and ``--cache-sampled`` as a
@@ -94,11 +99,6 @@ def cache_policy(*, cache: bool, expiry: str | None, sampled: bool) -> CachePoli
             raise ValueError("--cache-expiry and --cache-sampled need --cache")
         return None
     return CachePolicy(expiry=parse_expiry(expiry) if expiry is not None else None, sampled=sampled)
-
-    @property
-    def gated(self) -> bool:
-        """Whether a quality gate is set (``fail_under`` or ``fail_on_checks``)."""
-        return self.fail_under is not None or bool(self.fail_on_checks)
 
 
 def _subset_options(split: str | None, tags: Sequence[str]) -> tuple[str | None, tuple[str, ...]]:
