@@ -2,7 +2,8 @@
 docs/architecture.md#hand-written-sql).
 
 The ORM says almost everything; seven statements it cannot say as cheaply or
-at all are written here (and the readiness probe's ``SELECT 1``, ``ping_sql``):
+at all are written here (and the readiness probe's ``SELECT 1``, ``ping_sql``,
+and the online scorer's advisory lock, ``advisory_lock_sql``):
 the conditional claim of a queued turn that also reserves its first seqs
 (``UPDATE … WHERE status = 'queued' … RETURNING``),
 the seq reservation of one turn and of several (``UPDATE … RETURNING
@@ -10,7 +11,7 @@ last_seq``), the multi-row event ``INSERT … RETURNING``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
 (``turns.events``, ``turns.driver.lease``,
-``common.db.update_by_pk``, ``config.health``) choose the values; no other production module writes SQL text
+``common.db.update_by_pk``, ``config.health``, ``monitoring.score_claim``) choose the values; no other production module writes SQL text
 or calls ``cursor.execute``.
 
 **Composition.** Each statement is built with psycopg's ``psycopg.sql``
@@ -253,5 +254,7 @@ def advisory_lock_sql(connection: Any, *, unlock: bool = False) -> str:
     waiting (``monitoring.score_claim``); PostgreSQL only."""
     name = "pg_advisory_unlock" if unlock else "pg_try_advisory_lock"
     return _text(
-        connection, ("advisory", unlock), lambda: sql.SQL("SELECT {fn}(%s)").format(fn=sql.Identifier(name))
+        connection,
+        ("advisory", unlock),
+        lambda: sql.SQL("SELECT {fn}({key})").format(fn=sql.Identifier(name), key=sql.Placeholder()),
     )
