@@ -10,9 +10,9 @@ the seq reservation of one turn and of several (``UPDATE … RETURNING
 last_seq``), the multi-row event ``INSERT … RETURNING``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
-(``turns.events``, ``turns.driver.lease``,
-``common.db.update_by_pk``, ``config.health``, ``monitoring.score_claim``) choose the values; no other production module writes SQL text
-or calls ``cursor.execute``.
+(``turns.events``, ``turns.driver.lease``, ``common.db.update_by_pk``,
+``config.health``, ``monitoring.score_claim``) choose the values; no other
+production module writes SQL text or calls ``cursor.execute``.
 
 **Composition.** Each statement is built with psycopg's ``psycopg.sql``
 (``SQL``, ``Identifier``, ``Placeholder``): table and column names are

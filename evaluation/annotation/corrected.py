@@ -85,7 +85,8 @@ def judge_corrected_accuracy(run: Run, queue_name: str | None = None) -> dict[st
     rows = HumanLabel.objects.filter(current=True, item__queue__in=queues).select_related("item")
     by_prediction: dict[int, list[HumanLabel]] = {}
     for row in rows.order_by("created_at", "pk"):
-        by_prediction.setdefault(row.item.prediction_id, []).append(row)
+        if row.item.prediction_id is not None:  # a run's queue: its items are predictions
+            by_prediction.setdefault(row.item.prediction_id, []).append(row)
     verdicts = dict(run.predictions.values_list("pk", "correct"))
     scored = {pk: float(bool(c)) for pk, c in verdicts.items() if c is not None}
     labelled = [pk for pk in sorted(by_prediction) if pk in scored]
