@@ -118,8 +118,11 @@ def test_the_command_ranks_by_trajectory_and_refuses_an_unknown_rank_by(paths, t
     out = tmp_path / "board.json"
     call_command("leaderboard", "paths", "--rank-by", "trajectory", "--json", str(out))
     text = capsys.readouterr().out
-    assert "ranked by trajectory" in text and "trajectory pass (95% CI)" in text
-    assert "22.2% (" in text and "100.0% (" in text
+    expected = mcnemar([[2, 7], [0, 0]], exact=True).pvalue
+    assert "ranked by trajectory" in text and f"p={expected:.4f} *" in text
+    # direct's trajectory pass (a table cell wraps, so each half is looked for)
+    low, high = wilson_interval(2, 9)
+    assert "22.2%" in text and f"({low * 100:.1f}–{high * 100:.1f}%)" in text
     assert "row − column trajectory pass" in text
     body = json.loads(out.read_text(encoding="utf-8"))
     assert body["rank_by"] == "trajectory" and body["top_group"] == ["tools"]
@@ -163,11 +166,15 @@ def test_the_admin_page_ranks_by_trajectory(paths, staff):
     response = client.get(url + "?rank_by=trajectory")
     assert response.status_code == 200
     assert [r["v"].name for r in response.context["rows"]] == ["tools", "direct"]
-    assert [r["trajectory"] for r in response.context["rows"]][0].startswith("100.0% (")
+    low, high = wilson_interval(2, 9)
+    assert [r["trajectory"] for r in response.context["rows"]][1] == (
+        f"22.2% ({low * 100:.1f}–{high * 100:.1f}%) n=9"
+    )
     html = response.content.decode()
     assert 'id="rank-by">trajectory<' in html and "trajectory pass (95% CI, n)" in html
     assert 'href="?rank_by=answer"' in html
     default = client.get(url)
     assert [r["v"].name for r in default.context["rows"]] == ["direct", "tools"]
     bad = client.get(url + "?rank_by=path")
-    assert bad.status_code == 400 and "unknown value 'path'" in bad.content.decode()
+    assert bad.status_code == 400 and "rank_by: unknown value 'path'" in bad.context["error"]
+    assert 'id="leaderboard-error"' in bad.content.decode()
