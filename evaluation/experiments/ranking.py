@@ -330,7 +330,10 @@ def leaderboard(
     key = by_path.trajectory_rank_key if by == by_path.TRAJECTORY else _answer_key
     ranked = sorted((v for v in rows if v.status == RunStatus.SUCCESS), key=key)
     unranked = sorted((v for v in rows if v.status != RunStatus.SUCCESS), key=lambda v: v.name)
-    pairs = (by_path.trajectory_pairs if by == by_path.TRAJECTORY else _pairs)(ranked, runs, level)
+    if by == by_path.TRAJECTORY:
+        pairs = [PairRow(**p) for p in by_path.trajectory_pairs(ranked, runs, level)]
+    else:
+        pairs = _pairs(ranked, runs, level)
     top_group = _top_group(ranked, pairs, level)
     frontier, cost_unknown = pareto_frontier(ranked)
     undecided = mark_uncertainty(ranked, runs, frontier)

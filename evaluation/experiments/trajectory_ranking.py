@@ -16,14 +16,13 @@ p-value Holm-adjusted across the pairs (Holm 1979), then the top group.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from common.errors import BadInput
 from evaluation.compare.statistics import holm_adjust, mcnemar_exact_p
 
 if TYPE_CHECKING:
-    from evaluation.experiments.ranking import PairRow, VariantRow
     from evaluation.models import Run
 
 __all__ = [
@@ -31,6 +30,7 @@ __all__ = [
     "RANK_BY",
     "TRAJECTORY",
     "TRAJECTORY_TEST",
+    "RankedVariant",
     "rank_by_check",
     "trajectory_figures",
     "trajectory_pairs",
@@ -43,6 +43,15 @@ TRAJECTORY = "trajectory"
 RANK_BY = (ANSWER, TRAJECTORY)
 #: How a pair ranked by trajectory was tested, as ``PairRow.test`` says it.
 TRAJECTORY_TEST = "exact McNemar on trajectory pass"
+
+
+class RankedVariant(Protocol):
+    """What this module reads of a leaderboard row (``ranking.VariantRow``)."""
+
+    name: str
+    run_pk: int
+    cost: float | None
+    trajectory: dict[str, Any] | None
 
 
 def rank_by_check(value: Any, *, where: str = "rank_by") -> str:
@@ -74,7 +83,7 @@ def trajectory_figures(metrics: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def trajectory_rank_key(v: VariantRow) -> tuple[Any, ...]:
+def trajectory_rank_key(v: RankedVariant) -> tuple[Any, ...]:
     """Best first by trajectory pass rate (none last), lower cost (unknown
     last), then name."""
     rate = (v.trajectory or {}).get("accuracy")
@@ -89,15 +98,17 @@ def _verdicts(run: Run) -> dict[int, bool]:
     return {r.example_key: r.passed for r in path_rows(run) if r.passed is not None}
 
 
-def trajectory_pairs(ranked: list[VariantRow], runs: Mapping[int, Run], alpha: float) -> list[PairRow]:
-    """Every two ``ranked`` variants (``a`` above ``b``) compared on
+def trajectory_pairs(
+    ranked: Sequence[RankedVariant], runs: Mapping[int, Run], alpha: float
+) -> list[dict[str, Any]]:
+    """The fields of a ``ranking.PairRow`` for every two ``ranked`` variants
+    (``a`` above ``b``, rank order) compared on
     trajectory pass over the examples both have a verdict for: ``difference``
     = pass rate of ``a`` − of ``b`` there, exact McNemar ``p_value``, then
     Holm-adjusted across all the pairs, with the smallest difference
     detectable at ``alpha``. ``n == 0`` (no shared verdict): no figures.
     One read of predictions per variant."""
     from evaluation.compare.power import detectable_difference  # scipy: see compare.services
-    from evaluation.experiments.ranking import PairRow
 
     verdicts = {v.run_pk: _verdicts(runs[v.run_pk]) for v in ranked}
     found = []
@@ -112,19 +123,19 @@ def trajectory_pairs(ranked: list[VariantRow], runs: Mapping[int, Run], alpha: f
             found.append((a, b, len(shared), fixed + broken, difference, p))
     adjusted = holm_adjust([p for *_, p in found])
     return [
-        PairRow(
-            a=a.name,
-            b=b.name,
-            difference=difference,
-            p_value=p,
-            p_holm=p_holm,
-            n=n,
-            test=TRAJECTORY_TEST,
-            a_pk=a.run_pk,
-            b_pk=b.run_pk,
-            detectable=detectable_difference(n, discordant=discordant, alpha=alpha, pairs=len(found))
+        {
+            "a": a.name,
+            "b": b.name,
+            "difference": difference,
+            "p_value": p,
+            "p_holm": p_holm,
+            "n": n,
+            "test": TRAJECTORY_TEST,
+            "a_pk": a.run_pk,
+            "b_pk": b.run_pk,
+            "detectable": detectable_difference(n, discordant=discordant, alpha=alpha, pairs=len(found))
             if n
             else None,
-        )
+        }
         for (a, b, n, discordant, difference, p), p_holm in zip(found, adjusted, strict=True)
     ]
