@@ -100,10 +100,12 @@ def test_ranked_by_answer_the_variants_tie_and_ranked_by_trajectory_the_right_pa
     assert board.rank_by == "trajectory"
     assert [v.name for v in board.variants] == ["tools", "direct"]
     tools, direct = board.variants
-    low, high = wilson_interval(2, 9)
+    interval = wilson_interval(2, 9)
+    assert interval is not None
+    low, high = interval
     # the plain example has no expected trajectory: not scored, never wrong
     assert direct.trajectory == {"accuracy": 2 / 9, "ci_low": low, "ci_high": high, "n": 9, "correct": 2}
-    assert tools.trajectory["accuracy"] == 1.0 and tools.trajectory["n"] == 9
+    assert tools.trajectory is not None and (tools.trajectory["accuracy"], tools.trajectory["n"]) == (1.0, 9)
     [pair] = board.pairs
     # paired on the 9 examples both have a verdict for: tools passes 7 that direct fails, 0 the other way
     expected = mcnemar([[2, 7], [0, 0]], exact=True).pvalue
@@ -121,7 +123,9 @@ def test_the_command_ranks_by_trajectory_and_refuses_an_unknown_rank_by(paths, t
     expected = mcnemar([[2, 7], [0, 0]], exact=True).pvalue
     assert "ranked by trajectory" in text and f"p={expected:.4f} *" in text
     # direct's trajectory pass (a table cell wraps, so each half is looked for)
-    low, high = wilson_interval(2, 9)
+    interval = wilson_interval(2, 9)
+    assert interval is not None
+    low, high = interval
     assert "22.2%" in text and f"({low * 100:.1f}–{high * 100:.1f}%)" in text
     assert "row − column trajectory pass" in text
     body = json.loads(out.read_text(encoding="utf-8"))
@@ -166,7 +170,9 @@ def test_the_admin_page_ranks_by_trajectory(paths, staff):
     response = client.get(url + "?rank_by=trajectory")
     assert response.status_code == 200
     assert [r["v"].name for r in response.context["rows"]] == ["tools", "direct"]
-    low, high = wilson_interval(2, 9)
+    interval = wilson_interval(2, 9)
+    assert interval is not None
+    low, high = interval
     assert [r["trajectory"] for r in response.context["rows"]][1] == (
         f"22.2% ({low * 100:.1f}–{high * 100:.1f}%) n=9"
     )
