@@ -11,7 +11,7 @@ even a staff member's: keys stay read-only (``apikeys.auth``).
 # annotations at import time to build their schemas.
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
@@ -252,12 +252,20 @@ class LeaderboardVariantOut(Schema):
     latency_p95_s: float | None
     errors: int
     stop_reasons: dict[str, int]
+    trajectory: dict[str, Any] | None = Field(
+        None,
+        description="trajectory pass rate: accuracy (0..1), ci_low, ci_high (95% Wilson), n (scored), "
+        "correct; null when the run has no trajectory verdict",
+    )
 
 
 class LeaderboardPairOut(Schema):
     a: str = Field(description="the variant ranked higher")
     b: str
-    difference: float | None = Field(description="accuracy of a minus b on the examples both scored")
+    difference: float | None = Field(
+        description="accuracy (ranked by trajectory: trajectory pass rate) of a minus b on the examples "
+        "both scored"
+    )
     p_value: float | None = Field(description="exact McNemar, or the paired bootstrap with epochs")
     p_holm: float | None = Field(description="Holm-adjusted across all the pairs")
     n: int = Field(description="paired examples")
@@ -275,6 +283,7 @@ class LeaderboardPairOut(Schema):
 
 class LeaderboardOut(Schema):
     experiment: str
+    rank_by: str = Field(description="answer or trajectory: what the variants and pairs are ranked by")
     dataset: str
     dataset_version: int
     alpha: float
@@ -304,8 +313,11 @@ def experiment_leaderboard(
     request: AuthedRequest,
     name: ExperimentName,
     alpha: float | None = Query(None, gt=0, lt=1, description="significance level of the top group"),
+    rank_by: Literal["answer", "trajectory"] | None = Query(
+        None, description="rank by the answer's verdict or by trajectory pass (default: the experiment's)"
+    ),
 ) -> dict[str, Any]:
-    return leaderboard_json(leaderboard(experiment_get(name), alpha=alpha))
+    return leaderboard_json(leaderboard(experiment_get(name), alpha=alpha, rank_by=rank_by))
 
 
 class TurnExampleIn(Schema):

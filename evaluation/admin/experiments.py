@@ -27,7 +27,14 @@ from common.admin import DASH, StaffReadOnlyAdmin, fmt_cost, fmt_pct, subquery_c
 from common.errors import AgentLabError
 from evaluation.admin.regressions import compare_url
 from evaluation.admin.report import CHARTJS_VERSION, report_url
-from evaluation.experiments.leaderboard_table import FRONTIER_MARK, TOP_MARK, legend, pp_text, stopping_notes
+from evaluation.experiments.leaderboard_table import (
+    FRONTIER_MARK,
+    TOP_MARK,
+    legend,
+    pp_text,
+    stopping_notes,
+    trajectory_text,
+)
 from evaluation.experiments.ranking import (
     Leaderboard,
     PairRow,
@@ -59,6 +66,7 @@ def variant_rows(board: Leaderboard) -> list[dict[str, Any]]:
             "accuracy": fmt_pct(v.accuracy),
             "interval": _interval(v),
             "pass_at_k": fmt_pct((v.pass_at_k or {}).get(str(v.epochs))) if v.pass_at_k else DASH,
+            "trajectory": trajectory_text(v),
             "tokens": f"{v.tokens['input']:,} / {v.tokens['output']:,}",
             "cost": fmt_cost(v.cost),
             "cost_per_correct": fmt_cost(v.cost_per_correct),
@@ -219,7 +227,7 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
             + url_query(experiment__id__exact=experiment.pk),
         }
         try:
-            board = leaderboard(experiment)
+            board = leaderboard(experiment, rank_by=request.GET.get("rank_by") or None)
         except AgentLabError as exc:
             context["error"] = str(exc)
             return TemplateResponse(
@@ -236,5 +244,7 @@ class ExperimentAdmin(StaffReadOnlyAdmin):
             top_mark=TOP_MARK,
             frontier_mark=FRONTIER_MARK,
             shared_model=shares_one_model(experiment),
+            has_trajectory=any(v.trajectory for v in board.variants),
+            rank_by_other="answer" if board.rank_by == "trajectory" else "trajectory",
         )
         return TemplateResponse(request, "admin/evaluation/experiment/leaderboard.html", context)

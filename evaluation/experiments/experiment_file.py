@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from common.errors import BadInput
+from evaluation.experiments.trajectory_ranking import rank_by_check
 
 #: The shared keys and the type each must have (``float`` also takes an int).
 SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -61,6 +62,8 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "margin": float,
     "batch_size": int,
     "variant": list,
+    # the leaderboard's order: "answer" or "trajectory" (evaluation.experiments.trajectory_ranking)
+    "rank_by": str,
 }
 
 #: A variant's keys besides ``name`` (its overrides) and their types.
@@ -161,7 +164,8 @@ def experiment_spec(path: str | Path, *, environ: Mapping[str, str] | None = Non
         slug), a variant with no override, ``system_prompt`` with
         ``system_prompt_file`` or a prompt file that cannot be read,
         ``api_key_env`` without ``base_url`` or naming a variable that is not set,
-        ``baseline`` naming no variant, ``alpha`` outside (0, 1), an empty string
+        ``baseline`` naming no variant, ``alpha`` outside (0, 1), an unknown
+        ``rank_by``, an empty string
     value, a name with a control character. The values of
         ``run_eval``'s own options are checked by ``eval_request`` after this.
     """
@@ -189,6 +193,7 @@ def experiment_spec(path: str | Path, *, environ: Mapping[str, str] | None = Non
     alpha = float(document.get("alpha", 0.05))
     if not 0 < alpha < 1:
         raise BadInput(f"{where}: alpha must be between 0 and 1 (exclusive), got {alpha}")
+    rank_by_check(document.get("rank_by"), where=f"{where}: rank_by")
     skip = {"name", "dataset", "baseline", "alpha", "variant"}
     shared = {key: value for key, value in document.items() if key not in skip}
     return ExperimentSpec(

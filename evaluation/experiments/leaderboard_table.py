@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     # imports this module for its marks and legend at every command's start
     from rich.table import Table
 
-__all__ = ["FRONTIER_MARK", "TOP_MARK", "format_leaderboard", "leaderboard_text", "legend"]
+__all__ = ["FRONTIER_MARK", "TOP_MARK", "format_leaderboard", "leaderboard_text", "legend", "trajectory_text"]
 
 _DASH = "—"
 #: The marks of the top group and of the Pareto frontier.
@@ -66,6 +66,17 @@ def _accuracy(v: VariantRow) -> str:
     return f"{_pct(v.accuracy)} ({v.ci_low * 100:.1f}–{v.ci_high * 100:.1f}%)"
 
 
+def trajectory_text(v: VariantRow) -> str:
+    """The variant's trajectory pass rate with its 95 % Wilson interval and
+    n, ``—`` when it has no trajectory verdict."""
+    t = v.trajectory
+    if not t or t.get("accuracy") is None:
+        return _DASH
+    if t.get("ci_low") is None or t.get("ci_high") is None:
+        return f"{_pct(t['accuracy'])} n={t['n']}"
+    return f"{_pct(t['accuracy'])} ({t['ci_low'] * 100:.1f}–{t['ci_high'] * 100:.1f}%) n={t['n']}"
+
+
 def _marks(v: VariantRow) -> str:
     return " ".join(m for m, on in ((TOP_MARK, v.top_group), (FRONTIER_MARK, v.pareto)) if on)
 
@@ -83,11 +94,13 @@ def _variants_table(board: Leaderboard) -> Table:
     epochs = max((v.epochs for v in board.variants), default=1)
     title = (
         f"Leaderboard · {board.experiment} · dataset {board.dataset}@{board.dataset_version}"
-        f" · alpha {board.alpha:g}"
+        f" · alpha {board.alpha:g} · ranked by {board.rank_by}"
     )
     table = Table(title=title)
     columns = ["#", "", "variant", "status", "accuracy (95% CI)", "n"]
     columns += [f"pass@{epochs}"] if epochs > 1 else []
+    paths = any(v.trajectory for v in board.variants)
+    columns += ["trajectory pass (95% CI)"] if paths else []
     columns += ["cost", "$ / correct", "tokens in / out", "p50 / p95 s", "errors", "stop reasons"]
     for name in columns:
         table.add_column(
@@ -96,6 +109,7 @@ def _variants_table(board: Leaderboard) -> Table:
     for v in board.variants:
         cells = [str(v.rank or _DASH), _marks(v), v.name, v.status, _accuracy(v), str(v.n)]
         cells += [_pass_at_k(v)] if epochs > 1 else []
+        cells += [trajectory_text(v)] if paths else []
         cells += [
             _usd(v.cost),
             _usd(v.cost_per_correct),
@@ -137,7 +151,8 @@ def _matrix(board: Leaderboard) -> Table | None:
     if len(ranked) < 2:
         return None
     pairs = {(p.a, p.b): p for p in board.pairs}
-    title = "Pairs: row − column accuracy on the examples both scored, Holm-adjusted p"
+    what = "trajectory pass" if board.rank_by == "trajectory" else "accuracy"
+    title = f"Pairs: row − column {what} on the examples both scored, Holm-adjusted p"
     table = Table(title=title, min_width=len(title))
     table.add_column("")
     for name in ranked[1:]:
@@ -160,13 +175,19 @@ def legend(board: Leaderboard) -> str:
     """What the marks and the pairs' p-values mean, in one line."""
     tests = sorted({p.test for p in board.pairs})
     test = " / ".join(tests) if tests else "exact McNemar"
+    on = (
+        "the examples both have a trajectory verdict for"
+        if board.rank_by == "trajectory"
+        else "the examples both scored"
+    )
     return (
         f"{TOP_MARK}: not significantly worse than the best (Holm-adjusted p ≥ {board.alpha:g}, or not "
         f"worse); {FRONTIER_MARK}: Pareto frontier, no other variant at least as accurate for at most the "
-        f"cost; pairs: {test} on the examples both scored (McNemar 1947; with epochs the paired bootstrap), "
+        f"cost; pairs: {test} on {on} (McNemar 1947; with epochs the paired bootstrap), "
         f"p Holm (1979)-adjusted across all {len(board.pairs)} pairs, * below alpha; ± the smallest "
         "difference the pair could detect with 80% power (exact McNemar at alpha over the pairs); "
-        "intervals: 95% Wilson (with epochs: bootstrap)."
+        "intervals: 95% Wilson (with epochs: bootstrap)"
+        + ("; ranked by trajectory pass (pairs on epoch 1)." if board.rank_by == "trajectory" else ".")
     )
 
 

@@ -36,17 +36,18 @@ they are:
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.errors import BadInput, NotFound
+from common.errors import BadInput
 from evaluation.compare.bootstrap import RESAMPLES, SEED, paired_bootstrap
 from evaluation.compare.selectors import run_compared_epoch_rows
 from evaluation.compare.services import run_compare
 from evaluation.compare.statistics import holm_adjust
+from evaluation.experiments import trajectory_ranking as by_path
 from evaluation.experiments.frontier import mark_uncertainty, pareto_frontier
+from evaluation.experiments.lookup import experiment_get
 from evaluation.experiments.stopping import decided_early_at
 from evaluation.models import Experiment, Run, RunStatus
 from evaluation.selectors import run_stored_metrics
@@ -108,6 +109,8 @@ class VariantRow:
     cost_per_example: float | None = None
     cost_ci: tuple[float, float] | None = None
     frontier_undecided: bool = False
+    #: trajectory pass rate ``{"accuracy", "ci_low", "ci_high", "n", "correct"}`` (``trajectory_ranking``)
+    trajectory: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -152,28 +155,7 @@ class Leaderboard:
     cost_unknown: list[str] = field(default_factory=list)
     frontier_undecided: list[str] = field(default_factory=list)
     stopped_early: dict[str, Any] | None = None
-
-
-def experiment_get(name: str) -> Experiment:
-    """The experiment named ``name`` (or, failing that, whose slug is
-    ``name``). Raises ``NotFound`` naming the known experiments (and the
-    nearest name), or saying there are none yet."""
-    experiment = (
-        Experiment.objects.select_related("dataset").filter(name=name).first()
-        or Experiment.objects.select_related("dataset").filter(slug=name).first()
-    )
-    if experiment is not None:
-        return experiment
-    known = list(Experiment.objects.order_by("name").values_list("name", flat=True)[:200])
-    if not known:
-        raise NotFound(
-            f"no experiment named {name!r}: there are no experiments yet "
-            "(manage.py run_experiment FILE.toml makes one)"
-        )
-    close = difflib.get_close_matches(name, known, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    shown = ", ".join(repr(k) for k in known[:20]) + (", …" if len(known) > 20 else "")
-    raise NotFound(f"no experiment named {name!r}; {hint}known experiments: {shown}")
+    rank_by: str = "answer"  # or "trajectory" (``evaluation.experiments.trajectory_ranking``)
 
 
 def _seconds(ms: Any) -> float | None:
@@ -260,12 +242,17 @@ def _variant_row(run: Run) -> VariantRow:
         latency_p95_s=_seconds(latency.get("p95")),
         errors=int(metrics.get("errors") or 0),
         stop_reasons=dict(metrics.get("stop_reasons") or {}),
+        trajectory=by_path.trajectory_figures(metrics) if run.status == RunStatus.SUCCESS else None,
     )
 
 
 def _rank_key(accuracy: float | None, cost: float | None, name: str) -> tuple[Any, ...]:
     """Best first: higher accuracy (unknown last), lower cost (unknown last), name."""
     return (accuracy is None, -(accuracy or 0.0), cost is None, cost or 0.0, name)
+
+
+def _answer_key(v: VariantRow) -> tuple[Any, ...]:
+    return _rank_key(v.accuracy, v.cost, v.name)
 
 
 def _variant_runs(experiment: Experiment) -> list[Run]:
@@ -325,23 +312,28 @@ def _top_group(ranked: list[VariantRow], pairs: list[PairRow], alpha: float) -> 
     return [v.name for v in ranked if v.name not in worse]
 
 
-def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leaderboard:
+def leaderboard(
+    experiment: Experiment, *, alpha: float | None = None, rank_by: str | None = None
+) -> Leaderboard:
     """The leaderboard of ``experiment`` at significance level ``alpha``
-    (``None``: the experiment's own ``alpha``), from its stored runs and
-    predictions; writes nothing. One comparison per pair of finished
-    variants (two reads of predictions each). Raises ``BadInput`` for an
-    ``alpha`` outside (0, 1)."""
+    (``None``: the experiment's own ``alpha``) ranked by ``rank_by``
+    (``"answer"`` or ``"trajectory"``; ``None``: the experiment file's, else
+    answer), from its stored runs and predictions; writes nothing. One
+    comparison per pair of finished variants. Raises ``BadInput`` for an
+    ``alpha`` outside (0, 1) or an unknown ``rank_by``."""
     level = experiment.alpha if alpha is None else alpha
     if not 0 < level < 1:
         raise BadInput(f"alpha must be a number between 0 and 1 (exclusive), got {level}")
+    by = by_path.rank_by_check(rank_by or ((experiment.spec or {}).get("shared") or {}).get("rank_by"))
     runs = {run.pk: run for run in _variant_runs(experiment)}
     rows = [_variant_row(run) for run in runs.values()]
-    ranked = sorted(
-        (v for v in rows if v.status == RunStatus.SUCCESS),
-        key=lambda v: _rank_key(v.accuracy, v.cost, v.name),
-    )
+    key = by_path.trajectory_rank_key if by == by_path.TRAJECTORY else _answer_key
+    ranked = sorted((v for v in rows if v.status == RunStatus.SUCCESS), key=key)
     unranked = sorted((v for v in rows if v.status != RunStatus.SUCCESS), key=lambda v: v.name)
-    pairs = _pairs(ranked, runs, level)
+    if by == by_path.TRAJECTORY:
+        pairs = [PairRow(**p) for p in by_path.trajectory_pairs(ranked, runs, level)]
+    else:
+        pairs = _pairs(ranked, runs, level)
     top_group = _top_group(ranked, pairs, level)
     frontier, cost_unknown = pareto_frontier(ranked)
     undecided = mark_uncertainty(ranked, runs, frontier)
@@ -360,6 +352,7 @@ def leaderboard(experiment: Experiment, *, alpha: float | None = None) -> Leader
         cost_unknown=cost_unknown,
         frontier_undecided=undecided,
         stopped_early=(experiment.spec or {}).get("stopped_early"),
+        rank_by=by,
     )
 
 
@@ -406,6 +399,7 @@ def _variant_json(v: VariantRow) -> dict[str, Any]:
         "latency_p95_s": v.latency_p95_s,
         "errors": v.errors,
         "stop_reasons": v.stop_reasons,
+        "trajectory": v.trajectory,
     }
 
 
@@ -417,12 +411,14 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``interval``, ``n``, ``correct``, ``epochs``, ``pass_at_k``, ``cost``,
     ``cost_per_correct``, ``top_group``, ``pareto``, ``per_task_type``,
     ``tokens``, ``latency_p50_s``, ``latency_p95_s``, ``errors``,
-    ``stop_reasons``), ``pairs`` (each ``a``, ``b``, ``difference``,
+    ``stop_reasons``, ``trajectory``: the trajectory pass rate with its
+    interval or ``null``), ``rank_by``, ``pairs`` (each ``a``, ``b``, ``difference``,
     ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
     smallest difference detectable at 80 % power), ``top_group``, ``frontier``
     (ascending cost), ``cost_unknown``, ``stopped_early``/``decided_early_at`` (``stopping``)."""
     return {
         "experiment": board.experiment,
+        "rank_by": board.rank_by,
         "dataset": board.dataset,
         "dataset_version": board.dataset_version,
         "alpha": board.alpha,

@@ -1,12 +1,14 @@
-"""``manage.py leaderboard EXPERIMENT [--json FILE] [--alpha A]`` — an
+"""``manage.py leaderboard EXPERIMENT [--json FILE] [--alpha A] [--rank-by answer|trajectory]`` — an
 experiment's leaderboard (docs/evaluating.md#leaderboard): its variants best
 first, every pair compared (exact McNemar, or the paired bootstrap with
 epochs; Holm-adjusted across the pairs), the top group and the
-accuracy-vs-cost frontier.
+accuracy-vs-cost frontier. ``--rank-by trajectory`` ranks by trajectory pass
+instead (``evaluation.experiments.trajectory_ranking``; default: the
+experiment file's ``rank_by``, else ``answer``).
 
 Prints the tables (``evaluation.experiments.leaderboard_table``) and writes
 the leaderboard as JSON with ``--json``. Exit codes: 0 done, 2 bad input (an
-unknown experiment, an ``--alpha`` outside (0, 1), an unwritable ``--json``,
+unknown experiment, an ``--alpha`` outside (0, 1), an unknown ``--rank-by``, an unwritable ``--json``,
 a database that cannot be read).
 """
 
@@ -29,6 +31,7 @@ from common.commands import (
 from common.errors import AgentLabError
 from evaluation.experiments.leaderboard_table import leaderboard_text
 from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
+from evaluation.experiments.trajectory_ranking import rank_by_check
 
 
 def alpha_option(text: str | None) -> float | None:
@@ -62,16 +65,24 @@ class Command(BaseCommand):
             default=None,
             help="the significance level of the top group (default: the experiment's own, 0.05 unless set)",
         )
+        parser.add_argument(
+            "--rank-by",
+            dest="rank_by",
+            default=None,
+            help="rank by 'answer' (the answer's verdict) or 'trajectory' (the trajectory scorer's pass; "
+            "pairs: exact McNemar on trajectory pass); default: the experiment file's rank_by, else answer",
+        )
 
     def handle(self, *args: Any, **opts: Any) -> None:
         json_path: str | None = opts["json_path"]
         with exit_codes(AgentLabError, ValueError):
             alpha = alpha_option(opts["alpha"])
+            rank_by = None if opts["rank_by"] is None else rank_by_check(opts["rank_by"], where="--rank-by")
             if json_path:
                 json_target_check(json_path)  # before the work: the file is written after it
             with database_errors():
                 database_check()
-                board = leaderboard(experiment_get(opts["experiment"]), alpha=alpha)
+                board = leaderboard(experiment_get(opts["experiment"]), alpha=alpha, rank_by=rank_by)
         self.stdout.write(leaderboard_text(board))
         if json_path:
             try:
