@@ -65,6 +65,7 @@ api = NinjaAPI(
 )
 api.add_router("", "turns.api.router")
 api.add_router("", "evaluation.api.router")
+api.add_router("", "evaluation.api_runs.router")
 
 
 def error_response(

@@ -39,6 +39,7 @@ from evaluation.run.on_workers import EVAL_TASK
 from evaluation.run.plan import PlanAction, PlannedExample
 from turns.jobs.tasks import DRIVER_TASK_OPTIONS, shared_db
 from turns.llm import get_provider
+from evaluation.run import api_start  # noqa: F401  (registers api_start.RUN_TASK on the workers)
 
 logger = logging.getLogger(__name__)
 
