@@ -64,7 +64,7 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("", "turns.api.router")
-api.add_router("", "evaluation.api.router")
+# evaluation.api's router, with the routes that start and cancel runs added
 api.add_router("", "evaluation.api_runs.router")
 
 

@@ -4,7 +4,8 @@
 once (``evaluation.run.api_start``); ``POST /runs/{run_id}/cancel`` cancels a
 run as ``manage.py cancel_run`` does. Allowed: staff with a session (and
 CSRF), or an API key with the ``run`` scope; a read-only key gets 403, no
-credentials 401.
+credentials 401. The operations are added to ``evaluation.api.router``
+(registered from here, ``config.api``).
 """
 
 # No ``from __future__ import annotations``: django-ninja reads the handlers'
@@ -15,15 +16,15 @@ from urllib.parse import quote
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
-from ninja import Field, Path, Router, Schema, Status
+from ninja import Field, Path, Schema, Status
 from ninja.errors import HttpError
 from pydantic import AfterValidator, ConfigDict
 
 from agentlab.agent.text import clean_text
 from apikeys.auth import ApiKeyAuth, SessionAuth
 from apikeys.models import ApiKey, ApiKeyScope
-from apikeys.throttle import api_key_throttle
 from common.api import ERRORS, AuthedRequest, ErrorOut
+from evaluation.api import router
 from evaluation.run.api_start import run_start_over_api
 from evaluation.run.cancel import run_cancel
 
@@ -51,11 +52,9 @@ class StaffRunSessionAuth(SessionAuth):
         return user
 
 
-router = Router(
-    tags=["evaluation runs"],
-    auth=[RunScopeKeyAuth(), StaffRunSessionAuth()],
-    throttle=[api_key_throttle],
-)
+#: who may start and cancel runs; the operations join ``evaluation.api``'s router
+#: (``GET /runs`` and ``POST /runs`` are one path: ninja serves a path from one router)
+RUN_AUTH = [RunScopeKeyAuth(), StaffRunSessionAuth()]
 
 
 class RunStartIn(Schema):
@@ -100,7 +99,7 @@ class RunCancelledOut(Schema):
     followed: bool = Field(description="a run_eval drives the run and finishes it as cancelled")
 
 
-@router.post("/runs", response={202: RunStartedOut, 409: ErrorOut, **ERRORS}, summary="Start a run (run_eval)")
+@router.post("/runs", auth=RUN_AUTH, response={202: RunStartedOut, 409: ErrorOut, **ERRORS}, summary="Start a run (run_eval)")
 def run_start(request: AuthedRequest, body: RunStartIn) -> Status[RunStartedOut]:
     """Start ``run_eval`` on a registered dataset; 202 with the run id at once.
     404 for a dataset that is not registered, 409 for a run id taken, 422
@@ -114,7 +113,7 @@ def run_start(request: AuthedRequest, body: RunStartIn) -> Status[RunStartedOut]
     return Status(202, RunStartedOut(run_id=run_id, url=url))
 
 
-@router.post("/runs/{run_id}/cancel", response={200: RunCancelledOut, 409: ErrorOut, **ERRORS}, summary="Cancel a run")
+@router.post("/runs/{run_id}/cancel", auth=RUN_AUTH, response={200: RunCancelledOut, 409: ErrorOut, **ERRORS}, summary="Cancel a run")
 def run_cancel_route(request: AuthedRequest, run_id: RunId) -> RunCancelledOut:
     """Cancel a run's remaining turns (``manage.py cancel_run``): 404 for an
     unknown run, 409 for a finished run with nothing left to cancel."""

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from common.errors import NotFound, StateConflict
 from evaluation.datasets.services import dataset_resolve_ref
+from evaluation.datasets.subsets import subset_check
 from evaluation.models import Dataset, Run
 from evaluation.run.request import EvalRequest, Endpoint, eval_request
 
@@ -63,7 +64,8 @@ def run_start_over_api(options: dict[str, Any]) -> str:
     one, else a new ``NAME-YYYYmmdd-HHMMSS-xxxx``).
 
     Raises ``ValueError`` / ``BadInput`` for a bad option, ``NotFound`` for a
-    dataset that is not registered, ``StateConflict`` for a run id taken.
+    dataset that is not registered, ``BadInput`` for a version, split or
+    tag it does not have, ``StateConflict`` for a run id taken.
     Nothing is written here: the run's row is written by ``run_eval`` where it
     is driven (so ``GET /api/runs/{id}`` may answer 404 for a moment)."""
     request = api_request(options)
@@ -71,6 +73,8 @@ def run_start_over_api(options: dict[str, Any]) -> str:
     if not Dataset.objects.filter(name=name).exists():
         raise NotFound(f"dataset {request.dataset!r}: no registered dataset {name!r} (manage.py list_datasets)")
     ref = dataset_resolve_ref(name_or_path=request.dataset)
+    if request.split is not None or request.tags:
+        subset_check(ref.dataset, ref.number, split=request.split, tags=request.tags)
     run_id = request.run_id or f"{ref.dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     if Run.objects.filter(run_id=run_id).exists():
         raise StateConflict(f"run id {shlex.quote(run_id)} is taken: choose another, or none for a new one")
