@@ -38,7 +38,9 @@ class RunScopeKeyAuth(ApiKeyAuth):
     def authenticate(self, request: HttpRequest, key: str | None) -> Any:
         found: ApiKey | None = super().authenticate(request, key)
         if found is not None and found.scope != ApiKeyScope.RUN:
-            raise HttpError(403, "this API key is read-only: only a key with the 'run' scope starts or cancels runs")
+            raise HttpError(
+                403, "this API key is read-only: only a key with the 'run' scope starts or cancels runs"
+            )
         return found
 
 
@@ -63,7 +65,9 @@ class RunStartIn(Schema):
 
     model_config = ConfigDict(extra="forbid")
 
-    dataset: Text = Field(min_length=1, max_length=300, description="a registered dataset: NAME or NAME@VERSION")
+    dataset: Text = Field(
+        min_length=1, max_length=300, description="a registered dataset: NAME or NAME@VERSION"
+    )
     run_id: Text | None = Field(None, description="the new run's id (default: NAME-date-time-xxxx)")
     limit: int | None = None
     sample: int | None = None
@@ -99,7 +103,12 @@ class RunCancelledOut(Schema):
     followed: bool = Field(description="a run_eval drives the run and finishes it as cancelled")
 
 
-@router.post("/runs", auth=RUN_AUTH, response={202: RunStartedOut, 409: ErrorOut, **ERRORS}, summary="Start a run (run_eval)")
+@router.post(
+    "/runs",
+    auth=RUN_AUTH,
+    response={202: RunStartedOut, 409: ErrorOut, **ERRORS},
+    summary="Start a run (run_eval)",
+)
 def run_start(request: AuthedRequest, body: RunStartIn) -> Status[RunStartedOut]:
     """Start ``run_eval`` on a registered dataset; 202 with the run id at once.
     404 for a dataset that is not registered, 409 for a run id taken, 422
@@ -113,12 +122,20 @@ def run_start(request: AuthedRequest, body: RunStartIn) -> Status[RunStartedOut]
     return Status(202, RunStartedOut(run_id=run_id, url=url))
 
 
-@router.post("/runs/{run_id}/cancel", auth=RUN_AUTH, response={200: RunCancelledOut, 409: ErrorOut, **ERRORS}, summary="Cancel a run")
+@router.post(
+    "/runs/{run_id}/cancel",
+    auth=RUN_AUTH,
+    response={200: RunCancelledOut, 409: ErrorOut, **ERRORS},
+    summary="Cancel a run",
+)
 def run_cancel_route(request: AuthedRequest, run_id: RunId) -> RunCancelledOut:
     """Cancel a run's remaining turns (``manage.py cancel_run``): 404 for an
     unknown run, 409 for a finished run with nothing left to cancel."""
     user = request.auth if isinstance(request.auth, User) else None
     result = run_cancel(run_id=run_id, acting_user=user)
     return RunCancelledOut(
-        run_id=result.run.run_id, status=result.run.status, cancelled=result.cancelled, followed=result.followed
+        run_id=result.run.run_id,
+        status=result.run.status,
+        cancelled=result.cancelled,
+        followed=result.followed,
     )

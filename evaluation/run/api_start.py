@@ -32,7 +32,7 @@ from common.errors import NotFound, StateConflict
 from evaluation.datasets.services import dataset_resolve_ref
 from evaluation.datasets.subsets import subset_check
 from evaluation.models import Dataset, Run
-from evaluation.run.request import EvalRequest, Endpoint, eval_request
+from evaluation.run.request import Endpoint, EvalRequest, eval_request
 
 logger = logging.getLogger(__name__)
 
@@ -71,7 +71,9 @@ def run_start_over_api(options: dict[str, Any]) -> str:
     request = api_request(options)
     name = request.dataset.rsplit("@", 1)[0]
     if not Dataset.objects.filter(name=name).exists():
-        raise NotFound(f"dataset {request.dataset!r}: no registered dataset {name!r} (manage.py list_datasets)")
+        raise NotFound(
+            f"dataset {request.dataset!r}: no registered dataset {name!r} (manage.py list_datasets)"
+        )
     ref = dataset_resolve_ref(name_or_path=request.dataset)
     if request.split is not None or request.tags:
         subset_check(ref.dataset, ref.number, split=request.split, tags=request.tags)

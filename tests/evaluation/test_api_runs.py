@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
+from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from apikeys.models import ApiKey, ApiKeyScope
 from apikeys.services import apikey_create
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.models import Prediction, Run, RunStatus
 from evaluation.run import api_start
 from tests.api_support import ApiClient, assert_error
@@ -49,7 +49,9 @@ def wait_run(run_id: str) -> Run:
 def test_staff_starts_a_run_that_runs_to_its_end_on_the_inline_executor(endpoint, registered, staff) -> None:
     with StubLLMServer(agent) as server:
         endpoint(server)
-        response = ApiClient(staff).post("/api/runs", {"dataset": "arith@1", "run_id": "api-1", "review": False})
+        response = ApiClient(staff).post(
+            "/api/runs", {"dataset": "arith@1", "run_id": "api-1", "review": False}
+        )
         assert response.status_code == 202, response.content
         assert response.json() == {"run_id": "api-1", "url": "http://testserver/api/runs/api-1"}
         run = wait_run("api-1")
@@ -80,14 +82,22 @@ def test_a_run_scoped_key_starts_a_run_with_options_and_a_new_run_id(endpoint, r
 
 def test_a_read_only_key_a_plain_user_and_no_credentials_are_refused(registered, django_user_model) -> None:
     key, raw = apikey_create(name="reader")
-    assert key.scope == ApiKeyScope.READ == ApiKey._meta.get_field("scope").default  # what the migration gives old keys
-    error = assert_error(ApiClient(api_key=raw, csrf=False).post("/api/runs", {"dataset": "arith"}), 403, "forbidden")
+    assert (
+        key.scope == ApiKeyScope.READ == ApiKey._meta.get_field("scope").default
+    )  # what the migration gives old keys
+    error = assert_error(
+        ApiClient(api_key=raw, csrf=False).post("/api/runs", {"dataset": "arith"}), 403, "forbidden"
+    )
     assert "read-only" in error["message"]
     assert_error(ApiClient(api_key=raw, csrf=False).post("/api/runs/x/cancel"), 403, "forbidden")
     user = django_user_model.objects.create_user("plain", password="pw-plain-123")
     assert_error(ApiClient(user).post("/api/runs", {"dataset": "arith"}), 403, "forbidden")
     assert_error(ApiClient().post("/api/runs", {"dataset": "arith"}), 401, "unauthenticated")
-    assert_error(ApiClient(api_key="al_nope_nope", csrf=False).post("/api/runs", {"dataset": "arith"}), 401, "unauthenticated")
+    assert_error(
+        ApiClient(api_key="al_nope_nope", csrf=False).post("/api/runs", {"dataset": "arith"}),
+        401,
+        "unauthenticated",
+    )
     assert ApiClient(api_key=raw, csrf=False).get("/api/runs").status_code == 200  # it still reads
     assert not Run.objects.exists() and not api_start.inline_futures
 
