@@ -157,3 +157,32 @@ def test_cancel_stops_a_running_run_as_cancel_run_does(endpoint, registered, sta
     assert run.status == RunStatus.CANCELLED
     assert_error(client.post("/api/runs/to-cancel/cancel"), 409, "state_conflict")
     assert_error(client.post("/api/runs/nosuch/cancel"), 404, "not_found")
+
+
+def test_with_a_broker_the_run_goes_to_celery_with_its_options(
+    registered, staff, settings, monkeypatch
+) -> None:
+    """The hand-off only (a worker's drive is ``drive_api_run``, the inline path above):
+    the task is registered under its wire name and sent the checked options with the run id."""
+    from celery import current_app
+
+    current_app.loader.import_default_modules()
+    assert api_start.RUN_TASK in current_app.tasks
+    sent: list[dict[str, Any]] = []
+    monkeypatch.setattr(api_start.run_eval_over_api, "delay", sent.append)
+    settings.CELERY_BROKER_URL = "amqp://guest@127.0.0.1:5672//"
+    response = ApiClient(staff).post("/api/runs", {"dataset": "arith", "run_id": "on-celery", "limit": 1})
+    assert response.status_code == 202, response.content
+    assert sent == [
+        {
+            "dataset": "arith",
+            "run_id": "on-celery",
+            "limit": 1,
+            "tags": [],
+            "concurrency": 4,
+            "review": True,
+            "retry_errors": False,
+            "plugins": [],
+        }
+    ]
+    assert not Run.objects.exists() and not api_start.inline_futures
