@@ -14,12 +14,13 @@ from .services import apikey_create
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     """Adding a key shows the raw key once in a message; afterwards only its
-    prefix is visible. Keys are revoked, not edited."""
+    prefix is visible. A key's name and secret are not edited; its scope (read, or
+    run) may be changed and the key revoked."""
 
-    list_display = ("name", "key_prefix", "created_by", "created_at", "last_used_at", "revoked")
-    list_filter = ("revoked",)
+    list_display = ("name", "key_prefix", "scope", "created_by", "created_at", "last_used_at", "revoked")
+    list_filter = ("revoked", "scope")
     search_fields = ("name", "prefix")
-    fields = ("name", "revoked")
+    fields = ("name", "scope", "revoked")
     readonly_fields = ("key_prefix", "created_by", "created_at", "last_used_at")
 
     @admin.display(description="key")
@@ -28,9 +29,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
 
     def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
         return (
-            ("name",)
+            ("name", "scope")
             if obj is None
-            else ("name", "key_prefix", "created_by", "created_at", "last_used_at", "revoked")
+            else ("name", "key_prefix", "scope", "created_by", "created_at", "last_used_at", "revoked")
         )
 
     def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> Any:
@@ -40,7 +41,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         if change:
             super().save_model(request, obj, form, change)
             return
-        key, raw = apikey_create(name=obj.name, created_by=request.user)  # type: ignore[arg-type]
+        key, raw = apikey_create(name=obj.name, created_by=request.user, scope=obj.scope)  # type: ignore[arg-type]
         obj.pk, obj.prefix, obj.digest = key.pk, key.prefix, key.digest
         obj.created_at, obj.created_by = key.created_at, key.created_by
         messages.warning(

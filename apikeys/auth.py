@@ -2,8 +2,9 @@
 
 Browsers use the Django session: ``SessionAuth`` accepts a logged-in user and
 checks CSRF on unsafe methods (the ``X-CSRFToken`` header, as Django's own
-forms do). Programs use ``X-API-Key``: a key may read runs and predictions and
-nothing else — on any other route a valid key gets 403, an unknown one 401.
+forms do). Programs use ``X-API-Key``: a key may read runs and predictions,
+and one with the ``run`` scope start and cancel runs (``evaluation.api_runs``)
+— on any other route a valid key gets 403, an unknown one 401.
 ``session_auth`` is the API's default (``config.api``); the evaluation
 routes accept either (``evaluation.api``).
 """

@@ -1,4 +1,5 @@
-"""Program API keys (issue 5): read runs and predictions, nothing else.
+"""Program API keys (issue 5): read runs and predictions; a key with the ``run``
+scope (issue 46) may also start and cancel runs.
 
 A key is shown once, when it is created; only its SHA-256 digest is stored.
 The key carries its own lookup prefix (``al_<prefix>_<secret>``), so checking
@@ -11,6 +12,15 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
+
+
+class ApiKeyScope(models.TextChoices):
+    """What a key may do (issue 46): ``read`` runs and predictions (every key
+    made before scopes existed is ``read``), or also ``run`` — start and
+    cancel runs (``POST /api/runs``, ``POST /api/runs/{id}/cancel``)."""
+
+    READ = "read", "read: runs and predictions"
+    RUN = "run", "run: read, and start and cancel runs"
 
 
 class ApiKey(models.Model):
@@ -31,6 +41,7 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
     revoked = models.BooleanField(default=False)
+    scope = models.CharField(max_length=8, choices=ApiKeyScope.choices, default=ApiKeyScope.READ)
 
     class Meta:
         ordering = ["-created_at"]

@@ -20,12 +20,15 @@ def _digest(raw: str) -> str:
     return hashlib.sha256(raw.encode("utf-8")).hexdigest()
 
 
-def apikey_create(*, name: str, created_by: User | None = None) -> tuple[ApiKey, str]:
-    """Create a key; return ``(row, raw key)``. The raw key (``al_<12 hex>_<43 chars>``)
+def apikey_create(*, name: str, created_by: User | None = None, scope: str = "read") -> tuple[ApiKey, str]:
+    """Create a key with ``scope`` (``apikeys.models.ApiKeyScope``: ``read`` or
+    ``run``); return ``(row, raw key)``. The raw key (``al_<12 hex>_<43 chars>``)
     exists only in the return value: show it once, it cannot be recovered."""
     prefix = secrets.token_hex(6)
     raw = f"al_{prefix}_{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(name=name, prefix=prefix, digest=_digest(raw), created_by=created_by)
+    key = ApiKey.objects.create(
+        name=name, prefix=prefix, digest=_digest(raw), created_by=created_by, scope=scope
+    )
     return key, raw
 
 

@@ -8,8 +8,10 @@ shape the output.
 
 **Auth** (``apikeys.auth``). Browsers use the Django session, with CSRF on
 unsafe methods (the API's default); the evaluation routes that read runs and
-predictions also accept ``X-API-Key`` — on any other route (adding examples
-to a dataset included: keys never write) a valid key gets 403, an unknown one 401.
+predictions also accept ``X-API-Key``; starting and cancelling a run
+(``evaluation.api_runs``) takes a key with the ``run`` scope (a ``read`` key
+gets 403) or a staff session — on any other route (adding examples to a
+dataset included) a valid key gets 403, an unknown one 401.
 
 **Bodies** are JSON: a form or multipart body gets 415 and a body over
 ``DATA_UPLOAD_MAX_MEMORY_SIZE`` 413 (``config.middleware``), and text in
@@ -64,7 +66,8 @@ api = NinjaAPI(
     urls_namespace="api",
 )
 api.add_router("", "turns.api.router")
-api.add_router("", "evaluation.api.router")
+# evaluation.api's router, with the routes that start and cancel runs added
+api.add_router("", "evaluation.api_runs.router")
 
 
 def error_response(

@@ -144,7 +144,7 @@ def test_a_method_a_route_does_not_take_is_405_in_the_api_s_shape(server: dict[s
     for method, path, allowed in (
         ("PUT", "/api/conversations", "GET, POST"),
         ("GET", "/api/datasets/any/examples", "POST"),
-        ("DELETE", "/api/runs", "GET"),
+        ("DELETE", "/api/runs", "GET, POST"),
     ):
         response = client.request(method, path)
         assert response.status_code == 405, (method, path, response.text)
@@ -172,4 +172,19 @@ def test_an_experiment_s_leaderboard_edges_answer_in_the_api_s_shape(server: dic
     assert response.status_code == 405 and response.headers["allow"] == "GET"
     response = client.post("/api/experiments/nope", data={"a": "b"})  # a form: refused before the route
     assert response.status_code == 415 and _error(response)["code"] == "unsupported_media_type"
+    assert "Traceback" not in server["log"].read_text()
+
+
+def test_starting_or_cancelling_a_run_with_a_bad_body_is_a_4xx_not_500(server: dict[str, Any]) -> None:
+    """``POST /api/runs`` (issue 46) through daphne: multipart and form bodies
+    are 415 before the route; a broken JSON body and a non-staff session are 4xx."""
+    client: httpx.Client = server["client"]
+    multipart = client.post("/api/runs", files={"dataset": (None, "gsm8k")})
+    assert (multipart.status_code, _error(multipart)["code"]) == (415, "unsupported_media_type")
+    form = client.post("/api/runs/some-run/cancel", data={"x": "y"})
+    assert (form.status_code, _error(form)["code"]) == (415, "unsupported_media_type")
+    broken = client.post("/api/runs", content=b'{"dataset": ', headers={"Content-Type": "application/json"})
+    assert 400 <= broken.status_code < 500 and _error(broken)["message"]
+    not_staff = client.post("/api/runs", json={"dataset": "gsm8k"})
+    assert (not_staff.status_code, _error(not_staff)["code"]) == (403, "forbidden")
     assert "Traceback" not in server["log"].read_text()

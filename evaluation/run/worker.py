@@ -36,6 +36,7 @@ from agentlab.agent.providers.caching import CachePolicy
 from agentlab.agent.types import LLMProvider
 from common.loop_thread import LoopThread
 from evaluation.models import Prediction
+from evaluation.run import api_start  # noqa: F401  (registers api_start.RUN_TASK on the workers)
 from evaluation.run.inprocess import DatabaseOutage, drive_examples
 from evaluation.run.on_workers import EVAL_TASK
 from evaluation.run.plan import PlanAction, PlannedExample
