@@ -5,7 +5,7 @@ specification's default protocol), set up once per process on first use
 
 The SDK is imported only here and only when tracing is on
 (``switches().tracing``): settings and app loading never import it
-(tests/test_startup_imports.py). Everything the exporter reads is the
+(tests/config/test_startup_imports.py). Everything the exporter reads is the
 standard environment — ``OTEL_EXPORTER_OTLP_ENDPOINT`` (``/v1/traces`` is
 appended) or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``, ``…_HEADERS``,
 ``…_TIMEOUT``, ``…_COMPRESSION``, ``…_CERTIFICATE``, ``OTEL_SERVICE_NAME``,

@@ -13,7 +13,7 @@
   test") via ``scipy.stats.binomtest``.
 
 statsmodels and scipy are imported inside the functions: neither may load
-when the app starts (tests/test_startup_imports.py).
+when the app starts (tests/config/test_startup_imports.py).
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from monitoring.windows import window_floor
-from tests.evaluation.test_report_browser import admin_log_in, chart, desktop_page  # noqa: F401 - a fixture
+from tests.evaluation.admin.test_report_browser import admin_log_in, chart, desktop_page  # noqa: F401 - a fixture
 from tests.monitoring.support import evaluator, score_at
 from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 

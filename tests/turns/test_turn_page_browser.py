@@ -1,10 +1,10 @@
 """The admin's turn page in headless Chromium (issue 49): what the model saw
 — each LLM call's messages, tools and reply — above the event log read as a
 tree of steps. Screenshots go to ``/tmp/turn-page-requests.png`` (and
-``/tmp/admin-index.png`` from ``tests/test_admin_site.py``).
+``/tmp/admin-index.png`` from ``tests/config/test_admin_site.py``).
 
 The live daphne comes from ``tests/test_browser.py``, the browser page from
-``tests/evaluation/test_report_browser.py``; the turn is driven by the real
+``tests/evaluation/admin/test_report_browser.py``; the turn is driven by the real
 driver with a scripted LLM (``tests/turns/test_llm_calls.py``)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import os
 
 import pytest
 
-from tests.evaluation.test_report_browser import admin_log_in, desktop_page  # noqa: F401 - a fixture
+from tests.evaluation.admin.test_report_browser import admin_log_in, desktop_page  # noqa: F401 - a fixture
 from tests.test_browser import CHROMIUM, live_server_url  # noqa: F401 - the live daphne fixture
 from tests.turns.test_llm_calls import native_turn
 
