@@ -25,13 +25,18 @@ def scorers_snapshot(dataset: Dataset) -> dict[str, Any]:
     ``BadInput`` naming the example (its ``external_id``) whose scorer is
     unknown, or the plugin that does not load."""
     used: dict[str, dict[str, Any]] = {}
+    # one example per (scorer, task type): the first of each, found here rather
+    # than by DISTINCT ON, which only PostgreSQL has (the embedded default is SQLite)
+    first: dict[tuple[str, str], int] = {}
+    rows = Example.objects.filter(dataset=dataset).order_by("pk").values_list("pk", "scorer", "task_type")
+    for pk, scorer, task_type in rows.iterator() if dataset.pk else ():
+        first.setdefault((scorer, task_type), pk)
     kinds = (
-        Example.objects.filter(dataset=dataset)
-        .order_by("scorer", "task_type", "pk")
-        .distinct("scorer", "task_type")
+        Example.objects.filter(pk__in=first.values())
+        .order_by("scorer", "task_type")
         .select_related("dataset")
     )
-    for example in kinds.iterator() if dataset.pk else ():
+    for example in kinds:
         for plugins in _plugin_lists(dataset, example.scorer, example.task_type):
             example.plugins = list(plugins)
             try:
