@@ -1,6 +1,6 @@
 """The Celery broker transport for Redis: kombu's own, with one guard on the
 path that ended the worker after a Redis restart with turns in flight
-(issue 47; ``../shared/incidents/worker-exit-on-redis-restart.log``).
+(issue 47: a worker log of the incident, filed with the issue).
 
 The failing path (kombu 5.7, celery 5.7): on a lost broker connection the
 consumer calls ``on_connection_error_after_connected``, which first runs

@@ -13,7 +13,7 @@ or code fences, use other words for the verdict or drop fields: ``parse_review``
 takes what it can and says ``failed`` (with the reason) only when there is no
 verdict at all. No Django here (CONTRIBUTING.md#the-agent-core-has-no-django); the driver records the result.
 
-The seed turn driver (``shared/seeds/004``) reviewed each run and retried once
+The seed turn driver the product was first described from reviewed each run and retried once
 on the reviewer's instruction; this is the same idea for an agent loop.
 """
 

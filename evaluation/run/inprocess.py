@@ -3,7 +3,7 @@
 This is the asyncio side of ``run_eval``: every planned example is one turn,
 driven by ``turns.driver.drive_turn`` under the evaluation policy, then its
 prediction is completed — always, even when the driver raises (the seed batch
-runner's "a prediction row is always written" rule, ``shared/seeds/000``).
+runner's "a prediction row is always written" rule).
 """
 
 from __future__ import annotations

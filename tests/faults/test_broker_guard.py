@@ -2,7 +2,7 @@
 item 1), through a private ``redis-server``: a channel holding an unacked
 message is closed after its transport lost the connection info —
 ``Channel.close`` → ``QoS.restore_unacked_once`` → ``restore_unacked`` →
-``_connparams``, as in ``../shared/incidents/worker-exit-on-redis-restart.log``
+``_connparams``, as in the incident's worker log filed with issue 47
 (where ``Connection.collect`` had dropped ``Transport.client`` before the
 consumer's ``Connection.close``; here that state is set directly). kombu's
 own transport raises ``AttributeError`` there, which nothing ignores; the

@@ -1,6 +1,6 @@
 """Fault test of issue 47, item 1: the Celery worker survives a Redis
-restart while it holds chat turns (the incident log in
-``../shared/incidents/worker-exit-on-redis-restart.log``).
+restart while it holds chat turns (the incident's worker log was filed
+with the issue).
 
 The incident's conditions: a private ``redis-server`` that keeps nothing
 (``--save '' --appendonly no``) stopped with ``redis-cli shutdown nosave``

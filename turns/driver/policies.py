@@ -2,7 +2,7 @@
 
 The chat and evaluation paths differ only in how a pending approval is
 handled and how long a review may take; the seed turn driver
-(``shared/seeds/004``) shaped these hooks.
+the product was first described from shaped these hooks.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ A plugin is any object — usually a module — with functions marked
 needs, and may take only some of a hook's arguments (pluggy's rule). A hook
 may be ``async def``. Plugins come from the ``agentlab`` entry-point group or
 from dotted paths (``agentlab.agent.plugins.manager``). The seed batch runner
-(``shared/seeds/000``) took its per-question plugins from a
+the product was first described from took its per-question plugins from a
 ``plugins_factory``; these hooks are the same idea made declarative.
 
 Every value a plugin returns is checked; a plugin that raises, hangs past its
