@@ -92,6 +92,28 @@ def judge_cache_get(*, key: str) -> Score | None:
     )
 
 
+def judge_cache_put(*, request: JudgeRequest, score: Score, usage: dict[str, Any]) -> None:
+    """Cache a readable grade of ``request`` (call it inside the caller's
+    transaction): a concurrent writer of the same key wins — its grade is the
+    same question's — so an ``IntegrityError`` is dropped in a savepoint."""
+    try:
+        with transaction.atomic():
+            JudgeCacheEntry.objects.create(
+                **safe_fields(
+                    {
+                        "key": request.cache_key(),
+                        "model": request.model[:200],
+                        "grade": grade_name(score),
+                        "value": score.value,
+                        "explanation": score.explanation,
+                        "usage": usage,
+                    }
+                )
+            )
+    except IntegrityError:
+        pass  # another process cached the same question first
+
+
 def judgement_record(*, item: JudgeItem, score: Score, completion: Completion | None, cached: bool) -> None:
     """Record the judge's ``score`` on the item's prediction and complete it.
 
@@ -113,22 +135,7 @@ def judgement_record(*, item: JudgeItem, score: Score, completion: Completion | 
         judgement["error"] = score.explanation
     with transaction.atomic():
         if score.value is not None and completion is not None and not cached:
-            try:
-                with transaction.atomic():
-                    JudgeCacheEntry.objects.create(
-                        **safe_fields(
-                            {
-                                "key": item.request.cache_key(),
-                                "model": item.request.model[:200],
-                                "grade": grade_name(score),
-                                "value": score.value,
-                                "explanation": score.explanation,
-                                "usage": judgement["usage"],
-                            }
-                        )
-                    )
-            except IntegrityError:
-                pass  # another process cached the same question first
+            judge_cache_put(request=item.request, score=score, usage=judgement["usage"])
         Prediction.objects.filter(pk=item.prediction_id).update(
             **safe_fields(
                 {

@@ -11,21 +11,21 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.text import safe_fields
 from agentlab.agent.types import Completion, LLMProvider
 from agentlab.agent.usage import UsageTotals
 from evaluation.judge.grader import JudgeRequest, grade_name
-from evaluation.judge.services import judge_cache_get
+from evaluation.judge.services import judge_cache_get, judge_cache_put
 from evaluation.judge.trajectory_judge import (
     TRAJECTORY_JUDGE,
     as_trajectory_judge,
     judge_path,
     trajectory_judge_request,
 )
-from evaluation.models import JudgeCacheEntry, Prediction, Run
+from evaluation.models import Prediction, Run
 from evaluation.run.agent_path import agent_trajectories
 from evaluation.scoring.base import Score
 from evaluation.scoring.trajectory_spec import TrajectoryFormatError, expected_trajectory
@@ -62,28 +62,12 @@ def _record(
     usage = UsageTotals()
     if completion is not None:
         usage.add(completion, role="judge")
-    judgement = {"model": request.model, "grade": grade_name(score), "cached": cached, "usage": {}}
-    if completion is not None:
-        judgement["usage"] = usage.to_dict()
+    used = usage.to_dict() if completion is not None else {}
+    judgement = {"model": request.model, "grade": grade_name(score), "cached": cached, "usage": used}
     verdict = {"value": score.value, "correct": score.correct, "explanation": score.explanation}
     with transaction.atomic():
         if score.value is not None and completion is not None:
-            try:
-                with transaction.atomic():
-                    JudgeCacheEntry.objects.create(
-                        **safe_fields(
-                            {
-                                "key": request.cache_key(),
-                                "model": request.model[:200],
-                                "grade": grade_name(score),
-                                "value": score.value,
-                                "explanation": score.explanation,
-                                "usage": judgement["usage"],
-                            }
-                        )
-                    )
-            except IntegrityError:
-                pass  # another process cached the same request first
+            judge_cache_put(request=request, score=score, usage=used)
         scores = dict(p.trajectory_scores or {})
         scores[TRAJECTORY_JUDGE] = safe_fields({**verdict, "judgement": judgement})
         Prediction.objects.filter(pk=p.pk).update(trajectory_scores=scores)
