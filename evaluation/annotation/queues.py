@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from common.errors import BadInput, NotFound
+from common.sampling import seeded_sample
 from evaluation.models import AnnotationQueue, Prediction, QueueItem, Run, default_label_set
 
 __all__ = [
@@ -84,9 +85,7 @@ def queue_predictions(
     if sample is not None:
         if sample < 1:
             raise BadInput(f"--sample must be at least 1, got {sample}")
-        if sample < len(chosen):
-            picked = set(random.Random(seed).sample(range(len(chosen)), sample))
-            chosen = [p for i, p in enumerate(chosen) if i in picked]
+        chosen = seeded_sample(chosen, sample, seed)
     return chosen
 
 

@@ -14,7 +14,6 @@ version, through :func:`evaluation.datasets.from_turns.examples_from_turns`
 
 from __future__ import annotations
 
-import random
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -22,6 +21,7 @@ from typing import Any
 from django.db import transaction
 
 from common.errors import BadInput
+from common.sampling import seeded_sample
 from evaluation.annotation.queues import check_rubric
 from evaluation.datasets.from_turns import MAX_TASK_TYPE, TurnPick, TurnsAdded, examples_from_turns
 from evaluation.datasets.names import dataset_name_check
@@ -77,9 +77,7 @@ def create_turn_queue(
     if sample is not None:
         if sample < 1:
             raise BadInput(f"--sample must be at least 1, got {sample}")
-        if sample < len(chosen):
-            picked = set(random.Random(seed).sample(range(len(chosen)), sample))
-            chosen = [t for i, t in enumerate(chosen) if i in picked]
+        chosen = seeded_sample(chosen, sample, seed)
     if not chosen:
         when = f" since {since.isoformat()}" if since else ""
         raise BadInput(f"no chat turn is rated {rating!r}{when}: nothing to queue")

@@ -3,7 +3,6 @@ and a prediction row written before the turn runs."""
 
 from __future__ import annotations
 
-import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -13,6 +12,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from common.sampling import seeded_sample
 from evaluation.datasets.subsets import subset_examples
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Example, Prediction, Run
@@ -241,10 +241,7 @@ def sample_examples(examples: list[Example], *, n: int, seed: int) -> list[Examp
     (all of them when ``n`` is at least their number), in their order — the
     same ``n``, seed and dataset version give the same subset, so a resumed
     run (its config keeps them) drives the same examples."""
-    if n >= len(examples):
-        return examples
-    chosen = set(random.Random(seed).sample(range(len(examples)), n))
-    return [example for i, example in enumerate(examples) if i in chosen]
+    return seeded_sample(examples, n, seed)
 
 
 def _run_examples(run: Run, limit: int | None) -> list[Example]:
