@@ -233,3 +233,45 @@ def test_staff_only(client, owner, handed_over):
 def test_the_chat_nav_links_the_page_for_staff(client, staff):
     client.force_login(staff)
     assert 'href="/side-by-side/"' in client.get(reverse("chat:conversation_list")).content.decode()
+
+
+def test_the_api_asks_side_by_side_for_staff_and_says_bad_input_in_its_error_shape(
+    staff, owner, handed_over, configured
+):
+    from apikeys.services import apikey_create
+    from tests.api_support import ApiClient, assert_error
+
+    body = {"question": "What is 6*7?", "variants": TWO.replace("BETA_URL", "http://127.0.0.1:9/v1")}
+    created = ApiClient(staff).post("/api/side-by-side", body)
+    assert created.status_code == 201, created.content
+    data = created.json()
+    assert data["turn_ids"] == handed_over and data["variants"] == ["Alpha", "Beta"]
+    assert data["page"] == f"/side-by-side/?turn={data['turn_ids'][0]}&turn={data['turn_ids'][1]}"
+    turns = [Turn.objects.get(pk=pk) for pk in data["turn_ids"]]
+    assert [(t.owner_id, t.question, t.agent_options["variant"]) for t in turns] == [
+        (staff.pk, "What is 6*7?", "Alpha"),
+        (staff.pk, "What is 6*7?", "Beta"),
+    ]
+
+    one = {"question": "q", "variants": '[[variant]]\nname = "only"\nmodel = "m"\n'}
+    error = assert_error(ApiClient(staff).post("/api/side-by-side", one), 400, "bad_input")
+    assert error["message"].startswith("variants: 1 variant; side by side compares 2 to 4")
+    five = {
+        "question": "q",
+        "variants": "".join(f'[[variant]]\nname = "v{i}"\nmodel = "m"\n' for i in range(5)),
+    }
+    assert (
+        "5 variants"
+        in assert_error(ApiClient(staff).post("/api/side-by-side", five), 400, "bad_input")["message"]
+    )
+    unknown = {"question": "q", "variants": body["variants"].replace("max_steps", "max_stesp")}
+    assert (
+        "unknown key 'max_stesp'"
+        in assert_error(ApiClient(staff).post("/api/side-by-side", unknown), 400, "bad_input")["message"]
+    )
+    forbidden = assert_error(ApiClient(owner).post("/api/side-by-side", body), 403, "forbidden")
+    assert forbidden["message"] == "only staff may ask side by side"
+    _, raw = apikey_create(name="ci", created_by=staff, scope="run")
+    assert_error(ApiClient(api_key=raw, csrf=False).post("/api/side-by-side", body), 403, "forbidden")
+    assert_error(ApiClient().post("/api/side-by-side", body), 401, "unauthenticated")
+    assert Turn.objects.count() == 2 and len(handed_over) == 2  # the refused requests wrote nothing
