@@ -74,6 +74,7 @@ class EvalScheduleAdmin(admin.ModelAdmin):
                     ("celery", "queue"),
                     "judge_model",
                     "plugins",
+                    ("split", "tags"),
                 ),
             },
         ),
