@@ -169,6 +169,13 @@ class EvalSchedule(models.Model):
     split = models.CharField(max_length=100, blank=True, default="")
     #: ``--tag``, comma-separated: only the examples carrying every one; blank: no filter
     tags = models.CharField(max_length=500, blank=True, default="")
+    #: ``--cache``: serve repeated LLM calls from the LLM-call cache
+    #: (docs/evaluating.md#caching-llm-calls); an experiment file says ``cache`` itself
+    cache = models.BooleanField(default=False, help_text="serve repeated LLM calls from the LLM-call cache")
+    #: ``--cache-expiry`` (``7d``, ``12h``, ``30m``); blank: entries never expire
+    cache_expiry = models.CharField(max_length=20, blank=True, default="")
+    #: ``--cache-sampled``: serve sampled calls (temperature > 0, no seed) too
+    cache_sampled = models.BooleanField(default=False)
     baseline_policy = models.CharField(
         max_length=16, choices=BaselinePolicy.choices, default=BaselinePolicy.PREVIOUS
     )

@@ -75,6 +75,7 @@ class EvalScheduleAdmin(admin.ModelAdmin):
                     "judge_model",
                     "plugins",
                     ("split", "tags"),
+                    ("cache", "cache_expiry", "cache_sampled"),
                 ),
             },
         ),

@@ -19,7 +19,7 @@ from evaluation.datasets.subsets import subset_check
 from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, EvalSchedule
-from evaluation.run.request import EvalRequest, baseline_request, eval_request, run_id_check
+from evaluation.run.request import EvalRequest, baseline_request, cache_policy, eval_request, run_id_check
 
 #: ``run_eval``'s option (as its error messages name it) → the schedule's field.
 OPTION_FIELDS = {
@@ -36,6 +36,9 @@ OPTION_FIELDS = {
     "--alpha": "alpha",
     "--split": "split",
     "--tag": "tags",
+    "--cache-expiry": "cache_expiry",
+    "--cache-sampled": "cache_sampled",
+    "--cache": "cache",
 }
 _OPTION = re.compile(r"--[a-z-]+|AGENTLAB_[A-Z_]+")
 
@@ -99,6 +102,11 @@ def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> Ev
             judge_model=schedule.judge_model.strip() or None,
             split=schedule.split.strip() or None,
             tags=schedule.tag_names,
+            cache=cache_policy(
+                cache=schedule.cache,
+                expiry=schedule.cache_expiry.strip() or None,
+                sampled=schedule.cache_sampled,
+            ),
         )
     except (ValueError, AgentLabError) as exc:
         raise ValidationError({field_of(str(exc)): [form_wording(str(exc))]}) from None
@@ -111,11 +119,14 @@ def schedule_experiment_check(schedule: EvalSchedule, errors: dict[str, list[str
     ``errors`` and these, keyed by field."""
     if schedule.dataset.strip():
         errors["dataset"] = ["give a dataset or an experiment file, not both (the file names its dataset)"]
-    for field in ("split", "tags"):
+    for field in ("split", "tags", "cache_expiry"):
         if getattr(schedule, field).strip():
             errors[field] = [
                 f"an experiment file names its own {field} (its shared options): leave this blank"
             ]
+    for field in ("cache", "cache_sampled"):
+        if getattr(schedule, field):
+            errors[field] = [f"an experiment file names its own {field} (its shared options): leave this off"]
     try:
         spec = experiment_spec(schedule.experiment_file.strip())
     except AgentLabError as exc:
