@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.urls import reverse
 
 from agentlab.agent.history import MESSAGE_OVERHEAD_TOKENS
 from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
@@ -310,3 +312,58 @@ def test_the_api_and_the_list_page_create_a_conversation_with_its_history_mode(c
     assert Conversation.objects.count() == 2  # nothing written
     with pytest.raises(ValueError, match="history must be one of answers, full"):
         conversation_create(owner=owner, history="everything")
+
+
+def test_the_admin_pages_show_the_history_a_turn_was_given(owner, staff, client, db_threads, stub):
+    async def two_turns() -> tuple[Turn, Turn]:
+        provider = OpenAICompatibleProvider(base_url=stub.base_url, api_key="x", model="stub-model")
+        try:
+            conversation = await db_threads.run(conversation_create, owner=owner, history="full")
+            return (
+                await ask(db_threads, conversation, "What is 6*7?", provider),
+                await ask(db_threads, conversation, "double it", provider),
+            )
+        finally:
+            await provider.aclose()
+
+    first, second = async_to_sync(two_turns)()
+    client.force_login(staff)
+    page = client.get(reverse("admin:turns_turn_change", args=[second.pk])).content.decode()
+    assert f"Mode full: earlier turns #{first.pk}" in page
+    assert "The 4 messages given before the question" in page
+    assert "What is 6*7?" in page and f"t{first.pk}_call" in page
+    assert 'class="al-history-msg"><b>tool</b>' in page
+    first_page = client.get(reverse("admin:turns_turn_change", args=[first.pk])).content.decode()
+    assert "none recorded: the first turn of its conversation" in first_page
+    conversation_page = client.get(
+        reverse("admin:turns_conversation_change", args=[second.conversation_id])
+    ).content.decode()
+    assert ">full<" in conversation_page
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_gets_the_history_through_its_chat_template(owner, db_threads):
+    from agentlab.agent.providers.local import LocalGGUFProvider, _plain_messages
+
+    provider = LocalGGUFProvider(n_ctx=2048)
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    first = await ask(db_threads, conversation, "What is 6*7?", provider)
+    second = await ask(db_threads, conversation, "Double it.", provider)
+
+    assert first.status == "succeeded" and first.answer
+    data = (await history_event(db_threads, second)).data
+    assert (data["turns"], data["counted"], data["window"]) == ([first.pk], "tokenizer", 2048)
+    given = [{"role": "user", "content": "What is 6*7?"}, {"role": "assistant", "content": first.answer}]
+    assert data["messages"] == given
+    assert data["tokens"] == sum(provider.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in given)
+    calls = await db_threads.run(turn_llm_calls, second.pk)
+    request = calls[0].request
+    assert request is not None and request["messages"][1:] == [
+        *given,
+        {"role": "user", "content": "Double it."},
+    ]
+    prompt = provider._loaded().render(_plain_messages(request["messages"]))
+    assert (
+        f"<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n{first.answer}<|im_end|>\n"
+        "<|im_start|>user\nDouble it.<|im_end|>\n<|im_start|>assistant\n"
+    ) in prompt
