@@ -177,10 +177,11 @@ async def turn_history(
     history = await asyncio.to_thread(
         fitted_history, inputs, loop=loop, question=question, context=context, reply_tokens=reply_tokens
     )
-    await ctx.db.run(
+    written = await ctx.db.run(
         event_log.event_append_many,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.HISTORY, cast(HistoryData, history.to_data(attempt=attempt)))],
         holder=ctx.holder,
     )
-    return history
+    # as stored (``json_safe``), which is what a later drive reads back: the same bytes
+    return History.from_data(written[0].data)
