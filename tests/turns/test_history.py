@@ -183,6 +183,26 @@ async def test_failed_and_cancelled_turns_are_left_out_and_said_so(owner, db_thr
     ]
 
 
+async def test_a_clarifying_question_and_the_reply_to_it_are_history_too(owner, db_threads, stub, provider):
+    def booking(body: dict[str, Any]) -> StubReply:
+        if last_user_text(body) == "book a table":
+            return tool_call_reply("ask_user", {"question": "For how many people?"})
+        return final_answer_reply("booked for four")
+
+    stub.handler = booking
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    asked = await ask(db_threads, conversation, "book a table", provider)
+    replied = await ask(db_threads, conversation, "four of us", provider)
+
+    assert (asked.outcome, asked.clarifying_question) == ("asked", "For how many people?")
+    assert [(m["role"], m["content"]) for m in stub.requests[-1]["messages"][1:]] == [
+        ("user", "book a table"),
+        ("assistant", "For how many people?"),
+        ("user", "four of us"),
+    ]
+    assert (await history_event(db_threads, replied)).data["turns"] == [asked.pk]
+
+
 def server_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this stub's "server" counts it: as the driver's
     estimate does (three characters a token, the framing per message)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.conf import settings
@@ -95,7 +95,7 @@ def earlier_turns(*, turn_id: int, conversation_id: int, mode: HistoryMode) -> l
         )
         if mode == "full" and turn.given and attempts:
             inherited, own = attempt_steps(turn_id=pk, attempt=attempts)
-            turn = EarlierTurn(**{**turn.__dict__, "steps": (*inherited, *own)})
+            turn = replace(turn, steps=(*inherited, *own))
         turns.append(turn)
     return turns
 
