@@ -23,6 +23,7 @@ from agentlab.testing.stub_llm import (
     error_reply,
     final_answer_reply,
     last_user_text,
+    text_reply,
     tool_call_reply,
 )
 from turns.driver import CHAT, drive_turn
@@ -305,6 +306,36 @@ async def test_resume_and_retry_send_byte_identical_requests(owner, db_threads, 
     retried = await db_threads.run(Turn.objects.get, pk=turn.pk)
     assert (retried.attempts, retried.status, retried.answer) == (2, "succeeded", "42")
     assert await db_threads.run(TurnEvent.objects.filter(turn_id=turn.pk, type="history").count) == 1
+
+
+async def test_a_review_s_retry_is_given_the_same_history(owner, db_threads, stub, provider, settings):
+    settings.AGENTLAB_REVIEW = True
+    verdicts = iter(
+        [
+            '{"verdict": "retry", "note": "unsure", "retry_instruction": "check the earlier answer"}',
+            '{"verdict": "accept", "note": "fine", "retry_instruction": null}',
+        ]
+    )
+
+    def reviewed(body: dict[str, Any]) -> StubReply:
+        if not body.get("tools"):  # the reviewer
+            return text_reply(next(verdicts))
+        return asks_model(body)
+
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    settings.AGENTLAB_REVIEW = False
+    await ask(db_threads, conversation, "What is 6*7?", provider)
+    settings.AGENTLAB_REVIEW = True
+    stub.handler = reviewed
+    before = len(stub.requests)
+    second = await ask(db_threads, conversation, "double it", provider)
+
+    agent_calls = [r for r in stub.requests[before:] if r.get("tools")]
+    assert second.attempts == 2 and len(agent_calls) == 2
+    for request in agent_calls:  # each attempt: the same history before its question
+        assert [m["content"] for m in request["messages"][1:3]] == ["What is 6*7?", "42"]
+    assert "check the earlier answer" in agent_calls[1]["messages"][3]["content"]
+    assert await db_threads.run(TurnEvent.objects.filter(turn_id=second.pk, type="history").count) == 1
 
 
 async def test_a_turn_without_a_conversation_gets_no_history(owner, db_threads, stub, provider):
