@@ -165,3 +165,9 @@ def test_tokens_are_counted_by_the_provider_s_tokenizer_when_it_has_one():
     assert token_counter_of(Broken())[1] == "estimate"
     assert token_counter_of(object()) == (estimate_tokens, "estimate")
     assert MESSAGE_OVERHEAD_TOKENS == 8
+
+
+def test_the_estimate_counts_bytes_so_a_chinese_character_is_about_a_token():
+    assert estimate_tokens("What is 6*7?") == 4
+    assert estimate_tokens("六乘以七是多少") == 7  # seven characters, 21 bytes
+    assert estimate_tokens("") == 0
