@@ -290,3 +290,23 @@ def fit_history(
         counted=counted,
         dropped=dropped,
     )
+
+
+#: How the reviewer's text names each role of a history message.
+_SPEAKERS = {"user": "User", "assistant": "Assistant", "tool": "Tool result"}
+
+
+def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
+    """History ``messages`` as plain lines for a prompt that is not a chat
+    (the reviewer's): ``User: …`` / ``Assistant: …``, a native tool call as
+    ``Assistant calls name(arguments)``, a tool's result as ``Tool result: …``."""
+    lines = []
+    for message in messages:
+        speaker = _SPEAKERS.get(str(message.get("role")), str(message.get("role")))
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            lines.append(f"{speaker}: {content}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            lines.append(f"{speaker} calls {function.get('name')}({function.get('arguments')})")
+    return "\n".join(lines)

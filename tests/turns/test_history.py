@@ -335,6 +335,12 @@ async def test_a_review_s_retry_is_given_the_same_history(owner, db_threads, stu
     for request in agent_calls:  # each attempt: the same history before its question
         assert [m["content"] for m in request["messages"][1:3]] == ["What is 6*7?", "42"]
     assert "check the earlier answer" in agent_calls[1]["messages"][3]["content"]
+    # the reviewer reads the conversation before the question too: "double it" means nothing alone
+    reviews = [r for r in stub.requests[before:] if not r.get("tools")]
+    assert len(reviews) == 2
+    assert reviews[0]["messages"][1]["content"].startswith(
+        "Earlier in the conversation:\nUser: What is 6*7?\nAssistant: 42\n\nQuestion:\ndouble it\n"
+    )
     assert await db_threads.run(TurnEvent.objects.filter(turn_id=second.pk, type="history").count) == 1
 
 

@@ -34,6 +34,7 @@ from typing import Any
 from django.conf import settings
 
 from agentlab.agent.extensions import Extensions, TurnSetup
+from agentlab.agent.history import conversation_text
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
@@ -359,7 +360,12 @@ class TurnDrive:
         act on, archive it and start the next attempt. True when it did."""
         review_started = time.monotonic()
         review, self.late_review, self.meta = await review_phase(
-            self.ctx, attempt=self.current, result=result, cancel=self.cancel, meta=self.meta
+            self.ctx,
+            attempt=self.current,
+            result=result,
+            cancel=self.cancel,
+            meta=self.meta,
+            conversation=conversation_text(self.history or []),
         )
         self._add_time("review_ms", review_started)
         if review is None or self.cancel.is_set() or not review.wants_retry:
