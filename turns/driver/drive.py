@@ -10,7 +10,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
 3. runs the agent loop, persisting every completion and every tool result as
-   events *before* the next step starts (``record``);
+   events *before* the next step starts (``record``), with the conversation
+   before the turn, recorded once before the first call (``history``);
 4. watches the turn row for the cancel flag and writes a heartbeat while it
    runs (``lease``);
 5. reviews an answered attempt and retries it once if asked (``review``);
