@@ -11,6 +11,7 @@ committed there).
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,13 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, text_reply, tool_call_reply
+from agentlab.testing.stub_llm import (
+    StubLLMServer,
+    final_answer_reply,
+    last_user_text,
+    text_reply,
+    tool_call_reply,
+)
 from tests.daphne_support import daphne_running
 from turns.models import Turn
 
@@ -54,10 +61,13 @@ def stub_handler(body):
     """First call: a calculator tool call; once a tool result is in the
     messages: the final answer; a review (a call without tools): accept.
     Questions with "slow" wait 30 s (to be cancelled); with "truncate" the
-    answer is cut by the token limit; the others take 1.5 s per step, so a
-    turn is visibly live."""
+    answer is cut by the token limit; "double it" doubles the number the
+    assistant last said in the conversation's history (without one it cannot
+    know what "it" is); the others take 1.5 s per step, so a turn is visibly
+    live. The question is the last user message: a conversation's earlier
+    questions come before it."""
     messages = body.get("messages") or []
-    question = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    question = last_user_text(body)
     delay = 30.0 if "slow" in question else 1.5
     if "no usage" in question:  # a server that reports no tokens (llama.cpp's, streaming)
         if not body.get("tools"):
@@ -72,6 +82,15 @@ def stub_handler(body):
             return reply
         return tool_call_reply(
             "count", {"label": "x"}, content="I need to count x; that needs your approval."
+        )
+    if question == "double it":
+        said = [m["content"] for m in messages if m.get("role") == "assistant" and m.get("content")]
+        numbers = re.findall(r"-?\d+", said[-1]) if said else []
+        if not numbers:
+            return final_answer_reply("I do not know what to double.", "", "", delay=delay)
+        doubled = str(2 * int(numbers[-1]))
+        return final_answer_reply(
+            doubled, f"you were told {numbers[-1]} before", f"2 × {numbers[-1]}", delay=delay
         )
     if "truncate" in question:
         return text_reply("The answer is a long story that", finish_reason="length", delay=delay)
@@ -388,6 +407,52 @@ def test_text_grows_while_it_streams_approval_from_the_page_and_markdown_without
     assert second.question == "line one\nslow: line two"
     page.locator(f"#turn-{second.pk} button[data-action=cancel]").click()
     expect(page.locator(f"#turn-{second.pk} .badge.status")).to_have_text("cancelled", timeout=15000)
+    assert page.js_errors == []
+
+
+def test_a_follow_up_is_answered_from_the_history_and_the_turn_page_shows_it(
+    live_server_url, browser_page, django_user_model
+):
+    """Issue 41: "double it" only makes sense after "What is 6*7?"; the stub
+    answers it from the history the driver gives the second turn, the chat
+    page says what the turn was given and the admin's turn page shows it."""
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("erin", password="pw-erin-123", is_staff=True, is_superuser=True)
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+    log_in(page, live_server_url, "erin", "pw-erin-123")
+    page.fill("textarea[name=question]", "What is 6*7?")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    first = Turn.objects.get()
+    expect(page.locator(f"#turn-{first.pk} .answer .text")).to_have_text("42", timeout=20000)
+    expect(page.locator(f"#turn-{first.pk} .steps .history")).to_have_count(0)  # nothing before it
+    expect(page.locator("#ask button[type=submit]")).to_be_enabled(timeout=20000)
+
+    page.fill("#question", "double it")
+    page.click("#ask button[type=submit]")
+    expect(page.locator(".turn")).to_have_count(2)
+    second = Turn.objects.exclude(pk=first.pk).get()
+    card = page.locator(f"#turn-{second.pk}")
+    expect(card.locator(".answer .text")).to_have_text("84", timeout=20000)
+    expect(card.locator(".answer .evidence")).to_have_text("you were told 42 before")
+    note = card.locator(".steps .history")
+    expect(note).to_contain_text("History: 1 earlier turn")
+    assert "tokens" in note.inner_text()
+    page.screenshot(path=str(SCREENS / "chat-history-follow-up.png"), full_page=True)
+
+    # the turn page: what the turn was given, and the request that held it
+    page.goto(f"{live_server_url}/admin/turns/turn/{second.pk}/change/")
+    history = page.locator(".al-history")
+    expect(history).to_contain_text(f"Mode answers: earlier turns #{first.pk}")
+    page.locator("summary", has_text="messages given before the question").click()
+    messages = page.locator(".al-history-msg")
+    assert messages.all_inner_texts() == ["user\nWhat is 6*7?", "assistant\n42"]
+    first_call = page.locator("#llm-calls details.al-call").first
+    roles = first_call.locator(".al-msg .al-role").all_inner_texts()
+    assert [r.lower() for r in roles] == ["system", "user", "assistant", "user"]
+    page.screenshot(path=str(SCREENS / "turn-page-history.png"), full_page=True)
     assert page.js_errors == []
 
 

@@ -10,7 +10,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
 3. runs the agent loop, persisting every completion and every tool result as
-   events *before* the next step starts (``record``);
+   events *before* the next step starts (``record``), with the conversation
+   before the turn, recorded once before the first call (``history``);
 4. watches the turn row for the cancel flag and writes a heartbeat while it
    runs (``lease``);
 5. reviews an answered attempt and retries it once if asked (``review``);
@@ -29,10 +30,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 
 from agentlab.agent.extensions import Extensions, TurnSetup
+from agentlab.agent.history import conversation_text
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
@@ -52,6 +55,7 @@ from turns.driver.extensions import (
     unavailable_result,
 )
 from turns.driver.finish import DriveResult, finish_after_error, finish_fields, finish_write
+from turns.driver.history import turn_history
 from turns.driver.lease import turn_claim, turn_watcher
 from turns.driver.policies import TurnPolicy
 from turns.driver.record import Attempt, Recorder, model_load
@@ -179,6 +183,8 @@ class TurnDrive:
         self.cancel = asyncio.Event()
         self.timings: dict[str, int] = {}
         self.late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
+        #: the conversation's earlier turns given to every attempt (``history``); ``None``: not read yet
+        self.history: list[dict[str, Any]] | None = None
         self.current = self.new_attempt(turn.attempts, 0, [])
         self.watch = turn_watcher()
 
@@ -315,6 +321,7 @@ class TurnDrive:
         # phase's, else the finish's): a transaction of its own cost an
         # evaluated example a fifth of its database time
         self.meta = meta_with_setup(self.meta, started_with)
+        history = await self._history(loop, tool_context)
         act_started = time.monotonic()
         on_text = current.recorder.stream_deltas() if self.policy.streams else None
         result = await loop.run(
@@ -326,18 +333,40 @@ class TurnDrive:
             approval=self.gate,
             deadline=self.deadline,
             on_text=on_text,
+            history=history,
         )
         if on_text is not None:
             await on_text.close()
         self._add_time("act_ms", act_started)
         return result
 
+    async def _history(self, loop: AgentLoop, context: ToolContext) -> list[dict[str, Any]]:
+        """The messages of the conversation before this turn, read (or
+        recorded) once per drive and given to each of its attempts
+        (``turns.driver.history``: recorded before the first LLM call)."""
+        if self.history is None:
+            history = await turn_history(
+                self.ctx,
+                loop=loop,
+                question=self.current.question,
+                context=context,
+                attempt=self.current.number,
+                reply_tokens=self.max_output_tokens,
+            )
+            self.history = history.messages if history is not None else []
+        return self.history
+
     async def review(self, result: LoopResult) -> bool:
         """Review the answered attempt; on a ``retry`` verdict the review may
         act on, archive it and start the next attempt. True when it did."""
         review_started = time.monotonic()
         review, self.late_review, self.meta = await review_phase(
-            self.ctx, attempt=self.current, result=result, cancel=self.cancel, meta=self.meta
+            self.ctx,
+            attempt=self.current,
+            result=result,
+            cancel=self.cancel,
+            meta=self.meta,
+            conversation=conversation_text(self.history or []),
         )
         self._add_time("review_ms", review_started)
         if review is None or self.cancel.is_set() or not review.wants_retry:

@@ -327,6 +327,7 @@
         this.note("Interrupted: " + (d.reason || "the job stopped") + ". Resume to continue where it stopped.", "bad");
         break;
       case "turn.resumed": this.status = "queued"; this.note("Resumed"); break;
+      case "history": this.note(historyText(d), "history"); break;
       default: break;
     }
     if (TERMINAL[frame.type]) {
@@ -336,6 +337,18 @@
     }
     this.render();
   };
+
+  // What a turn was given of its conversation (a "history" event), in words:
+  // how many earlier turns and tokens, and which were left out and why.
+  function historyText(d) {
+    var n = (d.turns || []).length;
+    var text = "History: " + (n === 1 ? "1 earlier turn" : n + " earlier turns") +
+      (d.mode === "full" ? " with their tool steps" : "") + " (" + (d.tokens || 0) + " tokens)";
+    var dropped = (d.dropped || []).map(function (x) {
+      return "turn " + x.position + " (" + (x.reason === "budget" ? "over the token budget" : x.reason) + ")";
+    });
+    return dropped.length ? text + "; left out: " + dropped.join(", ") : text;
+  }
 
   // What a review said, in words: the verdict, its note or instruction, and
   // when the reviewer gave nothing readable, that it did not (the answer stands).
