@@ -25,11 +25,13 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from agentlab.agent.embedded import StepSchemas, arrange_tools, schema_for_step, step_schemas
 from agentlab.agent.messages import build_messages, step_calls
 from agentlab.agent.protocol import parse_tool_calls
+from agentlab.agent.replay import ReplayScript, replay_call
 
 # re-exported: the loop's reports have always been importable from here
 from agentlab.agent.reports import CompletionReport as CompletionReport
@@ -40,8 +42,9 @@ from agentlab.agent.reports import ToolResultReport as ToolResultReport
 from agentlab.agent.reports import ToolStartReport as ToolStartReport
 from agentlab.agent.results import EMPTY_ANSWER_ERROR as EMPTY_ANSWER_ERROR
 from agentlab.agent.results import LoopResult as LoopResult
+from agentlab.agent.results import Outcome
 from agentlab.agent.retry import complete_with_retries
-from agentlab.agent.stops import LoopStop, check_stop, guarded
+from agentlab.agent.stops import LoopStop, ReportFailed, check_stop, guarded
 from agentlab.agent.streaming import OnText, text_stream
 from agentlab.agent.tools import ToolContext, ToolRegistry
 from agentlab.agent.truncation import cut_note, json_type, mark_truncated_calls, schema_cut_call
@@ -66,25 +69,6 @@ ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
 
 
-class _ReportFailed(Exception):
-    """Carries an exception raised by ``on_report`` past the loop's catch-all."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(repr(error))
-        self.error = error
-
-
-@dataclass
-class _Outcome:
-    stop_reason: StopReason
-    answer: str = ""
-    evidence: str = ""
-    reasoning: str = ""
-    question: str | None = None
-    answer_type: str | None = None
-    partial_answer: str = ""
-
-
 @dataclass
 class _Run:
     question: str
@@ -101,6 +85,8 @@ class _Run:
     #: the schemas a constrained model's steps decode under (``embedded``);
     #: ``None``: native tool calls, or a provider without constrained decoding
     schemas: StepSchemas | None = None
+    #: a replay's recorded path (``agentlab.agent.replay``); ``None``: tools run
+    replay: ReplayScript | None = None
 
 
 class AgentLoop:
@@ -197,6 +183,7 @@ class AgentLoop:
         approval: ApprovalGate | None = None,
         deadline: float | None = None,
         on_text: OnText | None = None,
+        replay: ReplayScript | None = None,
     ) -> LoopResult:
         """Answer ``question``; see the module docstring and ``LoopResult``.
 
@@ -207,6 +194,8 @@ class AgentLoop:
         reported again; a partial last step has only its missing tool calls
         run. ``approval`` decides tools marked ``needs_approval`` (``None``:
         stop ``approval_required``). ``on_text``: ``streaming.text_stream``.
+        ``replay``: serve a recorded turn's tool results while the agent asks
+        for its calls (``agentlab.agent.replay``; advanced past ``recorded``).
         """
         context = context or ToolContext()
         run = _Run(
@@ -218,31 +207,29 @@ class AgentLoop:
             approval=approval,
             deadline=deadline,
             on_text=on_text,
+            replay=replay,
         )
         if self.constrained and len(run.tools):
             run.schemas = step_schemas(
                 run.tools, question=question, context=context, max_steps=self.max_steps
             )
-        for step in recorded:
-            copied = Step(index=step.index, completion=step.completion, results=list(step.results))
-            run.steps.append(copied)
-            run.usage.add(copied.completion)
+        self._restore(run, recorded)
         try:
             outcome = await self._run(run)
-        except _ReportFailed as exc:
+        except ReportFailed as exc:
             raise exc.error from None
         except LoopStop as stop:
             return self._result(
-                run, _Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
+                run, Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
             )
         except ProviderError as exc:
             reason: StopReason = "context_overflow" if exc.kind == "context_overflow" else "provider_error"
-            return self._result(run, _Outcome(reason), error=str(exc) or exc.kind)
+            return self._result(run, Outcome(reason), error=str(exc) or exc.kind)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.exception("agent loop failed")
-            return self._result(run, _Outcome("error"), error=f"{type(exc).__name__}: {exc}")
+            return self._result(run, Outcome("error"), error=f"{type(exc).__name__}: {exc}")
         if (
             outcome.stop_reason == "max_steps"
             and run.steps
@@ -251,7 +238,7 @@ class AgentLoop:
             # every reply was cut: the limit is the cause, not the steps (under
             # schema-constrained decoding each cut reply became a malformed call)
             error = cut_note(self.max_tokens).replace("your reply", f"each of the {len(run.steps)} replies")
-            return self._result(run, _Outcome("length"), error=error)
+            return self._result(run, Outcome("length"), error=error)
         if outcome.stop_reason == "max_steps":
             return self._result(run, outcome, error=f"no final answer after {self.max_steps} steps")
         if outcome.stop_reason == "empty_answer":
@@ -261,10 +248,19 @@ class AgentLoop:
             return self._result(run, outcome, error=error)
         return self._result(run, outcome)
 
+    def _restore(self, run: _Run, recorded: Sequence[Step]) -> None:
+        """Copy ``recorded`` into ``run`` (a replay's script advanced past them)."""
+        for step in recorded:
+            copied = Step(index=step.index, completion=step.completion, results=list(step.results))
+            run.steps.append(copied)
+            run.usage.add(copied.completion)
+        if run.replay is not None:
+            run.replay.resume(run.steps, calls_of=self._calls_of, tools=run.tools)
+
     def _result(
         self,
         run: _Run,
-        outcome: _Outcome,
+        outcome: Outcome,
         *,
         error: str | None = None,
         pending_call: ToolCall | None = None,
@@ -284,7 +280,7 @@ class AgentLoop:
             partial_answer=outcome.partial_answer,
         )
 
-    async def _run(self, run: _Run) -> _Outcome:
+    async def _run(self, run: _Run) -> Outcome:
         # 1. Recorded steps: a finished turn is returned as it was.
         for step in run.steps:
             outcome = self._recorded_outcome(step)
@@ -334,7 +330,7 @@ class AgentLoop:
             outcome = await self._run_calls(run, step, calls)
             if outcome is not None:
                 return outcome
-        return _Outcome("max_steps")
+        return Outcome("max_steps")
 
     def _request(self, run: _Run, index: int) -> LLMRequest:
         """Step ``index``'s call: what is passed to the provider, and reported."""
@@ -356,18 +352,18 @@ class AgentLoop:
         )
 
     @staticmethod
-    def _text_outcome(completion: Completion) -> _Outcome:
+    def _text_outcome(completion: Completion) -> Outcome:
         """A reply without a tool call: the final answer — unless the token
         limit cut it, which is stop reason ``length``, not an answer, or it
         is empty (``empty_answer``)."""
         text = (completion.text or "").strip()
         if completion.truncated:
-            return _Outcome("length", partial_answer=text)
+            return Outcome("length", partial_answer=text)
         if not text:
-            return _Outcome("empty_answer")
-        return _Outcome("final", answer=text, answer_type="string")
+            return Outcome("empty_answer")
+        return Outcome("final", answer=text, answer_type="string")
 
-    def _recorded_outcome(self, step: Step) -> _Outcome | None:
+    def _recorded_outcome(self, step: Step) -> Outcome | None:
         calls = self._calls_of(step)
         if not calls:
             return self._text_outcome(step.completion)
@@ -380,7 +376,7 @@ class AgentLoop:
                     return outcome
         return None
 
-    def _ending(self, call: ToolCall, result: ToolResult) -> _Outcome | None:
+    def _ending(self, call: ToolCall, result: ToolResult) -> Outcome | None:
         """The outcome when ``call`` (which produced ``result``) ends the turn."""
         if result.is_error:
             return None
@@ -390,8 +386,8 @@ class AgentLoop:
             args = call.arguments
             answer = as_text(args.get("answer"))  # stored as given (a leading tab is the model's)
             if not answer.strip():  # "" or whitespace (or null) is no answer
-                return _Outcome("empty_answer")
-            return _Outcome(
+                return Outcome("empty_answer")
+            return Outcome(
                 "final",
                 answer=answer,
                 evidence=as_text(args.get("evidence")),
@@ -399,14 +395,21 @@ class AgentLoop:
                 answer_type=json_type(args.get("answer")),
             )
         if ends == "ask":
-            return _Outcome("asked", question=as_text(call.arguments.get("question")))
+            return Outcome("asked", question=as_text(call.arguments.get("question")))
         return None
 
-    async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> _Outcome | None:
+    async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> Outcome | None:
         for call in calls:
             check_stop(run.cancel, run.deadline)
             # an unavailable tool is not approved first: execute answers "unknown tool"
             tool = run.tools.get(call.name)
+            replay = run.replay
+            if replay and (served := await replay_call(replay, call, tool, step, partial(self._report, run))):
+                step.results.append(served)
+                await self._report(
+                    run, ToolResultReport(step=step.index, call=call, result=served, replayed=True)
+                )
+                continue
             if tool is not None and tool.needs_approval and call.error is None:
                 decision: ApprovalDecision = "unavailable"
                 if run.approval is not None:
@@ -439,7 +442,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise _ReportFailed(exc) from exc
+            raise ReportFailed(exc) from exc
 
     async def _guard(self, run: _Run, awaitable: Awaitable[T]) -> T:
         """``stops.guarded`` under this run's cancel flag and deadline."""

@@ -14,6 +14,20 @@ EMPTY_ANSWER_ERROR = "the model gave an empty answer"
 
 
 @dataclass
+class Outcome:
+    """How the loop's steps ended, before ``AgentLoop.run`` makes it a
+    ``LoopResult`` (the stop reason and what the answer or question was)."""
+
+    stop_reason: StopReason
+    answer: str = ""
+    evidence: str = ""
+    reasoning: str = ""
+    question: str | None = None
+    answer_type: str | None = None
+    partial_answer: str = ""
+
+
+@dataclass
 class LoopResult:
     """How a run ended.
 
