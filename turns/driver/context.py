@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from agentlab.agent.replay import ReplayScript
     from agentlab.agent.tools import ToolRegistry
     from agentlab.agent.types import LLMProvider
     from common.db import DatabaseThreads
@@ -35,7 +36,10 @@ class DriveContext:
     - ``provider``: the LLM provider of the agent and of the review;
     - ``tools``: the tools offered when no extension replaces them;
     - ``subject``: the example, run and dataset plugins are told of
-      (evaluation), ``None`` for chat.
+      (evaluation), ``None`` for chat;
+    - ``replay``: a replay's recorded path (``agentlab.agent.replay``): the
+      agent loop serves its tool results while the agent follows it; ``None``
+      for any turn that is not a replay. It keeps a cursor, so one per drive.
     """
 
     turn: ClaimedTurn
@@ -44,6 +48,7 @@ class DriveContext:
     provider: LLMProvider
     tools: ToolRegistry
     subject: Subject | None = None
+    replay: ReplayScript | None = None
 
     @property
     def turn_id(self) -> int:

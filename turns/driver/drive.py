@@ -34,6 +34,7 @@ from django.conf import settings
 
 from agentlab.agent.extensions import Extensions, TurnSetup
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
+from agentlab.agent.replay import ReplayScript
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
@@ -95,6 +96,7 @@ async def drive_turn(
     timeout_s: float | None = None,
     extensions: Extensions | None = None,
     subject: Subject | None = None,
+    replay: ReplayScript | None = None,
 ) -> DriveResult | None:
     """Run turn ``turn_id`` to a terminal state under ``policy``.
 
@@ -121,7 +123,8 @@ async def drive_turn(
     gets its tools and system prompt from them and ends with their ``check``
     events (``driver.extensions``). ``subject``: the example, run and dataset
     plugins are told of (evaluation). An MCP server unreachable at the start
-    fails the turn (stop reason ``error``).
+    fails the turn (stop reason ``error``). ``replay``: the recorded path a
+    replay turn follows (``agentlab.agent.replay``; ``DriveContext.replay``).
     """
     started = time.monotonic()
     if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
@@ -134,6 +137,7 @@ async def drive_turn(
         provider=provider,
         tools=tools or shared_default_tools(),
         subject=subject,
+        replay=replay,
     )
     drive: TurnDrive | None = None
     try:  # begin (replay, extensions) inside: its failure ends the turn failed too
@@ -326,6 +330,7 @@ class TurnDrive:
             approval=self.gate,
             deadline=self.deadline,
             on_text=on_text,
+            replay=self.ctx.replay,
         )
         if on_text is not None:
             await on_text.close()
