@@ -31,6 +31,7 @@ found at the same place. No Django here.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -137,9 +138,10 @@ class ReplayScript:
                 return ReplayDecision("serve", result=served)
             divergence = self._diverge(call, step)
             if not self.live:
-                where = divergence.recorded.name if divergence.recorded is not None else "nothing more"
+                recorded = divergence.recorded
+                where = _label(recorded.name, recorded.arguments) if recorded is not None else "nothing more"
                 error = (
-                    f"diverged at step {divergence.position}: asked for {call.name}, "
+                    f"diverged at step {divergence.position}: asked for {_label(call.name, call.arguments)}, "
                     f"the recorded turn called {where}"
                 )
                 return ReplayDecision(
@@ -165,6 +167,11 @@ class ReplayScript:
             return ReplayDecision("live", divergence=divergence)
         error = f"{call.name} is not marked read-only: a replay never runs it"
         return ReplayDecision("stop", stop_reason="replay_unsafe", error=error, divergence=divergence)
+
+
+def _label(name: str, arguments: dict[str, Any]) -> str:
+    """``count({"label": "a"})``: a call for a sentence."""
+    return f"{name}({json.dumps(arguments, ensure_ascii=False, sort_keys=True, default=str)})"
 
 
 async def replay_call(
