@@ -6,6 +6,7 @@ and the ``count`` tool's counter file proving which tools ran
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from django.db.models import Q
 
 from agentlab.agent.extensions import Extensions
 from agentlab.testing.stub_llm import StubLLMServer
-from evaluation.models import Replay, ReplayItem
+from evaluation.models import Replay, ReplayItem, Run
 from evaluation.replay.replay_drive import replay_drive
 from evaluation.replay.replay_open import ReplayRequest, replay_open
 from evaluation.replay.selection import TurnFilters
@@ -237,3 +238,59 @@ def test_a_resume_with_other_options_is_refused(owner, stub, counter):
 
     assert changed.value.returncode == 2 and "another variant, live" in str(changed.value)
     assert ReplayItem.objects.count() == 1
+
+
+def test_the_admin_lists_a_replays_turns_beside_their_originals(owner, stub, counter, client, staff):
+    (original,) = record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
+    replay, (item,) = _replay(stub, "--system-prompt", "SEARCH-FIRST", "--name", "admin-page")
+    client.force_login(staff)
+
+    listing = client.get("/admin/evaluation/replay/")
+    page = client.get(f"/admin/evaluation/replay/{replay.pk}/change/")
+
+    assert listing.status_code == 200 and "admin-page" in listing.content.decode()
+    html = page.content.decode()
+    assert page.status_code == 200
+    assert f'/admin/turns/turn/{original}/change/">#{original}</a> 42' in html  # the original and its answer
+    assert f'/admin/turns/turn/{item.turn_id}/change/">#{item.turn_id}</a> replay_diverged' in html
+    assert "diverged at step 2" in html and "SEARCH-FIRST" in html
+
+
+DATASET = [
+    {"question_id": f"q{i}", "question": f"What is {i} + {i}?", "answer": "42", "task_type": "math"}
+    for i in range(1, 4)
+]
+
+
+def test_a_runs_turns_replayed_are_scored_by_the_same_scorer_and_paired(tmp_path, stub, counter, capsys):
+    path = tmp_path / "answers.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in DATASET), encoding="utf-8")
+    call_command("run_eval", "--no-review", str(path), "--run-id", "base", "--plugin", "count")
+    run = Run.objects.get(run_id="base")
+    assert run.metrics["accuracy"] == 1.0  # every recorded answer is "42"
+    capsys.readouterr()
+
+    call_command(
+        "replay_turns",
+        "--run",
+        "base",
+        "--base-url",
+        stub.base_url,
+        "--plugin",
+        "count",
+        "--system-prompt",
+        "SAME-PATH",
+    )
+
+    replay = Replay.objects.get()
+    items = list(replay.items.order_by("position"))
+    assert replay.source_run_id == run.pk
+    assert [(i.verdict, i.scorer, i.original_correct, i.correct) for i in items] == [
+        ("new_answer", items[0].scorer, True, False)
+    ] * 3
+    assert items[0].scorer  # the prediction's own scorer
+    paired = replay.summary["paired"]
+    assert (paired["n"], paired["original_correct"], paired["new_correct"], paired["broken"]) == (3, 3, 0, 3)
+    assert paired["p_value"] == 0.25  # exact McNemar: 2 * (1/2)^3
+    out = capsys.readouterr().out
+    assert "(correct: yes → no)" in out and "exact McNemar p = 0.25" in out
