@@ -99,16 +99,22 @@ class Command(BaseCommand):
             if opts["concurrency"] < 1:
                 raise ValueError(f"--concurrency must be at least 1, got {opts['concurrency']}")
             request = self._request(opts)
-        with database_errors(), exit_codes(AgentLabError, ValueError):
-            database_check()
-            opened = replay_open(request)
-            if opened is None:
-                self.stdout.write("nothing to replay: the selection holds no finished turn (nothing written)")
-                return
             options = request.variant.options
+            # built before anything is written: a model that cannot be used is bad input
             provider = get_provider(
                 model=options.get("model"), base_url=options.get("base_url"), api_key=request.variant.api_key
             )
+        try:
+            with database_errors(), exit_codes(AgentLabError, ValueError):
+                database_check()
+                opened = replay_open(request)
+        except BaseException:
+            asyncio.run(provider.aclose())
+            raise
+        if opened is None:
+            asyncio.run(provider.aclose())
+            self.stdout.write("nothing to replay: the selection holds no finished turn (nothing written)")
+            return
         replay = opened.replay
         verb = "resuming" if opened.resumed else "replaying"
         self.stdout.write(f"{verb} {len(opened.planned)} turn(s) as replay {shlex.quote(replay.name)}")

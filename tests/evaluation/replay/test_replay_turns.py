@@ -218,6 +218,18 @@ def test_bad_input_exits_2_and_writes_nothing(owner, stub, counter, tmp_path):
     assert Replay.objects.count() == 0 and Turn.objects.count() == turns
 
 
+def test_a_model_that_cannot_be_used_exits_2_before_anything_is_written(owner, stub, counter, settings):
+    record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
+    turns = Turn.objects.count()
+    settings.AGENTLAB_MODEL = None  # an endpoint with no model named
+
+    with pytest.raises(CommandError) as no_model:
+        call_command("replay_turns", "--turns", "--base-url", stub.base_url, "--system-prompt", "x")
+
+    assert no_model.value.returncode == 2 and "AGENTLAB_MODEL must name a model" in str(no_model.value)
+    assert Replay.objects.count() == 0 and Turn.objects.count() == turns
+
+
 def test_a_filter_that_selects_nothing_exits_0_with_nothing_written(owner, stub, counter, capsys):
     record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
     turns = Turn.objects.count()
