@@ -138,8 +138,8 @@ class ReplayScript:
                 return ReplayDecision("serve", result=served)
             divergence = self._diverge(call, step)
             if not self.live:
-                recorded = divergence.recorded
-                where = _label(recorded.name, recorded.arguments) if recorded is not None else "nothing more"
+                expected = divergence.recorded
+                where = _label(expected.name, expected.arguments) if expected is not None else "nothing more"
                 error = (
                     f"diverged at step {divergence.position}: asked for {_label(call.name, call.arguments)}, "
                     f"the recorded turn called {where}"
