@@ -92,10 +92,13 @@ def _answer(turn: Turn) -> Answer:
 def item_complete(item_id: int, *, args_match: str) -> ReplayItem:
     """Complete item ``item_id`` whose turn has ended: its verdict and
     divergence step, and its score when its original was a scored prediction
-    (the same scorer; an LLM judge's grade is not asked again: unscored)."""
-    item = ReplayItem.objects.select_related("turn", "original", "original_prediction__example__dataset").get(
-        pk=item_id
-    )
+    (the same scorer; an LLM judge's grade is not asked again: unscored).
+    An item whose turn has not ended (another process holds it) is left
+    as it is, for a resume."""
+    related = ("turn", "original", "original_prediction__example__dataset")
+    item = ReplayItem.objects.select_related(*related).get(pk=item_id)
+    if not item.turn.is_terminal:
+        return item
     paths = agent_trajectories([item.original_id, item.turn_id])
     item.verdict, item.divergence_step = turn_verdict(
         original=paths[item.original_id],

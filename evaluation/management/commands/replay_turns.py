@@ -170,7 +170,9 @@ class Command(BaseCommand):
 
 def _item_line(item: ReplayItem) -> str:
     """One replayed turn: ``#3 turn 12 → 57: diverged at step 2 (…)``."""
-    if item.verdict == ReplayVerdict.DIVERGED:
+    if item.completed_at is None:
+        what = f"not finished ({item.turn.status}); the same --name resumes it"
+    elif item.verdict == ReplayVerdict.DIVERGED:
         what = f"diverged at step {item.divergence_step}"
     elif item.verdict == ReplayVerdict.NEW_ANSWER:
         what = "new answer"

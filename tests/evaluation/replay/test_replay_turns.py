@@ -16,6 +16,8 @@ from django.db.models import Q
 
 from agentlab.agent.extensions import Extensions
 from agentlab.testing.stub_llm import StubLLMServer
+from common.errors import BadInput
+from common.sampling import seeded_sample
 from evaluation.models import Replay, ReplayItem, Run
 from evaluation.replay.replay_drive import replay_drive
 from evaluation.replay.replay_open import ReplayRequest, replay_open
@@ -306,3 +308,46 @@ def test_a_runs_turns_replayed_are_scored_by_the_same_scorer_and_paired(tmp_path
     assert paired["p_value"] == 0.25  # exact McNemar: 2 * (1/2)^3
     out = capsys.readouterr().out
     assert "(correct: yes → no)" in out and "exact McNemar p = 0.25" in out
+
+
+def test_the_turn_lists_filters_and_a_seeded_sample_choose_the_turns(owner, teammate, stub, counter):
+    from django.contrib.auth.models import Group
+
+    from evaluation.replay.selection import chat_turns, turn_filters
+
+    mine = record_chat_turns(owner, base_url=stub.base_url, questions=["a 1", "a 2", "a 3", "a 4"])
+    theirs = record_chat_turns(teammate, base_url=stub.base_url, questions=["b 1"])
+    Group.objects.create(name="support").user_set.add(owner)
+    Turn.objects.filter(pk=mine[0]).update(outcome="asked")
+
+    def chosen(**filters: str | None) -> list[int]:
+        given = {"group": None, "since": None, "until": None, "outcome": None, "tool": None, **filters}
+        return list(chat_turns(turn_filters(**given)).values_list("pk", flat=True))
+
+    assert chosen() == [*mine, *theirs]
+    assert chosen(group="support") == mine
+    assert chosen(group="support", outcome="answered") == mine[1:]
+    assert chosen(tool="count") == [*mine, *theirs] and chosen(tool="sql_query") == []
+    assert chosen(since="2000-01-01", until="2000-01-02") == []
+    with pytest.raises(BadInput, match="--group 'nobody': no such group"):
+        chosen(group="nobody")
+    with pytest.raises(BadInput, match="--since must be an ISO date"):
+        chosen(since="yesterday")
+
+    call_command(
+        "replay_turns",
+        "--turns",
+        "--group",
+        "support",
+        "--sample",
+        "2",
+        "--seed",
+        "7",
+        "--base-url",
+        stub.base_url,
+        "--plugin",
+        "count",
+    )
+    picked = sorted(ReplayItem.objects.values_list("original_id", flat=True))
+    assert len(picked) == 2 and set(picked) <= set(mine)
+    assert picked == sorted(seeded_sample(mine, 2, 7))  # the sample run_eval --sample draws
