@@ -268,6 +268,11 @@ def test_the_admin_lists_a_replays_turns_beside_their_originals(owner, stub, cou
     assert f'/admin/turns/turn/{original}/change/">#{original}</a> 42' in html  # the original and its answer
     assert f'/admin/turns/turn/{item.turn_id}/change/">#{item.turn_id}</a> replay_diverged' in html
     assert "diverged at step 2" in html and "SEARCH-FIRST" in html
+    # each turn's page links the other
+    original_page = client.get(f"/admin/turns/turn/{original}/change/").content.decode()
+    replay_page = client.get(f"/admin/turns/turn/{item.turn_id}/change/").content.decode()
+    assert f'/admin/turns/turn/{item.turn_id}/change/">#{item.turn_id}</a> (<a' in original_page
+    assert f'replays turn <a href="/admin/turns/turn/{original}/change/">#{original}</a> in <a' in replay_page
 
 
 DATASET = [
