@@ -92,6 +92,9 @@ async def run_turn_job(
     if kind is None:
         logger.warning("turn job %s: no such turn", turn_id)
         return
+    if kind == TurnKind.REPLAY:  # without its recorded path it would run the tools the replay serves
+        logger.warning("turn job %s: a replay turn is driven by manage.py replay_turns only", turn_id)
+        return
     policy = EVALUATION if kind == TurnKind.EVALUATION else CHAT
     result = await drive_turn(
         turn_id, policy=policy, provider=provider, db=db, tools=tools or job_tools(), job_id=job_id

@@ -16,7 +16,8 @@ from django.db.models import Q
 
 from agentlab.agent.extensions import Extensions
 from agentlab.testing.stub_llm import StubLLMServer
-from common.errors import BadInput
+from common.db import DatabaseThreads
+from common.errors import BadInput, StateConflict
 from common.sampling import seeded_sample
 from evaluation.models import Replay, ReplayItem, Run
 from evaluation.replay.replay_drive import replay_drive
@@ -24,8 +25,10 @@ from evaluation.replay.replay_open import ReplayRequest, replay_open
 from evaluation.replay.selection import TurnFilters
 from evaluation.replay.variant import replay_variant
 from tests.evaluation.replay.replay_support import ScriptedAgent, record_chat_turns
+from turns.jobs.run import run_turn_job
 from turns.llm import get_provider
 from turns.models import EventType, Turn, TurnEvent
+from turns.services import turn_create, turn_retry_and_enqueue
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -356,3 +359,26 @@ def test_the_turn_lists_filters_and_a_seeded_sample_choose_the_turns(owner, team
     picked = sorted(ReplayItem.objects.values_list("original_id", flat=True))
     assert len(picked) == 2 and set(picked) <= set(mine)
     assert picked == sorted(seeded_sample(mine, 2, 7))  # the sample run_eval --sample draws
+
+
+def test_a_replay_turn_is_not_resumed_or_retried_outside_replay_turns(owner, stub, counter):
+    record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
+    _, (item,) = _replay(stub, "--system-prompt", "SEARCH-FIRST")
+    turn = item.turn
+    assert turn.status == "cancelled"
+
+    with pytest.raises(StateConflict, match=f"turn {turn.pk} is a replay turn: only manage.py replay_turns"):
+        turn_retry_and_enqueue(turn_id=turn.pk)
+
+    turn.refresh_from_db()
+    assert turn.status == "cancelled" and _lines(counter) == ["recorded"]
+    # a job handed a queued replay turn leaves it alone
+    queued = turn_create(owner=owner, question="q", kind="replay")
+    db = DatabaseThreads(max_workers=1)
+    provider = get_provider(model="stub-model", base_url=stub.base_url, api_key="test-key")
+    try:
+        asyncio.run(run_turn_job(queued.pk, provider=provider, db=db))
+    finally:
+        db.close()
+    queued.refresh_from_db()
+    assert (queued.status, queued.last_seq) == ("queued", 1)
