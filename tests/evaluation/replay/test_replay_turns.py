@@ -382,3 +382,24 @@ def test_a_replay_turn_is_not_resumed_or_retried_outside_replay_turns(owner, stu
         db.close()
     queued.refresh_from_db()
     assert (queued.status, queued.last_seq) == ("queued", 1)
+
+
+def test_a_variant_file_is_read_like_an_experiments_variant(owner, stub, counter, tmp_path):
+    record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
+    (tmp_path / "prompt.txt").write_text("SEARCH-FIRST: look it up.", encoding="utf-8")
+    variant = tmp_path / "careful.toml"
+    variant.write_text(
+        f'name = "careful"\nbase_url = "{stub.base_url}"\nsystem_prompt_file = "prompt.txt"\n'
+        'plugins = ["count"]\nmax_steps = 4\n',
+        encoding="utf-8",
+    )
+
+    call_command("replay_turns", "--turns", "--variant", str(variant), "--max-steps", "5")
+
+    replay = Replay.objects.get()
+    item = replay.items.select_related("turn").get()
+    assert (
+        replay.variant["system_prompt"] == "SEARCH-FIRST: look it up."
+    )  # the file read, relative to the variant
+    assert item.turn.max_steps == 5  # the flag over the file
+    assert (item.verdict, item.divergence_step) == ("diverged", 2)
