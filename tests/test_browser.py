@@ -11,8 +11,6 @@ committed there).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,8 +18,8 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agentlab.testing.net import free_port, wait_for_port
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, text_reply, tool_call_reply
+from tests.daphne_support import daphne_running
 from turns.models import Turn
 
 CHROMIUM = "/usr/bin/chromium"
@@ -89,7 +87,6 @@ def stub_handler(body):
 @pytest.fixture
 def live_server_url(transactional_db):
     """daphne on the test database, in a subprocess."""
-    port = free_port()
     stub = StubLLMServer(stub_handler).start()
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "DATABASE_URL")}
     db = connection.settings_dict
@@ -115,25 +112,10 @@ def live_server_url(transactional_db):
             "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )
-    log = open("/tmp/h5-daphne.log", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        wait_for_port(port, timeout=30, process=server, what="daphne (log: /tmp/h5-daphne.log)")
-        yield f"http://127.0.0.1:{port}"
+        with daphne_running(env, Path("/tmp/h5-daphne.log")) as base_url:
+            yield base_url
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
-        log.close()
         stub.stop()
 
 
@@ -187,12 +169,7 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     page = browser_page
 
     # log in with Django's auth views
-    page.goto(live_server_url + "/")
-    assert "/accounts/login/" in page.url
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-alice-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(live_server_url + "/")
+    log_in(page, live_server_url, "alice", "pw-alice-123")
     expect(page.get_by_text("No conversations yet.")).to_be_visible()
 
     # ask: the conversation page streams the turn
@@ -259,11 +236,7 @@ def test_a_truncated_answer_shows_as_truncated_and_usage_is_the_same_in_chat_api
     )
     SCREENS.mkdir(parents=True, exist_ok=True)
     page = browser_page
-    page.goto(live_server_url + "/")
-    page.fill("input[name=username]", "bob")
-    page.fill("input[name=password]", "pw-bob-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(live_server_url + "/")
+    log_in(page, live_server_url, "bob", "pw-bob-123")
 
     # a reviewed turn: the chat page, the API and the admin show the same usage
     page.fill("textarea[name=question]", "What is 6*7?")
@@ -337,7 +310,9 @@ def test_tokens_no_call_reported_read_unknown_not_zero(live_server_url, browser_
 
 
 def log_in(page, base_url: str, username: str, password: str) -> None:
+    """Log in through Django's login form, starting from the chat page."""
     page.goto(base_url + "/")
+    assert "/accounts/login/" in page.url, f"the chat page did not send to the login form: {page.url}"
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")

@@ -89,8 +89,13 @@ def turn_filters(
 
 
 def chat_turns(filters: TurnFilters) -> QuerySet[Turn]:
-    """The finished chat turns ``filters`` select, oldest first (one query)."""
-    turns = Turn.objects.filter(kind=TurnKind.CHAT, status__in=FINISHED)
+    """The finished chat turns ``filters`` select, oldest first (one query):
+    the users' traffic — a side-by-side page's turns (staff trying variants,
+    ``agent_options["variant"]`` set) are left out, as online evaluation
+    leaves them out."""
+    turns = Turn.objects.filter(kind=TurnKind.CHAT, status__in=FINISHED).exclude(
+        agent_options__has_key="variant"
+    )
     if filters.group is not None:
         turns = turns.filter(owner__groups__name=filters.group)
     if filters.since is not None:

@@ -45,12 +45,12 @@ class ReplayVariant:
         return int(value) if value is not None else None
 
     def agent_options(self, original: Mapping[str, Any]) -> dict[str, Any]:
-        """A replayed turn's ``Turn.agent_options``: its original's, with the
-        variant's ``system_prompt`` and ``temperature`` over them."""
-        options = dict(original or {})
-        for key in ("system_prompt", "temperature"):
-            if key in self.options:
-                options[key] = self.options[key]
+        """A replayed turn's ``Turn.agent_options``: its original's
+        ``system_prompt`` and ``temperature`` (nothing else: a side-by-side
+        turn's endpoint is not the replay's), with the variant's over them."""
+        keys = ("system_prompt", "temperature")
+        options = {key: original[key] for key in keys if key in (original or {})}
+        options.update({key: self.options[key] for key in keys if key in self.options})
         return options
 
     def extensions(self, settings_plugins: tuple[str, ...]) -> Extensions:

@@ -333,6 +333,9 @@ def test_the_turn_lists_filters_and_a_seeded_sample_choose_the_turns(owner, team
         return list(chat_turns(turn_filters(**given)).values_list("pk", flat=True))
 
     assert chosen() == [*mine, *theirs]
+    Turn.objects.filter(pk=theirs[0]).update(agent_options={"variant": "b"})  # a side-by-side page's turn
+    assert chosen() == mine  # staff trying variants are not the users' traffic
+    Turn.objects.filter(pk=theirs[0]).update(agent_options={})
     assert chosen(group="support") == mine
     assert chosen(group="support", outcome="answered") == mine[1:]
     assert chosen(tool="count") == [*mine, *theirs] and chosen(tool="sql_query") == []

@@ -15,6 +15,8 @@
  * calls, never as text. Answers are Markdown, rendered by markdown-it with
  * raw HTML off and sanitised by DOMPurify (both served from
  * turns/static/turns/vendor/, no CDN); everything else is set as text.
+ * The side-by-side page (templates/chat/side_by_side.html) uses the same
+ * script to show its columns' turns: it has no ask form.
  * No build step. */
 (function () {
   "use strict";
@@ -582,9 +584,12 @@
   }
   var sending = false;
 
+  window.agentlabChat = { views: views };
   var form = document.getElementById("ask");
   var question = document.getElementById("question");
   var askError = document.getElementById("ask-error");
+  // a page that only shows turns (the side-by-side page) has no ask form
+  if (!form || !question) { return; }
   // Enter sends, Shift+Enter starts a new line (and IME composition is left alone).
   question.addEventListener("keydown", function (ev) {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
@@ -612,6 +617,4 @@
       view.root.scrollIntoView({ block: "nearest" });
     }, function () { sending = false; updateAsk(); askError.textContent = "The server could not be reached."; askError.hidden = false; });
   });
-
-  window.agentlabChat = { views: views };
 })();

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('evaluation', '0015_feedback_queues'),
+        ('evaluation', '0017_schedule_cache'),
         ('turns', '0013_turn_replay_of_and_replay_kind'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
