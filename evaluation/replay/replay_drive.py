@@ -145,7 +145,8 @@ async def replay_drive(
     calling ``on_item`` with it; ``provider`` is closed at the end. Raises
     what the driver cannot record (a database outage); a Ctrl-C leaves the
     turns running, to be resumed."""
-    db = DatabaseThreads(max_workers=concurrency + 2)
+    # the database calls are short: a few threads serve many turns waiting on their LLM
+    db = DatabaseThreads(max_workers=min(concurrency, 16) + 2)
     gate = asyncio.Semaphore(concurrency)
     policy = EvaluationPolicy(review=False)
 

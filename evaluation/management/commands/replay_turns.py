@@ -29,6 +29,7 @@ from evaluation.replay.selection import turn_filters
 from evaluation.replay.variant import replay_variant
 from evaluation.replay.verdicts import summary_lines
 from evaluation.run.llm_options import add_agent_options, agent_options
+from evaluation.run.request import MAX_CONCURRENCY
 from evaluation.scoring.trajectory_spec import ARGS_MODES
 from turns.llm import get_provider
 
@@ -96,8 +97,8 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **opts: Any) -> None:
         with exit_codes(AgentLabError, ValueError):
-            if opts["concurrency"] < 1:
-                raise ValueError(f"--concurrency must be at least 1, got {opts['concurrency']}")
+            if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
+                raise ValueError(f"--concurrency must be 1 to {MAX_CONCURRENCY}, got {opts['concurrency']}")
             request = self._request(opts)
             options = request.variant.options
             # built before anything is written: a model that cannot be used is bad input
