@@ -14,6 +14,12 @@ from evaluation.annotation_models import HumanLabel as HumanLabel
 from evaluation.annotation_models import QueueItem as QueueItem
 from evaluation.annotation_models import default_label_set as default_label_set
 
+# the replays' models (issue 42): a module of their own (re-exported here)
+from evaluation.replay_models import Replay as Replay
+from evaluation.replay_models import ReplayItem as ReplayItem
+from evaluation.replay_models import ReplayStatus as ReplayStatus
+from evaluation.replay_models import ReplayVerdict as ReplayVerdict
+
 
 class Dataset(models.Model):
     """A named set of examples, imported from a JSONL file or written by the project."""

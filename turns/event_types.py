@@ -184,6 +184,8 @@ class ToolResultEventData(TypedDict, total=False):
     attempt: int
     step: int
     result: ToolResultData
+    #: a replay served the recorded turn's result; the tool did not run
+    replayed: bool
 
 
 # --- plugins' checks ------------------------------------------------------------------
@@ -373,6 +375,21 @@ TurnResumedData = TypedDict("TurnResumedData", {"from": str, "by": str | None})
 TurnResumedData.__pydantic_config__ = _CLOSED  # type: ignore[attr-defined]
 
 
+@with_config(_CLOSED)
+class ReplayDivergenceData(TypedDict):
+    """Where a replay's new agent first asked for something the recorded turn
+    did not (``agentlab.agent.replay``): its loop ``step``, the 1-based
+    ``position`` in the recorded path, the ``recorded`` call expected there
+    (``{"name", "arguments"}``; ``None``: the recorded path had ended) and
+    the new ``call`` (``ToolCall.to_dict()``)."""
+
+    attempt: int
+    step: int
+    position: int
+    recorded: dict[str, Any] | None
+    call: ToolCallData
+
+
 #: Every event type and the ``TypedDict`` of its payload.
 PAYLOADS: dict[str, type[Any]] = {
     EventType.TURN_QUEUED: TurnQueuedData,
@@ -396,6 +413,7 @@ PAYLOADS: dict[str, type[Any]] = {
     EventType.TURN_INTERRUPTED: TurnInterruptedData,
     EventType.TURN_RESUMED: TurnResumedData,
     EventType.HISTORY: HistoryData,
+    EventType.REPLAY_DIVERGENCE: ReplayDivergenceData,
 }
 
 _REQUIRED: dict[str, frozenset[str]] = {

@@ -72,6 +72,9 @@ class TurnPhase(models.TextChoices):
 class TurnKind(models.TextChoices):
     CHAT = "chat"
     EVALUATION = "evaluation"
+    #: a recorded turn driven again under a variant (``manage.py replay_turns``;
+    #: ``Turn.replay_of`` is the original)
+    REPLAY = "replay"
 
 
 TERMINAL_STATUSES = frozenset({TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED})
@@ -126,6 +129,10 @@ class Turn(models.Model):
     usage = models.JSONField(default=dict, blank=True)
     timings = models.JSONField(default=dict, blank=True)
     meta = models.JSONField(default=dict, blank=True)
+    #: the recorded turn this one replays (kind ``replay``); ``None`` for any other turn
+    replay_of = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replays"
+    )
     last_seq = models.PositiveIntegerField(default=0)
     cancel_requested = models.BooleanField(default=False)
     heartbeat_at = models.DateTimeField(null=True, blank=True)
@@ -251,6 +258,8 @@ class EventType(models.TextChoices):
     TURN_RESUMED = "turn.resumed"
     #: what the turn was given of its conversation, before its first LLM call
     HISTORY = "history"
+    #: a replay's new agent first left the recorded path (``agentlab.agent.replay``)
+    REPLAY_DIVERGENCE = "replay.divergence"
 
 
 TERMINAL_EVENT_TYPES = frozenset(

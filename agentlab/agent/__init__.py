@@ -29,20 +29,12 @@ from agentlab.agent.types import (
 from agentlab.agent.usage import UsageTotals
 
 if TYPE_CHECKING:
-    from agentlab.agent.loop import (
-        AgentLoop,
-        ApprovalDecision,
-        ApprovalGate,
-        CompletionReport,
-        LoopResult,
-        OnReport,
-        Report,
-        ToolResultReport,
-    )
+    from agentlab.agent.loop import AgentLoop, ApprovalDecision, ApprovalGate, LoopResult
     from agentlab.agent.protocol import DEFAULT_SYSTEM_PROMPT, parse_tool_calls
     from agentlab.agent.providers import make_provider
     from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
     from agentlab.agent.providers.scripted import ScriptedProvider
+    from agentlab.agent.reports import CompletionReport, OnReport, Report, ToolResultReport
     from agentlab.agent.retry import complete_with_retries
     from agentlab.agent.tools import Tool, ToolContext, ToolRegistry, default_registry, evaluate_expression
 
@@ -52,12 +44,9 @@ _EXPORTS = {
         "AgentLoop",
         "ApprovalDecision",
         "ApprovalGate",
-        "CompletionReport",
         "LoopResult",
-        "OnReport",
-        "Report",
-        "ToolResultReport",
     ),
+    **exports_of("agentlab.agent.reports", "CompletionReport", "OnReport", "Report", "ToolResultReport"),
     **exports_of("agentlab.agent.protocol", "DEFAULT_SYSTEM_PROMPT", "parse_tool_calls"),
     **exports_of("agentlab.agent.providers", "make_provider"),
     **exports_of("agentlab.agent.providers.openai_compat", "OpenAICompatibleProvider"),

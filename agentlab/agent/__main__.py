@@ -22,8 +22,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from agentlab.agent.loop import AgentLoop, CompletionReport, LoopResult, Report, ToolStartReport
+from agentlab.agent.loop import AgentLoop, LoopResult
 from agentlab.agent.providers import make_provider
+from agentlab.agent.reports import CompletionReport, Report, ToolResultReport
 from agentlab.agent.tools import ToolContext, default_registry
 from agentlab.agent.types import LLMProvider
 
@@ -50,8 +51,8 @@ class _Transcript:
 
     async def __call__(self, report: Report) -> None:
         now = time.perf_counter()
-        if isinstance(report, ToolStartReport):
-            return  # the tool's result says all there is to say here
+        if not isinstance(report, CompletionReport | ToolResultReport):
+            return  # a start: the tool's result says all there is to say here (no replay here)
         if isinstance(report, CompletionReport):
             self.llm_seconds += now - self.last
             self._completion(report, seconds=now - self.last)

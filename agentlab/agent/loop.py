@@ -25,36 +25,36 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import Any, Literal, TypeVar
 
 from agentlab.agent.embedded import StepSchemas, arrange_tools, schema_for_step, step_schemas
 from agentlab.agent.messages import build_messages, step_calls
 from agentlab.agent.protocol import parse_tool_calls
-
-# re-exported: the loop's reports have always been importable from here
-from agentlab.agent.reports import CompletionReport as CompletionReport
-from agentlab.agent.reports import LLMRequest
-from agentlab.agent.reports import OnReport as OnReport
-from agentlab.agent.reports import Report as Report
-from agentlab.agent.reports import ToolResultReport as ToolResultReport
-from agentlab.agent.reports import ToolStartReport as ToolStartReport
+from agentlab.agent.replay import ReplayScript, replay_call
+from agentlab.agent.reports import (
+    CompletionReport,
+    LLMRequest,
+    OnReport,
+    Report,
+    ToolResultReport,
+    ToolStartReport,
+)
 from agentlab.agent.results import EMPTY_ANSWER_ERROR as EMPTY_ANSWER_ERROR
 from agentlab.agent.results import LoopResult as LoopResult
-from agentlab.agent.results import Outcome
+from agentlab.agent.results import Outcome, ending_outcome, text_outcome
 from agentlab.agent.retry import complete_with_retries
-from agentlab.agent.stops import LoopStop, check_stop, guarded
+from agentlab.agent.stops import LoopStop, ReportFailed, check_stop, guarded
 from agentlab.agent.streaming import OnText, text_stream
 from agentlab.agent.tools import ToolContext, ToolRegistry
-from agentlab.agent.truncation import cut_note, json_type, mark_truncated_calls, schema_cut_call
+from agentlab.agent.truncation import cut_note, mark_truncated_calls, schema_cut_call
 from agentlab.agent.types import (
-    Completion,
     LLMProvider,
     ProviderError,
     Step,
     StopReason,
     ToolCall,
     ToolResult,
-    as_text,
 )
 from agentlab.agent.usage import UsageTotals
 
@@ -67,14 +67,6 @@ ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
 #: chat messages (the history a turn is given: ``agentlab.agent.history``)
 Msgs = Sequence[dict[str, Any]]
-
-
-class _ReportFailed(Exception):
-    """Carries an exception raised by ``on_report`` past the loop's catch-all."""
-
-    def __init__(self, error: BaseException):
-        super().__init__(repr(error))
-        self.error = error
 
 
 @dataclass
@@ -94,6 +86,8 @@ class _Run:
     #: the schemas a constrained model's steps decode under (``embedded``);
     #: ``None``: native tool calls, or a provider without constrained decoding
     schemas: StepSchemas | None = None
+    #: a replay's recorded path (``agentlab.agent.replay``); ``None``: tools run
+    replay: ReplayScript | None = None
 
 
 class AgentLoop:
@@ -194,6 +188,7 @@ class AgentLoop:
         deadline: float | None = None,
         on_text: OnText | None = None,
         history: Msgs = (),
+        replay: ReplayScript | None = None,
     ) -> LoopResult:
         """Answer ``question``; see the module docstring and ``LoopResult``.
 
@@ -207,6 +202,8 @@ class AgentLoop:
         ``history``: the conversation's earlier turns as messages, put
         between the system prompt and the question of every call
         (``agentlab.agent.history``).
+        ``replay``: serve a recorded turn's tool results while the agent asks
+        for its calls (``agentlab.agent.replay``; advanced past ``recorded``).
         """
         context = context or ToolContext()
         run = _Run(
@@ -219,18 +216,16 @@ class AgentLoop:
             deadline=deadline,
             on_text=on_text,
             history=history,
+            replay=replay,
         )
         if self.constrained and len(run.tools):
             run.schemas = step_schemas(
                 run.tools, question=question, context=context, max_steps=self.max_steps
             )
-        for step in recorded:
-            copied = Step(index=step.index, completion=step.completion, results=list(step.results))
-            run.steps.append(copied)
-            run.usage.add(copied.completion)
+        self._restore(run, recorded)
         try:
             outcome = await self._run(run)
-        except _ReportFailed as exc:
+        except ReportFailed as exc:
             raise exc.error from None
         except LoopStop as stop:
             return self._result(
@@ -261,6 +256,15 @@ class AgentLoop:
             error = cut_note(self.max_tokens).replace("your reply", "the final answer")
             return self._result(run, outcome, error=error)
         return self._result(run, outcome)
+
+    def _restore(self, run: _Run, recorded: Sequence[Step]) -> None:
+        """Copy ``recorded`` into ``run`` (a replay's script advanced past them)."""
+        for step in recorded:
+            copied = Step(index=step.index, completion=step.completion, results=list(step.results))
+            run.steps.append(copied)
+            run.usage.add(copied.completion)
+        if run.replay is not None:
+            run.replay.resume(run.steps, calls_of=self._calls_of, tools=run.tools)
 
     def _result(
         self,
@@ -331,7 +335,7 @@ class AgentLoop:
             await self._report(run, CompletionReport(step=index, completion=completion, request=request))
             calls = list(completion.tool_calls)
             if not calls:
-                return self._text_outcome(completion)
+                return text_outcome(completion)
             outcome = await self._run_calls(run, step, calls)
             if outcome is not None:
                 return outcome
@@ -356,22 +360,10 @@ class AgentLoop:
             run.schemas, index=index, steps=run.steps, max_steps=self.max_steps, calls_of=self._calls_of
         )
 
-    @staticmethod
-    def _text_outcome(completion: Completion) -> Outcome:
-        """A reply without a tool call: the final answer — unless the token
-        limit cut it, which is stop reason ``length``, not an answer, or it
-        is empty (``empty_answer``)."""
-        text = (completion.text or "").strip()
-        if completion.truncated:
-            return Outcome("length", partial_answer=text)
-        if not text:
-            return Outcome("empty_answer")
-        return Outcome("final", answer=text, answer_type="string")
-
     def _recorded_outcome(self, step: Step) -> Outcome | None:
         calls = self._calls_of(step)
         if not calls:
-            return self._text_outcome(step.completion)
+            return text_outcome(step.completion)
         by_id = {r.call_id: r for r in step.results}
         for call in calls:
             result = by_id.get(call.id)
@@ -383,31 +375,21 @@ class AgentLoop:
 
     def _ending(self, call: ToolCall, result: ToolResult) -> Outcome | None:
         """The outcome when ``call`` (which produced ``result``) ends the turn."""
-        if result.is_error:
-            return None
         tool = self.tools.get(call.name)
-        ends = tool.ends_turn if tool is not None else None
-        if ends == "final":
-            args = call.arguments
-            answer = as_text(args.get("answer"))  # stored as given (a leading tab is the model's)
-            if not answer.strip():  # "" or whitespace (or null) is no answer
-                return Outcome("empty_answer")
-            return Outcome(
-                "final",
-                answer=answer,
-                evidence=as_text(args.get("evidence")),
-                reasoning=as_text(args.get("reasoning")),
-                answer_type=json_type(args.get("answer")),
-            )
-        if ends == "ask":
-            return Outcome("asked", question=as_text(call.arguments.get("question")))
-        return None
+        return ending_outcome(tool.ends_turn if tool is not None else None, call, result)
 
     async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> Outcome | None:
         for call in calls:
             check_stop(run.cancel, run.deadline)
             # an unavailable tool is not approved first: execute answers "unknown tool"
             tool = run.tools.get(call.name)
+            replay = run.replay
+            if replay and (served := await replay_call(replay, call, tool, step, partial(self._report, run))):
+                step.results.append(served)
+                await self._report(
+                    run, ToolResultReport(step=step.index, call=call, result=served, replayed=True)
+                )
+                continue
             if tool is not None and tool.needs_approval and call.error is None:
                 decision: ApprovalDecision = "unavailable"
                 if run.approval is not None:
@@ -440,7 +422,7 @@ class AgentLoop:
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            raise _ReportFailed(exc) from exc
+            raise ReportFailed(exc) from exc
 
     async def _guard(self, run: _Run, awaitable: Awaitable[T]) -> T:
         """``stops.guarded`` under this run's cancel flag and deadline."""

@@ -12,7 +12,15 @@ from typing import Any
 
 from agentlab.agent.types import Completion, ToolCall, ToolResult
 
-__all__ = ["CompletionReport", "LLMRequest", "OnReport", "Report", "ToolResultReport", "ToolStartReport"]
+__all__ = [
+    "CompletionReport",
+    "DivergenceReport",
+    "LLMRequest",
+    "OnReport",
+    "Report",
+    "ToolResultReport",
+    "ToolStartReport",
+]
 
 
 @dataclass(frozen=True)
@@ -51,11 +59,14 @@ class LLMRequest:
 
 @dataclass(frozen=True)
 class ToolResultReport:
-    """One tool call of step ``step`` produced ``result``."""
+    """One tool call of step ``step`` produced ``result``; ``replayed``: the
+    result is the recorded turn's, served by a replay, the tool not run
+    (``agentlab.agent.replay``)."""
 
     step: int
     call: ToolCall
     result: ToolResult
+    replayed: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,5 +83,18 @@ class ToolStartReport:
     repeat: bool
 
 
-Report = CompletionReport | ToolStartReport | ToolResultReport
+@dataclass(frozen=True)
+class DivergenceReport:
+    """A replay's new agent left the recorded path at loop step ``step``:
+    the ``position``-th recorded call (1-based) was ``recorded`` (``None``:
+    the recorded path had ended), the new agent asked for ``call``. Reported
+    before the loop acts on the call (``agentlab.agent.replay``)."""
+
+    step: int
+    position: int
+    recorded: dict[str, Any] | None
+    call: ToolCall
+
+
+Report = CompletionReport | ToolStartReport | ToolResultReport | DivergenceReport
 OnReport = Callable[[Report], Awaitable[None]]

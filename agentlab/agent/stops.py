@@ -31,6 +31,14 @@ class LoopStop(Exception):
         self.pending_call = pending_call
 
 
+class ReportFailed(Exception):
+    """Carries an exception raised by the loop's ``on_report`` past its catch-all."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(repr(error))
+        self.error = error
+
+
 def check_stop(cancel: asyncio.Event | None, deadline: float | None) -> None:
     """Raise ``LoopStop("cancelled")`` when ``cancel`` is set, or
     ``LoopStop("timeout")`` when ``deadline`` (a ``time.monotonic()`` value)

@@ -28,6 +28,9 @@ StopReason = Literal[
     "context_overflow",
     "provider_error",
     "error",
+    # a replay (agentlab.agent.replay): ended at the divergence; a tool it may not run live
+    "replay_diverged",
+    "replay_unsafe",
 ]
 STOP_REASONS: tuple[str, ...] = StopReason.__args__  # type: ignore[attr-defined]
 

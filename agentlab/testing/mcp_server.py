@@ -30,6 +30,7 @@ from typing import Any
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.types import ToolAnnotations
 
 STARTS_FILE_ENV = "AGENTLAB_TEST_MCP_STARTS_FILE"
 
@@ -38,7 +39,7 @@ def build_server(name: str = "agentlab-test") -> MCPServer[Any]:
     """The test server with its five tools (see the module docstring)."""
     server: MCPServer[Any] = MCPServer(name, version="1.0", log_level="WARNING")
 
-    @server.tool()
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True))  # a replay may run it live
     def add(a: float, b: float) -> str:
         """Add two numbers."""
         total = a + b

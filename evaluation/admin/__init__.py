@@ -20,7 +20,9 @@ Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
 ``turns`` (the turn admin with a run column, field and filter, registered in
 place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
 "Add to dataset…" action: chosen turns become examples), and ``annotation``
-(annotation queues: review one item at a time, judge alignment; issue 30).
+(annotation queues: review one item at a time, judge alignment; issue 30),
+and ``replays`` (``manage.py replay_turns``: a replay's turns beside their
+originals; issue 42).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from evaluation.admin.annotation import AnnotationQueueAdmin
 from evaluation.admin.datasets import DatasetAdmin, ExampleAdmin
 from evaluation.admin.experiments import ExperimentAdmin
 from evaluation.admin.predictions import PredictionAdmin
+from evaluation.admin.replays import ReplayAdmin
 from evaluation.admin.runs import RunAdmin
 from evaluation.admin.schedules import EvalScheduleAdmin
 from evaluation.admin.turns import RunFilter, RunTurnAdmin
@@ -40,6 +43,7 @@ __all__ = [
     "ExampleAdmin",
     "ExperimentAdmin",
     "PredictionAdmin",
+    "ReplayAdmin",
     "RunAdmin",
     "RunFilter",
     "RunTurnAdmin",

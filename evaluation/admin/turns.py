@@ -9,6 +9,10 @@ filter. The turn's run and prediction come as scalar subqueries on the
 prediction's ``turn_id`` index, so the list still costs the same number of
 queries whatever its length.
 
+A "replay" field links a replay turn to its original and its replay, and an
+original to its replays (``manage.py replay_turns``; an ``EXISTS`` subquery,
+and one query on the page of a turn that has replays or is one).
+
 It also adds the "Add to dataset…" action (``evaluation.admin.add_to_dataset``)
 and, below the question, the datasets whose current version holds it: links
 to those examples, read in one query (``from_turns.turn_examples``).
@@ -20,15 +24,15 @@ from collections.abc import Sequence
 from typing import Any, TypeVar
 
 from django.contrib import admin
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import Exists, OuterRef, QuerySet, Subquery
 from django.http import HttpRequest
-from django.utils.html import format_html_join
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 
 from common.admin import DASH, admin_link
 from evaluation.admin.add_to_dataset import add_to_dataset
 from evaluation.datasets.from_turns import turn_examples
-from evaluation.models import Example, Prediction, Run
+from evaluation.models import Example, Prediction, Replay, ReplayItem, Run
 from turns.admin import StopReasonFilter, TurnAdmin
 from turns.models import Turn
 
@@ -72,7 +76,9 @@ def _fieldsets_with_run(fieldsets: Any) -> Any:
     beside the owner, and ``in_datasets`` after the question."""
     (name, options), *rest = fieldsets
     rows = tuple(
-        (*row, "run_link", "prediction_link") if isinstance(row, tuple) and "owner_name" in row else row
+        (*row, "run_link", "prediction_link", "replay_links")
+        if isinstance(row, tuple) and "owner_name" in row
+        else row
         for row in options["fields"]
     )
     rest = [
@@ -90,7 +96,13 @@ class RunTurnAdmin(TurnAdmin):
     list_display = _after(TurnAdmin.list_display, "owner", "run_link")
     list_filter = _after(TurnAdmin.list_filter, StopReasonFilter, RunFilter)
     readonly_fields = _after(
-        _after(_after(TurnAdmin.readonly_fields, "owner_name", "run_link"), "run_link", "prediction_link"),
+        _after(
+            _after(
+                _after(TurnAdmin.readonly_fields, "owner_name", "run_link"), "run_link", "prediction_link"
+            ),
+            "prediction_link",
+            "replay_links",
+        ),
         "question",
         "in_datasets",
     )
@@ -110,6 +122,7 @@ class RunTurnAdmin(TurnAdmin):
                 run_label=Subquery(prediction.values("run__run_id")[:1]),
                 prediction_pk=Subquery(prediction.values("pk")[:1]),
                 example_label=Subquery(prediction.values("example__external_id")[:1]),
+                replayed=Exists(ReplayItem.objects.filter(original_id=OuterRef("pk"))),
             )
         )
 
@@ -127,6 +140,29 @@ class RunTurnAdmin(TurnAdmin):
         if prediction_pk is None:
             return DASH
         return admin_link(Prediction, prediction_pk, f"example {turn.example_label}")  # type: ignore[attr-defined]
+
+    @admin.display(description="replay")
+    def replay_links(self, turn: Turn) -> SafeString | str:
+        """A replay turn's original and its replay; an original's replays (``manage.py replay_turns``)."""
+        if turn.replay_of_id is not None:
+            item = ReplayItem.objects.filter(turn=turn).select_related("replay").first()
+            where = (
+                format_html(" in {}", admin_link(Replay, item.replay_id, item.replay.name)) if item else ""
+            )
+            return format_html(
+                "replays turn {}{}", admin_link(Turn, turn.replay_of_id, f"#{turn.replay_of_id}"), where
+            )
+        if not getattr(turn, "replayed", False):  # no query for a turn never replayed
+            return DASH
+        items = ReplayItem.objects.filter(original=turn).select_related("replay").order_by("pk")
+        return format_html_join(
+            ", ",
+            "{} ({})",
+            (
+                (admin_link(Turn, i.turn_id, f"#{i.turn_id}"), admin_link(Replay, i.replay_id, i.replay.name))
+                for i in items
+            ),
+        )
 
     @admin.display(description="in datasets")
     def in_datasets(self, turn: Turn) -> SafeString | str:

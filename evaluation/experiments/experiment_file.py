@@ -289,13 +289,24 @@ def variants_check(
             raise BadInput(f"{here}: two variants have {same}; each needs a name of its own")
         seen[slug(name)] = name
         options = {key: value for key, value in table.items() if key != "name"}
-        _keys_check(options, VARIANT_KEYS, where=here, what="variant")
-        if not options:
-            keys = ", ".join(VARIANT_KEYS)
-            raise BadInput(f"{here}: the variant overrides nothing; give it at least one of: {keys}")
-        options = _prompt_read(options, where=here, base=base)
-        variants.append(VariantSpec(name=name, options=options, api_key=_key_read(options, here, environ)))
+        variants.append(variant_check(name, options, where=here, base=base, environ=environ))
     return tuple(variants)
+
+
+def variant_check(
+    name: str, options: Mapping[str, Any], *, where: str, base: Path, environ: Mapping[str, str] | None = None
+) -> VariantSpec:
+    """One variant's overrides checked (``VARIANT_KEYS``, their types, at
+    least one, ``system_prompt_file`` read relative to ``base``,
+    ``api_key_env`` looked up in ``environ``): its ``VariantSpec``. Raises
+    ``BadInput`` starting with ``where`` — an experiment's ``[[variant]]``
+    and ``replay_turns --variant``'s file are checked by this one rule."""
+    _keys_check(options, VARIANT_KEYS, where=where, what="variant")
+    if not options:
+        keys = ", ".join(VARIANT_KEYS)
+        raise BadInput(f"{where}: the variant overrides nothing; give it at least one of: {keys}")
+    checked = _prompt_read(dict(options), where=where, base=base)
+    return VariantSpec(name=name, options=checked, api_key=_key_read(checked, where, environ))
 
 
 def _prompt_read(options: dict[str, Any], *, where: str, base: Path) -> dict[str, Any]:

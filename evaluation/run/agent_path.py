@@ -10,7 +10,7 @@ trajectory), only this module changes.
 Which calls: the ``tool.call`` events of the turn's last attempt (the one
 whose answer was scored), in ``seq`` order, each with the output of its
 ``tool.result`` (matched by the call's id; ``None`` when it has none, for
-example a call cut off by a crash). An attempt begun by ``turn_continue``
+example a call cut off by a crash) and whether that result was an error. An attempt begun by ``turn_continue``
 (``attempt.retry`` with ``reason: "continue"``) continues the previous one's
 steps, so the previous attempt's calls come first. ``final_answer`` and
 ``ask_user`` stay in; the scorers leave them out unless an example lists
@@ -69,11 +69,12 @@ def _attempts_of_path(events: list[tuple[str, dict[str, Any]]]) -> set[int]:
 
 def _path(events: list[tuple[str, dict[str, Any]]]) -> list[TrajectoryStep]:
     chain = _attempts_of_path(events)
-    results: dict[tuple[int, str], str] = {}
+    results: dict[tuple[int, str], tuple[str, bool]] = {}
     for kind, data in events:
         if kind == EventType.TOOL_RESULT and isinstance(data.get("result"), dict):
             call_id = str(data["result"].get("call_id") or "")
-            results[(int(data.get("attempt") or 1), call_id)] = str(data["result"].get("output") or "")
+            output = str(data["result"].get("output") or "")
+            results[(int(data.get("attempt") or 1), call_id)] = (output, bool(data["result"].get("is_error")))
     path = []
     for kind, data in events:
         if kind != EventType.TOOL_CALL or int(data.get("attempt") or 1) not in chain:
@@ -81,12 +82,14 @@ def _path(events: list[tuple[str, dict[str, Any]]]) -> list[TrajectoryStep]:
         call = data.get("call") or {}
         arguments = call.get("arguments")
         attempt = int(data.get("attempt") or 1)
+        result = results.get((attempt, str(call.get("id") or "")))
         path.append(
             TrajectoryStep(
                 tool=str(call.get("name") or ""),
                 args=dict(arguments) if isinstance(arguments, dict) else {},
-                result=results.get((attempt, str(call.get("id") or ""))),
+                result=result[0] if result is not None else None,
                 step=data.get("step"),
+                is_error=result is not None and result[1],
             )
         )
     return path

@@ -64,13 +64,15 @@ class TrajectoryFormatError(ValueError):
 @dataclass(frozen=True)
 class TrajectoryStep:
     """One tool call of a path: the tool's name, its arguments (a JSON object),
-    and for an agent's call its result text and its step number in the attempt
-    (``None`` for an expected call)."""
+    and for an agent's call its result text, its step number in the attempt
+    (``None`` for an expected call) and whether the result was an error (a
+    replay serves it as it was, ``agentlab.agent.replay``)."""
 
     tool: str
     args: dict[str, Any] = field(default_factory=dict)
     result: str | None = None
     step: int | None = None
+    is_error: bool = field(default=False, compare=False)
 
     def label(self) -> str:
         """``calculator({"expression": "2+2"})`` — the call for a sentence."""

@@ -250,8 +250,8 @@ async def test_a_reply_cut_by_the_token_limit_has_finish_reason_length(gguf: Pat
 
 @pytest.mark.local_model
 async def test_the_local_agent_calls_the_calculator_under_the_step_schema(gguf: Path) -> None:
-    from agentlab.agent.loop import CompletionReport, Report
     from agentlab.agent.providers.local import LocalGGUFProvider
+    from agentlab.agent.reports import CompletionReport, Report
     from agentlab.agent.tools import evaluate_expression
 
     reports: list[Report] = []

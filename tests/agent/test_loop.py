@@ -11,16 +11,10 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from agentlab.agent.loop import (
-    AgentLoop,
-    CompletionReport,
-    LoopResult,
-    Report,
-    ToolResultReport,
-    ToolStartReport,
-)
+from agentlab.agent.loop import AgentLoop, LoopResult
 from agentlab.agent.protocol import TOOL_HINTS, system_prompt
 from agentlab.agent.providers.scripted import ScriptedProvider, Slow, call, final, text, tool_call, tool_calls
+from agentlab.agent.reports import CompletionReport, Report, ToolResultReport, ToolStartReport
 from agentlab.agent.tools import Tool, ToolContext, ToolRegistry
 from agentlab.agent.types import Completion, ProviderError, Step, ToolCall, ToolResult, Usage
 from tests.shared_data import dataset_path

@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from agentlab.agent.loop import AgentLoop, CompletionReport, Report, ToolStartReport
+from agentlab.agent.loop import AgentLoop
 from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
+from agentlab.agent.reports import CompletionReport, Report, ToolStartReport
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ProviderError, Step, ToolCall, ToolResult, Usage

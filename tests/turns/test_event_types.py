@@ -11,6 +11,7 @@ from pydantic import BaseModel, TypeAdapter
 
 from agentlab.agent.extensions import Extensions
 from agentlab.agent.providers.scripted import ScriptedProvider, call, final, text, tool_call, tool_calls
+from agentlab.agent.replay import RecordedCall, ReplayScript
 from agentlab.agent.tools import Tool, default_registry
 from turns.driver import ChatPolicy, EvaluationPolicy, drive_turn
 from turns.driver import lease as lease_module
@@ -155,6 +156,19 @@ async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) ->
     cancelled = await db_threads.run(turn_create, owner=owner, question="never mind")
     await db_threads.run(turn_cancel, turn_id=cancelled.pk, acting_user=owner)
     await db_threads.run(turn_retry, turn_id=cancelled.pk, acting_user=owner)
+
+    # a replay: one recorded result served, then the divergence (replay.divergence)
+    replayed = await db_threads.run(turn_create, owner=owner, question="replayed")
+    script = ReplayScript(
+        [RecordedCall("calculator", {"expression": "1+1"}, "2"), RecordedCall("calculator")]
+    )
+    provider = ScriptedProvider(
+        [tool_call("calculator", {"expression": "1+1"}), tool_call("calculator", {"expression": "3+3"})]
+    )
+    result = await drive_turn(
+        replayed.pk, policy=EvaluationPolicy(review=False), provider=provider, db=db_threads, replay=script
+    )
+    assert result is not None and result.stop_reason == "replay_diverged"
 
     interrupted = await db_threads.run(turn_create, owner=owner, question="lost")
     assert await db_threads.run(turn_interrupt, turn_id=interrupted.pk, reason="worker died")

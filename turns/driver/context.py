@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agentlab.agent.tools import ToolContext
+
 if TYPE_CHECKING:
+    from agentlab.agent.replay import ReplayScript
     from agentlab.agent.tools import ToolRegistry
     from agentlab.agent.types import LLMProvider
     from common.db import DatabaseThreads
@@ -35,7 +38,10 @@ class DriveContext:
     - ``provider``: the LLM provider of the agent and of the review;
     - ``tools``: the tools offered when no extension replaces them;
     - ``subject``: the example, run and dataset plugins are told of
-      (evaluation), ``None`` for chat.
+      (evaluation), ``None`` for chat;
+    - ``replay``: a replay's recorded path (``agentlab.agent.replay``): the
+      agent loop serves its tool results while the agent follows it; ``None``
+      for any turn that is not a replay. It keeps a cursor, so one per drive.
     """
 
     turn: ClaimedTurn
@@ -44,6 +50,7 @@ class DriveContext:
     provider: LLMProvider
     tools: ToolRegistry
     subject: Subject | None = None
+    replay: ReplayScript | None = None
 
     @property
     def turn_id(self) -> int:
@@ -54,3 +61,17 @@ class DriveContext:
     def holder(self) -> str:
         """The job id holding the turn (``turn.job_id``, set by the claim)."""
         return self.turn.job_id
+
+    def tool_context(self, *, attempt: int, started_calls: frozenset[str]) -> ToolContext:
+        """What the tools of attempt ``attempt`` may read: the turn's context
+        (for evaluation, the example's documents) and an idempotency scope of
+        its own; ``started_calls`` (ids of tool calls whose ``tool.started``
+        is in the log) only for the turn's latest attempt, the one a resume
+        continues."""
+        turn = self.turn
+        return ToolContext(
+            documents=list((turn.context or {}).get("documents") or []),
+            metadata=dict(turn.context or {}),
+            idempotency_scope=f"turn-{turn.id}/attempt-{attempt}",
+            started_calls=started_calls if attempt == turn.attempts else frozenset(),
+        )

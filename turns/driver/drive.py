@@ -37,6 +37,7 @@ from django.conf import settings
 from agentlab.agent.extensions import Extensions, TurnSetup
 from agentlab.agent.history import conversation_text
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
+from agentlab.agent.replay import ReplayScript
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, Step, ToolCall
@@ -99,6 +100,7 @@ async def drive_turn(
     timeout_s: float | None = None,
     extensions: Extensions | None = None,
     subject: Subject | None = None,
+    replay: ReplayScript | None = None,
 ) -> DriveResult | None:
     """Run turn ``turn_id`` to a terminal state under ``policy``.
 
@@ -125,7 +127,8 @@ async def drive_turn(
     gets its tools and system prompt from them and ends with their ``check``
     events (``driver.extensions``). ``subject``: the example, run and dataset
     plugins are told of (evaluation). An MCP server unreachable at the start
-    fails the turn (stop reason ``error``).
+    fails the turn (stop reason ``error``). ``replay``: the recorded path a
+    replay turn follows (``agentlab.agent.replay``; ``DriveContext.replay``).
     """
     started = time.monotonic()
     if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
@@ -138,6 +141,7 @@ async def drive_turn(
         provider=provider,
         tools=tools or shared_default_tools(),
         subject=subject,
+        replay=replay,
     )
     drive: TurnDrive | None = None
     try:  # begin (replay, extensions) inside: its failure ends the turn failed too
@@ -308,12 +312,7 @@ class TurnDrive:
             system_prompt=(setup.system_prompt if setup else None) or turn.agent_options.get("system_prompt"),
             temperature=turn.agent_options.get("temperature"),
         )
-        tool_context = ToolContext(
-            documents=list((turn.context or {}).get("documents") or []),
-            metadata=dict(turn.context or {}),
-            idempotency_scope=f"turn-{turn.id}/attempt-{current.number}",
-            started_calls=self.started_calls if current.number == turn.attempts else frozenset(),
-        )
+        tool_context = self.ctx.tool_context(attempt=current.number, started_calls=self.started_calls)
         started_with = attempt_setup_record(
             loop, question=current.question, context=tool_context, attempt=current.number
         )
@@ -334,6 +333,7 @@ class TurnDrive:
             deadline=self.deadline,
             on_text=on_text,
             history=history,
+            replay=self.ctx.replay,
         )
         if on_text is not None:
             await on_text.close()

@@ -54,7 +54,8 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
     """Map a loop result to (terminal event type, its data, turn fields).
 
     final → succeeded/answered; asked → succeeded/asked; approval_rejected →
-    cancelled/rejected; cancelled and approval_required → cancelled/cancelled;
+    cancelled/rejected; cancelled, approval_required and a replay's
+    replay_diverged / replay_unsafe → cancelled/cancelled (the tool named);
     empty_answer, length, max_steps, timeout, context_overflow, provider_error, error →
     failed/failed with the stop reason as the cause (``length``: the final
     answer was cut by the output-token limit; what was written is kept as the
@@ -98,7 +99,7 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
         fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.REJECTED)
         cancelled["reason"] = "a human rejected the approval"
         return EventType.TURN_CANCELLED, dict(cancelled), fields
-    if stop in ("cancelled", "approval_required"):
+    if stop in ("cancelled", "approval_required", "replay_diverged", "replay_unsafe"):
         fields.update(status=TurnStatus.CANCELLED, outcome=TurnOutcome.CANCELLED)
         if result.pending_call is not None:
             cancelled["tool"] = result.pending_call.name

@@ -30,8 +30,14 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, ToolStartReport
-from agentlab.agent.reports import LLMRequest
+from agentlab.agent.reports import (
+    CompletionReport,
+    DivergenceReport,
+    LLMRequest,
+    Report,
+    ToolResultReport,
+    ToolStartReport,
+)
 from agentlab.agent.streaming import TextDelta
 from agentlab.agent.text import json_safe
 from agentlab.agent.tools import ToolRegistry
@@ -47,6 +53,7 @@ from turns.event_types import (
     LLMRequestData,
     LLMUsageData,
     PhaseData,
+    ReplayDivergenceData,
     ThinkingData,
     ToolCallEventData,
     ToolResultEventData,
@@ -252,6 +259,8 @@ class Recorder:
             events, fields, hold = await self._completion(report)
         elif isinstance(report, ToolStartReport):
             events, fields, hold = self._tool_started(report), {}, False
+        elif isinstance(report, DivergenceReport):
+            events, fields, hold = self._divergence(report), {}, False
         else:
             assert isinstance(report, ToolResultReport)
             events, fields = self._tool_result(report), {}
@@ -343,7 +352,19 @@ class Recorder:
             step=report.step,
             result=report.result.to_dict(),  # type: ignore[typeddict-item]
         )
+        if report.replayed:
+            data["replayed"] = True
         return [NewEvent(EventType.TOOL_RESULT, data)]
+
+    def _divergence(self, report: DivergenceReport) -> list[NewEvent]:
+        data = ReplayDivergenceData(
+            attempt=self.attempt,
+            step=report.step,
+            position=report.position,
+            recorded=report.recorded,
+            call=report.call.to_dict(),  # type: ignore[typeddict-item]
+        )
+        return [NewEvent(EventType.REPLAY_DIVERGENCE, data)]
 
 
 @dataclass

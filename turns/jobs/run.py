@@ -116,6 +116,9 @@ async def run_turn_job(
         logger.warning("turn job %s: no such turn", turn_id)
         return
     kind, agent_options = row
+    if kind == TurnKind.REPLAY:  # without its recorded path it would run the tools the replay serves
+        logger.warning("turn job %s: a replay turn is driven by manage.py replay_turns only", turn_id)
+        return
     policy = EVALUATION if kind == TurnKind.EVALUATION else CHAT
     own = turn_provider(agent_options or {}) if policy is CHAT else None
     try:

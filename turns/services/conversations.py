@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import NotFound, StateConflict
-from turns.models import ACTIVE_STATUSES, Conversation, HistoryMode, Turn
+from turns.models import ACTIVE_STATUSES, Conversation, HistoryMode, Turn, TurnKind
 from turns.services import enqueue
 from turns.services.turns import turn_cancel, turn_continue, turn_create, turn_resume, turn_retry
 
@@ -105,9 +105,17 @@ def _requeue_in_conversation(*, turn_id: int, requeue: Callable[[], Turn]) -> Tu
     """Run ``requeue`` — a service that puts the turn back to ``queued`` —
     holding the conversation's row lock, refusing with ``StateConflict`` when
     another turn of the conversation is queued, running or waiting (one
-    active turn per conversation); enqueue the turn once that commits."""
+    active turn per conversation), or when the turn is a replay's — a job
+    would drive it without its recorded path, running the tools the replay
+    serves (``manage.py replay_turns --name`` resumes it); enqueue the turn
+    once that commits."""
     with transaction.atomic():
         turn = Turn.objects.get(pk=turn_id)
+        if turn.kind == TurnKind.REPLAY:
+            raise StateConflict(
+                f"turn {turn_id} is a replay turn: only manage.py replay_turns drives it "
+                "(the same --name resumes its replay)"
+            )
         other = _conversation_other_active(turn=turn)
         if other is not None:
             raise StateConflict(f"conversation {turn.conversation_id} already has an active turn ({other})")

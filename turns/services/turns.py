@@ -90,8 +90,9 @@ def turn_create(
 @dataclass(frozen=True)
 class NewTurn:
     """One turn for ``turn_create_many``: its question, tool context (JSON),
-    step budget, model name, output-token limit (``None``: the setting) and
-    agent loop options (``Turn.agent_options``)."""
+    step budget, model name, output-token limit (``None``: the setting),
+    agent loop options (``Turn.agent_options``) and, for a replay, the turn
+    it replays."""
 
     question: str
     context: dict[str, Any]
@@ -99,6 +100,8 @@ class NewTurn:
     model: str = ""
     max_output_tokens: int | None = None
     agent_options: dict[str, Any] = field(default_factory=dict)
+    #: the recorded turn a replay turn replays (``Turn.replay_of``)
+    replay_of_id: int | None = None
 
 
 def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION) -> list[Turn]:
@@ -126,6 +129,7 @@ def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnK
                     agent_options=json_safe(spec.agent_options or {}),
                     model=spec.model,
                     status=TurnStatus.QUEUED,
+                    replay_of_id=spec.replay_of_id,
                 )
                 for spec in turns
             ]

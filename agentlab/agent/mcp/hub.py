@@ -61,11 +61,13 @@ class MCPCallError(Exception):
 
 @dataclass(frozen=True)
 class RemoteTool:
-    """A tool as an MCP server lists it."""
+    """A tool as an MCP server lists it; ``read_only``: its ``readOnlyHint``
+    annotation (the MCP specification's: it does not modify its environment)."""
 
     name: str
     description: str
     input_schema: dict[str, Any]
+    read_only: bool = False
 
 
 @dataclass(frozen=True)
@@ -115,7 +117,15 @@ async def _listing(client: Any, *, refresh: bool) -> list[RemoteTool]:
     cursor: str | None = None
     for _ in range(100):
         page = await client.list_tools(cursor=cursor, cache_mode="refresh" if refresh else "use")
-        tools += [RemoteTool(t.name, t.description or "", dict(t.input_schema)) for t in page.tools]
+        tools += [
+            RemoteTool(
+                t.name,
+                t.description or "",
+                dict(t.input_schema),
+                read_only=bool(getattr(t.annotations, "read_only_hint", None)),
+            )
+            for t in page.tools
+        ]
         cursor = page.next_cursor
         if cursor is None:
             break

@@ -57,6 +57,7 @@ def _tool(config: MCPServerConfig, remote: RemoteTool, hub: MCPHub) -> Tool:
         remote.input_schema or {"type": "object", "properties": {}},
         call,
         needs_approval=config.needs_approval(remote.name),
+        read_only=remote.read_only,
     )
 
 

@@ -197,4 +197,5 @@ def calculator_tool() -> Tool:
         "and sqrt, round, abs, min, max, floor, ceil, log, exp.",
         parameters=CalculatorArgs,
         fn=_calculator,
+        read_only=True,  # a replay may run it live (agentlab.agent.replay)
     )

@@ -115,4 +115,5 @@ def search_documents_tool() -> Tool:
         "(title and text).",
         parameters=SearchDocumentsArgs,
         fn=_search_documents,
+        read_only=True,  # a replay may run it live (agentlab.agent.replay)
     )

@@ -88,6 +88,9 @@ class Tool:
     ``ToolContext``; when it says no, the tool is not offered to the model in
     that turn and a call of it is an unknown tool (``None``: always offered).
     It is called once per LLM call and per tool call, so keep it cheap.
+    ``read_only``: the tool has no side effect (it reads, computes, looks
+    up) — the one kind a replay runs live after its divergence
+    (``agentlab.agent.replay``; docs/extending.md). ``False`` unless said.
     """
 
     name: str
@@ -97,6 +100,7 @@ class Tool:
     needs_approval: bool = False
     ends_turn: Literal["final", "ask"] | None = None
     available: Callable[[ToolContext], bool] | None = None
+    read_only: bool = False
 
     def is_available(self, context: ToolContext) -> bool:
         """Whether this tool is offered in a turn with ``context``."""

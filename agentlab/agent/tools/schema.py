@@ -98,6 +98,7 @@ def schema_tool(
     *,
     needs_approval: bool = False,
     available: Callable[[ToolContext], bool] | None = None,
+    read_only: bool = False,
 ) -> Tool:
     """A ``Tool`` from a name, a description, parameters and a callable.
 
@@ -105,8 +106,9 @@ def schema_tool(
     ``fn(arguments: dict, context: ToolContext)`` (sync or async) then gets the
     validated arguments as a ``dict``. A pydantic model is accepted too, as for
     built-in tools (``fn`` then gets the model instance). ``name`` must match
-    ``TOOL_NAME_RE`` (what OpenAI-compatible endpoints accept). Raises
-    ``ValueError`` for a bad name, description or schema.
+    ``TOOL_NAME_RE`` (what OpenAI-compatible endpoints accept). ``read_only``:
+    the tool has no side effect (``Tool.read_only``: a replay may run it live).
+    Raises ``ValueError`` for a bad name, description or schema.
     """
     if not isinstance(name, str) or not TOOL_NAME_RE.match(name):
         raise ValueError(f"tool name {name!r} must be 1-64 letters, digits, '_' or '-'")
@@ -122,6 +124,7 @@ def schema_tool(
             fn=fn,
             needs_approval=needs_approval,
             available=available,
+            read_only=read_only,
         )
     if not isinstance(parameters, Mapping):
         raise ValueError(f"tool {name!r}: parameters must be a JSON schema object or a pydantic model")
@@ -133,6 +136,7 @@ def schema_tool(
         fn=_with_plain_arguments(fn),
         needs_approval=needs_approval,
         available=available,
+        read_only=read_only,
     )
 
 

@@ -390,4 +390,5 @@ def sql_query_tool(*, max_rows: int = SQL_MAX_ROWS, time_limit_s: float = SQL_TI
         parameters=SQLQueryArgs,
         fn=query,
         available=_has_database,
+        read_only=True,  # a replay may run it live (agentlab.agent.replay)
     )

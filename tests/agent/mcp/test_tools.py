@@ -29,6 +29,8 @@ async def test_tools_are_prefixed_by_server_and_approval_is_per_tool(hub):
         ("calc__die", True),
     ]
     assert tools[0].spec()["function"]["parameters"]["required"] == ["a", "b"]
+    # the server's readOnlyHint annotation: add has it, the others do not
+    assert [t.read_only for t in tools] == [True, False, False]
 
 
 async def test_approval_for_a_whole_server(hub):

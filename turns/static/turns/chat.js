@@ -320,7 +320,10 @@
       case "turn.cancelled":
         this.outcomeEl.innerHTML = "";
         this.dropDrafts();
-        this.outcomeEl.appendChild(el("div", "failure", d.reason ? "Cancelled: " + d.reason : "Cancelled" + (d.tool ? " (tool " + d.tool + " needs approval)" : "")));
+        var why = d.stop_reason === "replay_diverged" ? " (the replay ended at its divergence, before " + d.tool + ")"
+          : d.stop_reason === "replay_unsafe" ? " (a replay never runs " + d.tool + ": it is not read-only)"
+          : d.tool ? " (tool " + d.tool + " needs approval)" : "";
+        this.outcomeEl.appendChild(el("div", "failure", d.reason ? "Cancelled: " + d.reason : "Cancelled" + why));
         break;
       case "turn.interrupted":
         this.status = "interrupted";
@@ -328,6 +331,10 @@
         break;
       case "turn.resumed": this.status = "queued"; this.note("Resumed"); break;
       case "history": this.note(historyText(d), "history"); break;
+      case "replay.divergence":
+        this.note("Left the recorded path at call " + (d.position || "?") + ": asked for " + ((d.call || {}).name || "?") +
+          ", the recorded turn called " + (d.recorded ? d.recorded.name : "nothing more"), "bad");
+        break;
       default: break;
     }
     if (TERMINAL[frame.type]) {
