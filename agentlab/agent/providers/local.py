@@ -45,6 +45,7 @@ from typing import Any
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers.chat_template import cut_at_markers, render_template, stop_markers
 from agentlab.agent.providers.grammar import GrammarUnavailable, schema_grammar
+from agentlab.agent.seeding import sampling_seed
 from agentlab.agent.streaming import CompletionDelta, OnDelta
 from agentlab.agent.types import Completion, Decoding, ProviderError, Usage
 
@@ -332,6 +333,8 @@ class LocalGGUFProvider:
                     ),
                     repeat_penalty=1.1,
                     grammar=grammar,
+                    # a seeded call (agentlab.agent.seeding) samples the same way each time
+                    **({"seed": seed} if (seed := sampling_seed()) is not None else {}),
                 )
             except ValueError as exc:
                 if "context window" in str(exc):
