@@ -333,8 +333,7 @@ class LocalGGUFProvider:
                     ),
                     repeat_penalty=1.1,
                     grammar=grammar,
-                    # a seeded call (agentlab.agent.seeding) samples the same way each time
-                    **({"seed": seed} if (seed := sampling_seed()) is not None else {}),
+                    **_seed_kwargs(),
                 )
             except ValueError as exc:
                 if "context window" in str(exc):
@@ -384,6 +383,13 @@ class LocalGGUFProvider:
     async def aclose(self) -> None:
         """Nothing to close: the model stays cached for the process."""
         return None
+
+
+def _seed_kwargs() -> dict[str, int]:
+    """``create_completion``'s ``seed`` of a seeded call (``agentlab.agent.seeding``:
+    it samples the same way each time); nothing otherwise."""
+    seed = sampling_seed()
+    return {} if seed is None else {"seed": seed}
 
 
 def _marker_stop(marker_ids: frozenset[int], *, prompt_len: int, emit: Any = None, llama: Any = None) -> Any:

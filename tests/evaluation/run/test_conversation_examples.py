@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.core.management import call_command
@@ -24,7 +25,7 @@ from turns.models import Conversation, Turn, TurnStatus
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: two scripted conversations: the first gets its second turn wrong
-LINES = [
+LINES: list[dict[str, Any]] = [
     {
         "question_id": "sum",
         "task_type": "math",
@@ -133,7 +134,7 @@ def test_epochs_repeat_whole_conversations(endpoint, tmp_path):
     assert [p.epoch for p in preds] == [1, 2]
     assert len({p.conversation_id for p in preds}) == 2
     for p in preds:
-        assert Turn.objects.filter(conversation_id=p.conversation_id).count() == 3
+        assert Turn.objects.filter(conversation=p.conversation).count() == 3
         assert p.correct is False
     # a resume has nothing left to do
     with StubLLMServer(answering()) as server:
@@ -163,11 +164,11 @@ def test_a_failed_turn_ends_the_conversation_and_the_example_is_wrong(endpoint, 
     assert [t["outcome"] for t in result["turns"]] == ["answered", "failed", "not reached"]
     assert [t["correct"] for t in result["turns"]] == [True, False, False]
     assert prediction.error.startswith("turn 2 ended failed")
-    assert Turn.objects.filter(conversation_id=prediction.conversation_id).count() == 2
+    assert Turn.objects.filter(conversation=prediction.conversation).count() == 2
 
 
 def test_resume_after_a_kill_continues_each_conversation_at_its_first_unfinished_turn(tmp_path):
-    lines = [
+    lines: list[dict[str, Any]] = [
         {
             "question_id": f"c{i}",
             "task_type": "math",
@@ -206,14 +207,16 @@ def test_resume_after_a_kill_continues_each_conversation_at_its_first_unfinished
             proc.wait()
         done = {t.question for t in Turn.objects.filter(status=TurnStatus.SUCCEEDED)}
         assert Prediction.objects.filter(run__run_id="conv-kill", completed_at__isnull=True).exists()
-        resumed = subprocess.run(cmd, cwd=ROOT, env=subprocess_env(server), capture_output=True, text=True, timeout=120)
+        resumed = subprocess.run(
+            cmd, cwd=ROOT, env=subprocess_env(server), capture_output=True, text=True, timeout=120
+        )
         assert resumed.returncode == 0, resumed.stderr
 
     run = Run.objects.get(run_id="conv-kill")
     assert run.predictions.count() == 4 and run.predictions.filter(completed_at__isnull=True).count() == 0
     assert (run.metrics["total"], run.metrics["correct"]) == (4, 4)
     for prediction in run.predictions.all():
-        turns = list(Turn.objects.filter(conversation_id=prediction.conversation_id).order_by("position"))
+        turns = list(Turn.objects.filter(conversation=prediction.conversation).order_by("position"))
         assert [t.position for t in turns] == [1, 2, 3]  # no turn made twice
         assert all(t.status == TurnStatus.SUCCEEDED for t in turns)
     # a turn that had answered before the kill was not asked again
