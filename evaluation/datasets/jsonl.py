@@ -194,6 +194,7 @@ def _conversation_example(
         answer=fields.answer,
         task_type=task_type,
         scorer=_scorer(record.get("scorer"), source, line, plugins=record.get("plugins")),
+        choices=_choices(record.get("choices"), source, line),
         context=_context(record.get("context"), source, line, base_dir),
         metadata=metadata,
         plugins=_plugins(record.get("plugins"), source, line),
