@@ -42,6 +42,11 @@ class Judgement(TypedDict, total=False):
     error: str
 
 
+#: The scorers whose predictions the judge pass grades: ``judge`` (an answer)
+#: and ``goal`` (a simulated user's conversation, against its ``success.rubric``).
+JUDGED_SCORERS = (JUDGE, GOAL_SCORER)
+
+
 @dataclass(frozen=True)
 class JudgeItem:
     """A prediction awaiting the judge and what the judge is to grade."""
@@ -63,7 +68,7 @@ def predictions_awaiting_judge(*, run: Run, model: str) -> list[JudgeItem]:
     not completed), in example and epoch order, each with its
     ``JudgeRequest`` for judge model ``model``. One query."""
     rows = (
-        Prediction.objects.filter(run=run, scorer__in=(JUDGE, GOAL_SCORER), completed_at__isnull=True)
+        Prediction.objects.filter(run=run, scorer__in=JUDGED_SCORERS, completed_at__isnull=True)
         .select_related("example__dataset")
         .order_by("example__position", "epoch", "pk")
     )

@@ -15,8 +15,8 @@ from django.core.management import CommandError, call_command
 from evaluation.datasets.jsonl import DatasetFormatError, parse_jsonl
 from evaluation.models import Dataset, Example
 
-GOOD = {"question_id": "ok", "question": "What is 2 + 2?", "answer": "4", "task_type": "math"}
-SCRIPTED = {
+GOOD: dict[str, Any] = {"question_id": "ok", "question": "What is 2 + 2?", "answer": "4", "task_type": "math"}
+SCRIPTED: dict[str, Any] = {
     "question_id": "conv",
     "task_type": "qa",
     "turns": [
@@ -24,7 +24,7 @@ SCRIPTED = {
         {"user": "And Italy?", "answer": ["Rome", "Roma"]},
     ],
 }
-SIMULATED = {
+SIMULATED: dict[str, Any] = {
     "question_id": "sim",
     "task_type": "support",
     "simulated_user": {"persona": "a busy parent", "goal": "get a refund for order 7", "max_turns": 4},
