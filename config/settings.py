@@ -345,6 +345,18 @@ AGENTLAB_LLM_TOKENIZER = env.str("AGENTLAB_LLM_TOKENIZER", default="").strip() o
 #: The embedded model's context window in tokens (prompt + reply). SmolLM2 is
 #: trained for 8,192; 2,048 overflowed on GSM8K (docs/benchmarks.md#the-embedded-model).
 AGENTLAB_LOCAL_N_CTX = env_number("AGENTLAB_LOCAL_N_CTX", 8192, minimum=256)
+#: An endpoint's context window in tokens (prompt + reply), which a
+#: conversation's history is fitted to (agentlab.agent.history); the embedded
+#: model's is AGENTLAB_LOCAL_N_CTX.
+AGENTLAB_LLM_CONTEXT_WINDOW = env_number("AGENTLAB_LLM_CONTEXT_WINDOW", 8192, minimum=256)
+#: What a turn of a conversation is given of the turns before it: ``answers``
+#: (their questions and answers) or ``full`` (also their tool calls and
+#: results); a conversation's own ``history`` overrides it (docs/configuration.md).
+AGENTLAB_CHAT_HISTORY = env.str("AGENTLAB_CHAT_HISTORY", default="answers").strip().lower()
+if AGENTLAB_CHAT_HISTORY not in ("answers", "full"):
+    raise ImproperlyConfigured(
+        f"AGENTLAB_CHAT_HISTORY must be answers or full, got {os.environ.get('AGENTLAB_CHAT_HISTORY')!r}"
+    )
 AGENTLAB_MAX_STEPS = env_number("AGENTLAB_MAX_STEPS", 6, minimum=1)
 AGENTLAB_TURN_TIMEOUT_S = env_number("AGENTLAB_TURN_TIMEOUT_S", 600.0, minimum=0.0)
 #: The output-token limit of one LLM call (agent steps and reviews); a final

@@ -9,7 +9,7 @@ see; staff see all), state rules by ``turns.services`` (409).
 # annotations at import time to build their schemas.
 
 from datetime import datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.pagination import paginate
@@ -40,11 +40,17 @@ router = Router(tags=["conversations and turns"])
 
 class ConversationIn(Schema):
     title: CleanText = Field("", max_length=200)
+    history: Literal["", "answers", "full"] = Field(
+        "",
+        description="what each turn is given of the turns before it: their questions and answers "
+        "(answers), also their tool calls and results (full); empty: the AGENTLAB_CHAT_HISTORY setting",
+    )
 
 
 class ConversationOut(Schema):
     id: int
     title: str
+    history: str
     owner: str
     created_at: datetime
     updated_at: datetime
@@ -162,7 +168,10 @@ def _detail(conversation: Conversation) -> Conversation:
 
 @router.post("/conversations", response={201: ConversationOut, **ERRORS}, summary="Create a conversation")
 def conversation_create(request: AuthedRequest, payload: ConversationIn) -> Status:
-    return Status(201, services.conversation_create(owner=request.auth, title=payload.title))
+    conversation = services.conversation_create(
+        owner=request.auth, title=payload.title, history=payload.history
+    )
+    return Status(201, conversation)
 
 
 @router.get(

@@ -275,6 +275,42 @@ AttemptRetryData = TypedDict(
 AttemptRetryData.__pydantic_config__ = _CLOSED  # type: ignore[attr-defined]
 
 
+# --- a conversation's history -----------------------------------------------------
+
+
+@with_config(_CLOSED)
+class HistoryDroppedData(TypedDict):
+    turn: int
+    position: int
+    #: ``budget`` (it did not fit), else what ended it: ``cancelled``,
+    #: ``failed``, ``rejected``, ``interrupted`` …
+    reason: str
+
+
+@with_config(_CLOSED)
+class HistoryData(TypedDict):
+    """What a turn of a conversation was given of the turns before it
+    (``agentlab.agent.history.History.to_data``), written before its first
+    LLM call; a resume, a retry and a review's retry give the turn these
+    ``messages`` again rather than reading the conversation anew.
+    ``attempt``: the attempt that first got it; ``mode``: ``answers`` or
+    ``full``; ``turns``: the ids of the earlier turns given, oldest first;
+    ``tokens``: their messages' size (``counted``: ``tokenizer`` or
+    ``estimate``) within ``budget``, from a context ``window`` less
+    ``reply_tokens``; ``dropped``: the earlier turns not given and why."""
+
+    attempt: int
+    mode: str
+    turns: list[int]
+    tokens: int
+    budget: int
+    window: int
+    reply_tokens: int
+    counted: str
+    dropped: list[HistoryDroppedData]
+    messages: list[dict[str, Any]]
+
+
 # --- terminal and lifecycle events -------------------------------------------------------
 
 
@@ -359,6 +395,7 @@ PAYLOADS: dict[str, type[Any]] = {
     EventType.TURN_CANCELLED: TurnCancelledData,
     EventType.TURN_INTERRUPTED: TurnInterruptedData,
     EventType.TURN_RESUMED: TurnResumedData,
+    EventType.HISTORY: HistoryData,
 }
 
 _REQUIRED: dict[str, frozenset[str]] = {

@@ -13,13 +13,26 @@ from django.db import models
 from django.db.models import Q
 
 
+class HistoryMode(models.TextChoices):
+    """What a turn of a conversation is given of the turns before it
+    (``agentlab.agent.history``; docs/architecture.md#the-driver)."""
+
+    #: their questions and answers
+    ANSWERS = "answers"
+    #: also their tool calls and results
+    FULL = "full"
+
+
 class Conversation(models.Model):
-    """A chat thread owned by one user; its turns are answered in order."""
+    """A chat thread owned by one user; its turns are answered in order, each
+    given the ones before it (``history``: a ``HistoryMode``, empty for the
+    ``AGENTLAB_CHAT_HISTORY`` setting)."""
 
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
     )
     title = models.CharField(max_length=200, blank=True, default="")
+    history = models.CharField(max_length=8, choices=HistoryMode.choices, blank=True, default="")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -234,6 +247,8 @@ class EventType(models.TextChoices):
     TURN_CANCELLED = "turn.cancelled"
     TURN_INTERRUPTED = "turn.interrupted"
     TURN_RESUMED = "turn.resumed"
+    #: what the turn was given of its conversation, before its first LLM call
+    HISTORY = "history"
 
 
 TERMINAL_EVENT_TYPES = frozenset(

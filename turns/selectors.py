@@ -161,3 +161,10 @@ def feedback_of(*, user: User, turns: Iterable[Turn]) -> dict[str, dict[str, str
     ``{str(turn id): {"rating", "comment"}}`` (JSON object keys are strings)."""
     rows = TurnFeedback.objects.filter(user=user, current=True, turn__in=[t.pk for t in turns])
     return {str(f.turn_id): {"rating": f.rating, "comment": f.comment} for f in rows}
+
+
+def turn_history_data(*, turn_id: int) -> dict[str, Any] | None:
+    """The payload of the turn's last ``history`` event (``HistoryData``:
+    what it was given of its conversation), or ``None`` when it has none."""
+    event = TurnEvent.objects.filter(turn_id=turn_id, type=EventType.HISTORY).order_by("-seq").first()
+    return event.data if event is not None and isinstance(event.data, dict) else None

@@ -40,6 +40,7 @@ from agentlab.agent.reports import ToolResultReport as ToolResultReport
 from agentlab.agent.reports import ToolStartReport as ToolStartReport
 from agentlab.agent.results import EMPTY_ANSWER_ERROR as EMPTY_ANSWER_ERROR
 from agentlab.agent.results import LoopResult as LoopResult
+from agentlab.agent.results import Outcome
 from agentlab.agent.retry import complete_with_retries
 from agentlab.agent.stops import LoopStop, check_stop, guarded
 from agentlab.agent.streaming import OnText, text_stream
@@ -64,6 +65,8 @@ T = TypeVar("T")
 
 ApprovalDecision = Literal["approved", "rejected", "unavailable"]
 ApprovalGate = Callable[[ToolCall], Awaitable[ApprovalDecision]]
+#: chat messages (the history a turn is given: ``agentlab.agent.history``)
+Msgs = Sequence[dict[str, Any]]
 
 
 class _ReportFailed(Exception):
@@ -72,17 +75,6 @@ class _ReportFailed(Exception):
     def __init__(self, error: BaseException):
         super().__init__(repr(error))
         self.error = error
-
-
-@dataclass
-class _Outcome:
-    stop_reason: StopReason
-    answer: str = ""
-    evidence: str = ""
-    reasoning: str = ""
-    question: str | None = None
-    answer_type: str | None = None
-    partial_answer: str = ""
 
 
 @dataclass
@@ -96,6 +88,7 @@ class _Run:
     approval: ApprovalGate | None
     deadline: float | None
     on_text: OnText | None = None
+    history: Msgs = ()
     steps: list[Step] = field(default_factory=list)
     usage: UsageTotals = field(default_factory=UsageTotals)
     #: the schemas a constrained model's steps decode under (``embedded``);
@@ -163,15 +156,17 @@ class AgentLoop:
         return arrange_tools(tools, question=question, context=context) if self.constrained else tools
 
     def build_messages(
-        self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None
+        self, question: str, steps: Sequence[Step], *, context: ToolContext | None = None, history: Msgs = ()
     ) -> list[dict[str, Any]]:
         """The chat messages for the next LLM call after ``steps``
         (``agentlab.agent.messages.build_messages``), with the system prompt
         of the tools offered in ``context`` (``None``: an empty context, as
-        in ``run``)."""
-        return self._messages(question, steps, self._offered(question, context or ToolContext()))
+        in ``run``) and ``history`` before the question."""
+        return self._messages(question, steps, self._offered(question, context or ToolContext()), history)
 
-    def _messages(self, question: str, steps: Sequence[Step], tools: ToolRegistry) -> list[dict[str, Any]]:
+    def _messages(
+        self, question: str, steps: Sequence[Step], tools: ToolRegistry, history: Msgs = ()
+    ) -> list[dict[str, Any]]:
         return build_messages(
             question,
             steps,
@@ -179,6 +174,7 @@ class AgentLoop:
             native_tools=self.native_tools,
             base_prompt=self.system_prompt,
             compact=self.constrained,
+            history=history,
         )
 
     def _calls_of(self, step: Step) -> list[ToolCall]:
@@ -197,6 +193,7 @@ class AgentLoop:
         approval: ApprovalGate | None = None,
         deadline: float | None = None,
         on_text: OnText | None = None,
+        history: Msgs = (),
     ) -> LoopResult:
         """Answer ``question``; see the module docstring and ``LoopResult``.
 
@@ -207,6 +204,9 @@ class AgentLoop:
         reported again; a partial last step has only its missing tool calls
         run. ``approval`` decides tools marked ``needs_approval`` (``None``:
         stop ``approval_required``). ``on_text``: ``streaming.text_stream``.
+        ``history``: the conversation's earlier turns as messages, put
+        between the system prompt and the question of every call
+        (``agentlab.agent.history``).
         """
         context = context or ToolContext()
         run = _Run(
@@ -218,6 +218,7 @@ class AgentLoop:
             approval=approval,
             deadline=deadline,
             on_text=on_text,
+            history=history,
         )
         if self.constrained and len(run.tools):
             run.schemas = step_schemas(
@@ -233,16 +234,16 @@ class AgentLoop:
             raise exc.error from None
         except LoopStop as stop:
             return self._result(
-                run, _Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
+                run, Outcome(stop.stop_reason), error=stop.error, pending_call=stop.pending_call
             )
         except ProviderError as exc:
             reason: StopReason = "context_overflow" if exc.kind == "context_overflow" else "provider_error"
-            return self._result(run, _Outcome(reason), error=str(exc) or exc.kind)
+            return self._result(run, Outcome(reason), error=str(exc) or exc.kind)
         except asyncio.CancelledError:
             raise
         except Exception as exc:
             logger.exception("agent loop failed")
-            return self._result(run, _Outcome("error"), error=f"{type(exc).__name__}: {exc}")
+            return self._result(run, Outcome("error"), error=f"{type(exc).__name__}: {exc}")
         if (
             outcome.stop_reason == "max_steps"
             and run.steps
@@ -251,7 +252,7 @@ class AgentLoop:
             # every reply was cut: the limit is the cause, not the steps (under
             # schema-constrained decoding each cut reply became a malformed call)
             error = cut_note(self.max_tokens).replace("your reply", f"each of the {len(run.steps)} replies")
-            return self._result(run, _Outcome("length"), error=error)
+            return self._result(run, Outcome("length"), error=error)
         if outcome.stop_reason == "max_steps":
             return self._result(run, outcome, error=f"no final answer after {self.max_steps} steps")
         if outcome.stop_reason == "empty_answer":
@@ -264,7 +265,7 @@ class AgentLoop:
     def _result(
         self,
         run: _Run,
-        outcome: _Outcome,
+        outcome: Outcome,
         *,
         error: str | None = None,
         pending_call: ToolCall | None = None,
@@ -284,7 +285,7 @@ class AgentLoop:
             partial_answer=outcome.partial_answer,
         )
 
-    async def _run(self, run: _Run) -> _Outcome:
+    async def _run(self, run: _Run) -> Outcome:
         # 1. Recorded steps: a finished turn is returned as it was.
         for step in run.steps:
             outcome = self._recorded_outcome(step)
@@ -334,12 +335,12 @@ class AgentLoop:
             outcome = await self._run_calls(run, step, calls)
             if outcome is not None:
                 return outcome
-        return _Outcome("max_steps")
+        return Outcome("max_steps")
 
     def _request(self, run: _Run, index: int) -> LLMRequest:
         """Step ``index``'s call: what is passed to the provider, and reported."""
         return LLMRequest(
-            messages=self._messages(run.question, run.steps, run.tools),
+            messages=self._messages(run.question, run.steps, run.tools, run.history),
             tools=run.tools.specs() if self.native_tools and len(run.tools) else None,
             max_tokens=self.max_tokens,
             temperature=self.temperature,
@@ -356,18 +357,18 @@ class AgentLoop:
         )
 
     @staticmethod
-    def _text_outcome(completion: Completion) -> _Outcome:
+    def _text_outcome(completion: Completion) -> Outcome:
         """A reply without a tool call: the final answer — unless the token
         limit cut it, which is stop reason ``length``, not an answer, or it
         is empty (``empty_answer``)."""
         text = (completion.text or "").strip()
         if completion.truncated:
-            return _Outcome("length", partial_answer=text)
+            return Outcome("length", partial_answer=text)
         if not text:
-            return _Outcome("empty_answer")
-        return _Outcome("final", answer=text, answer_type="string")
+            return Outcome("empty_answer")
+        return Outcome("final", answer=text, answer_type="string")
 
-    def _recorded_outcome(self, step: Step) -> _Outcome | None:
+    def _recorded_outcome(self, step: Step) -> Outcome | None:
         calls = self._calls_of(step)
         if not calls:
             return self._text_outcome(step.completion)
@@ -380,7 +381,7 @@ class AgentLoop:
                     return outcome
         return None
 
-    def _ending(self, call: ToolCall, result: ToolResult) -> _Outcome | None:
+    def _ending(self, call: ToolCall, result: ToolResult) -> Outcome | None:
         """The outcome when ``call`` (which produced ``result``) ends the turn."""
         if result.is_error:
             return None
@@ -390,8 +391,8 @@ class AgentLoop:
             args = call.arguments
             answer = as_text(args.get("answer"))  # stored as given (a leading tab is the model's)
             if not answer.strip():  # "" or whitespace (or null) is no answer
-                return _Outcome("empty_answer")
-            return _Outcome(
+                return Outcome("empty_answer")
+            return Outcome(
                 "final",
                 answer=answer,
                 evidence=as_text(args.get("evidence")),
@@ -399,10 +400,10 @@ class AgentLoop:
                 answer_type=json_type(args.get("answer")),
             )
         if ends == "ask":
-            return _Outcome("asked", question=as_text(call.arguments.get("question")))
+            return Outcome("asked", question=as_text(call.arguments.get("question")))
         return None
 
-    async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> _Outcome | None:
+    async def _run_calls(self, run: _Run, step: Step, calls: list[ToolCall]) -> Outcome | None:
         for call in calls:
             check_stop(run.cancel, run.deadline)
             # an unavailable tool is not approved first: execute answers "unknown tool"

@@ -37,9 +37,12 @@ def build_messages(
     native_tools: bool,
     base_prompt: str | None = None,
     compact: bool = False,
+    history: Sequence[dict[str, Any]] = (),
 ) -> list[dict[str, Any]]:
     """The OpenAI chat messages for the next LLM call after ``steps``:
-    ``[system, user question, …one or two messages per step]``.
+    ``[system, …history, user question, …one or two messages per step]``.
+    ``history``: the conversation's earlier turns as messages
+    (``agentlab.agent.history``), given as they are.
 
     The system prompt (``system_prompt``: ``base_prompt`` or the default;
     ``compact`` for a constrained model) covers ``tools``, the tools offered
@@ -53,6 +56,7 @@ def build_messages(
             "role": "system",
             "content": system_prompt(tools, native_tools=native_tools, base=base_prompt, compact=compact),
         },
+        *(dict(message) for message in history),
         {"role": "user", "content": question},
     ]
     for step in steps:

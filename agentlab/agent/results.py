@@ -42,3 +42,17 @@ class LoopResult:
     #: ``length``: the final answer as far as the model wrote it before the
     #: output-token limit cut it (it is not an answer: ``answer`` is ``""``)
     partial_answer: str = ""
+
+
+@dataclass
+class Outcome:
+    """How the loop's last step ended an attempt, before the loop makes it a
+    ``LoopResult`` with the run's steps, usage and error (the fields as there)."""
+
+    stop_reason: StopReason
+    answer: str = ""
+    evidence: str = ""
+    reasoning: str = ""
+    question: str | None = None
+    answer_type: str | None = None
+    partial_answer: str = ""

@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Any
 
 from django.conf import settings
 
@@ -52,6 +53,7 @@ from turns.driver.extensions import (
     unavailable_result,
 )
 from turns.driver.finish import DriveResult, finish_after_error, finish_fields, finish_write
+from turns.driver.history import turn_history
 from turns.driver.lease import turn_claim, turn_watcher
 from turns.driver.policies import TurnPolicy
 from turns.driver.record import Attempt, Recorder, model_load
@@ -179,6 +181,8 @@ class TurnDrive:
         self.cancel = asyncio.Event()
         self.timings: dict[str, int] = {}
         self.late_review: asyncio.Task[tuple[Review, Completion | None]] | None = None
+        #: the conversation's earlier turns given to every attempt (``history``); ``None``: not read yet
+        self.history: list[dict[str, Any]] | None = None
         self.current = self.new_attempt(turn.attempts, 0, [])
         self.watch = turn_watcher()
 
@@ -315,6 +319,7 @@ class TurnDrive:
         # phase's, else the finish's): a transaction of its own cost an
         # evaluated example a fifth of its database time
         self.meta = meta_with_setup(self.meta, started_with)
+        history = await self._history(loop, tool_context)
         act_started = time.monotonic()
         on_text = current.recorder.stream_deltas() if self.policy.streams else None
         result = await loop.run(
@@ -326,11 +331,28 @@ class TurnDrive:
             approval=self.gate,
             deadline=self.deadline,
             on_text=on_text,
+            history=history,
         )
         if on_text is not None:
             await on_text.close()
         self._add_time("act_ms", act_started)
         return result
+
+    async def _history(self, loop: AgentLoop, context: ToolContext) -> list[dict[str, Any]]:
+        """The messages of the conversation before this turn, read (or
+        recorded) once per drive and given to each of its attempts
+        (``turns.driver.history``: recorded before the first LLM call)."""
+        if self.history is None:
+            history = await turn_history(
+                self.ctx,
+                loop=loop,
+                question=self.current.question,
+                context=context,
+                attempt=self.current.number,
+                reply_tokens=self.max_output_tokens,
+            )
+            self.history = history.messages if history is not None else []
+        return self.history
 
     async def review(self, result: LoopResult) -> bool:
         """Review the answered attempt; on a ``retry`` verdict the review may

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.errors import NotFound, StateConflict
-from turns.models import ACTIVE_STATUSES, Conversation, Turn
+from turns.models import ACTIVE_STATUSES, Conversation, HistoryMode, Turn
 from turns.services import enqueue
 from turns.services.turns import turn_cancel, turn_continue, turn_create, turn_resume, turn_retry
 
@@ -63,9 +63,16 @@ def turn_resume_and_enqueue(*, turn_id: int, acting_user: User | None = None) ->
     )
 
 
-def conversation_create(*, owner: User, title: str = "") -> Conversation:
-    """Create an empty conversation owned by ``owner``; ``title`` is trimmed to 200 characters."""
-    return Conversation.objects.create(owner=owner, title=(title or "").strip()[:200])
+def conversation_create(*, owner: User, title: str = "", history: str = "") -> Conversation:
+    """Create an empty conversation owned by ``owner``; ``title`` is trimmed
+    to 200 characters. ``history``: what each turn is given of the turns
+    before it, ``answers`` or ``full`` (``HistoryMode``); ``""`` follows
+    ``AGENTLAB_CHAT_HISTORY``. Raises ``ValueError`` naming another value."""
+    if history not in ("", *HistoryMode.values):
+        raise ValueError(
+            f"history must be one of {', '.join(HistoryMode.values)} (or empty), got {history!r}"
+        )
+    return Conversation.objects.create(owner=owner, title=(title or "").strip()[:200], history=history)
 
 
 def conversation_delete(*, conversation_id: int) -> None:

@@ -274,6 +274,20 @@ class LocalGGUFProvider:
         instant); the driver shows phase ``load`` while it is not."""
         return (str(self.model_path), self.n_ctx, self.n_threads) in _models
 
+    @property
+    def context_window(self) -> int:
+        """The context window in tokens, prompt and reply (``n_ctx``): what a
+        conversation's history is fitted to (``agentlab.agent.history``)."""
+        return self.n_ctx
+
+    def count_tokens(self, text: str) -> int:
+        """The tokens of ``text`` by the model's own tokenizer (no BOS;
+        special tokens read as such). Loads the model when it is not loaded;
+        tokenizing reads only the vocabulary, so it takes no model lock."""
+        if not text:
+            return 0
+        return len(self._loaded().llama.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
     def stop_markers(self) -> tuple[str, ...]:
         """The loaded model's stop markers (``chat_template.stop_markers``)."""
         return self._loaded().markers
