@@ -63,8 +63,10 @@ def write_lines(tmp_path: Path, lines: list[dict], name: str = "convs.jsonl") ->
     return path
 
 
-def answering(latency: float = 0.0):
+def answering(latency: float = 0.0, seen: list[dict[str, Any]] | None = None):
     def handler(body):
+        if seen is not None:
+            seen.append(body)
         return final_answer_reply(ANSWERS[last_user_text(body)], "e", "r", usage=(10, 5), delay=latency)
 
     return handler
@@ -74,10 +76,22 @@ def test_a_scripted_conversation_is_driven_as_one_conversation_and_scored_per_tu
     endpoint, tmp_path, capsys
 ):
     path = write_lines(tmp_path, LINES)
-    with StubLLMServer(answering()) as server:
+    seen: list[dict[str, Any]] = []
+    with StubLLMServer(answering(seen=seen)) as server:
         endpoint(server)
         call_command("run_eval", "--no-review", str(path), "--run-id", "conv", "--concurrency", "2")
         assert server.request_count == 6  # one LLM call per turn, three turns per conversation
+    # each turn's request holds the conversation's earlier turns, oldest first
+    third = next(b for b in seen if last_user_text(b) == "Thanks, that is all.")
+    said = [(m["role"], m["content"]) for m in third["messages"] if m["role"] in ("user", "assistant")]
+    assert said[:4] == [
+        ("user", "What is 2 + 3?"),
+        ("assistant", "5"),
+        ("user", "Now add 4 to that."),
+        ("assistant", "10"),
+    ]
+    first = next(b for b in seen if last_user_text(b) == "What is 2 + 3?")
+    assert [m["role"] for m in first["messages"]].count("assistant") == 0
 
     run = Run.objects.get(run_id="conv")
     by_id = {p.example.external_id: p for p in run.predictions.select_related("example", "conversation")}
