@@ -74,7 +74,11 @@ from evaluation.datasets.conversation_spec import (
 from evaluation.datasets.spec import SPLIT_KEY, TAGS_KEY, ExampleSpec, gold_answer, gold_display
 from evaluation.scoring.plugin_scorers import plugin_scorers
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
-from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
+from evaluation.scoring.trajectory_spec import (
+    TRAJECTORY_FIELDS,
+    TrajectoryFormatError,
+    check_trajectory_fields,
+)
 
 __all__ = [
     "DatasetFormatError",
@@ -186,6 +190,10 @@ def _conversation_example(
         raise _fail(str(exc), source, line) from None
     task_type = _require_text(record, "task_type", source, line)
     metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
+    paths = [name for name in TRAJECTORY_FIELDS if name in metadata]
+    if paths:
+        # a path is graded per turn, and a conversation's turns have none of their own
+        raise _fail(f"a conversation line takes no trajectory fields ({', '.join(paths)})", source, line)
     metadata.update(fields.metadata)
     _subset_check(metadata, source, line)
     return ExampleSpec(

@@ -109,6 +109,7 @@ BAD = [
     ({**SIMULATED, "success": {"rubric": "r", "answer": "a"}}, "a simulated user needs 'success'"),
     ({**SIMULATED, "success": {"rubric": ""}}, "success 'rubric' must be a non-empty string"),
     ({**SIMULATED, "task_type": None}, "field 'task_type' is missing"),
+    ({**SCRIPTED, "trajectory": [{"tool": "calculator"}]}, "a conversation line takes no trajectory fields"),
 ]
 
 
