@@ -177,8 +177,10 @@ def simulated_result(example: Example, turns: Sequence[Turn]) -> tuple[Score | N
 def conversation_values(*, example: Example, turns: Sequence[Turn], end: ConversationEnd) -> dict[str, Any]:
     """The fields of a conversation example's completed prediction (a dict of
     ``Prediction`` field values; see the module doc for the verdict). The
-    prediction text is the conversation's ``transcript``; usage sums every
-    turn's attempts and the simulator's calls (role ``user_simulator``);
+    prediction text is the conversation's ``transcript``; its tokens and cost
+    are the agent's (every turn's attempts), its ``usage`` adds the
+    simulator's calls under role ``user_simulator``, kept apart so playing the
+    user is never read as the agent's cost;
     steps and latency are the turns' sums. A rubric-judged simulated
     conversation that ended without error is left ``AWAITING_JUDGE`` under
     scorer ``goal`` with ``completed_at`` ``None``."""
@@ -196,12 +198,13 @@ def conversation_values(*, example: Example, turns: Sequence[Turn], end: Convers
         )
     elif verdict is None:
         verdict = Score.unscored(GOAL_SCORER, AWAITING_JUDGE)
-    usage = UsageTotals()
+    agent = UsageTotals()  # the agent's (and its reviewer's) calls: the row's tokens and cost
     archived = {turn.pk: turn_attempts(turn) for turn in turns}
     for turn in turns:
-        usage.merge(UsageTotals.from_dict(usage_sum(turn.usage, archived[turn.pk])))
+        agent.merge(UsageTotals.from_dict(usage_sum(turn.usage, archived[turn.pk])))
+    tokens_known = agent.calls > 0 and agent.unknown_calls == 0
+    usage = UsageTotals.from_dict(agent.to_dict())  # and the simulated user's, apart by role
     usage.merge(UsageTotals.from_dict(dict(end.simulator_usage or {})))
-    tokens_known = usage.calls > 0 and usage.unknown_calls == 0
     last = turns[-1] if turns else None
     review = last_review_of(last.meta, archived[last.pk]) if last is not None else None
     return safe_fields(
@@ -215,9 +218,9 @@ def conversation_values(*, example: Example, turns: Sequence[Turn], end: Convers
             "evidence": last.evidence if last is not None else "",
             "reasoning": last.reasoning if last is not None else "",
             "steps": sum(turn.steps for turn in turns),
-            "input_tokens": usage.input_tokens if tokens_known else None,
-            "output_tokens": usage.output_tokens if tokens_known else None,
-            "cost": usage.cost,
+            "input_tokens": agent.input_tokens if tokens_known else None,
+            "output_tokens": agent.output_tokens if tokens_known else None,
+            "cost": agent.cost,
             "stop_reason": (last.stop_reason if last is not None else "") or "error",
             "error": _error(end, turns),
             "latency_ms": sum(int((turn.timings or {}).get("total_ms") or 0) for turn in turns) or None,
