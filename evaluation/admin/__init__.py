@@ -19,13 +19,15 @@ Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
 ``schedules``, ``experiments`` (an experiment's page is its leaderboard),
 ``turns`` (the turn admin with a run column, field and filter, registered in
 place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
-"Add to dataset…" action: chosen turns become examples), and ``annotation``
+"Add to dataset…" action: chosen turns become examples), ``conversation_examples``
+(the conversation list's "Add conversation to dataset…"), and ``annotation``
 (annotation queues: review one item at a time, judge alignment; issue 30).
 """
 
 from __future__ import annotations
 
 from evaluation.admin.annotation import AnnotationQueueAdmin
+from evaluation.admin.conversation_examples import ConversationExamplesAdmin
 from evaluation.admin.datasets import DatasetAdmin, ExampleAdmin
 from evaluation.admin.experiments import ExperimentAdmin
 from evaluation.admin.predictions import PredictionAdmin
@@ -35,6 +37,7 @@ from evaluation.admin.turns import RunFilter, RunTurnAdmin
 
 __all__ = [
     "AnnotationQueueAdmin",
+    "ConversationExamplesAdmin",
     "DatasetAdmin",
     "EvalScheduleAdmin",
     "ExampleAdmin",
