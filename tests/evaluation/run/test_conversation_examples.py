@@ -237,3 +237,32 @@ def test_resume_after_a_kill_continues_each_conversation_at_its_first_unfinished
     for question in done:
         assert asked.count(question) == 1
     assert Conversation.objects.filter(owner=run.system_user).count() == 4
+
+
+def test_the_prediction_page_and_a_review_queue_show_the_whole_conversation(
+    endpoint, tmp_path, client, staff
+):
+    from evaluation.admin.annotation import review_url
+    from evaluation.annotation.queues import create_queue
+
+    path = write_lines(tmp_path, LINES[:1])
+    with StubLLMServer(answering()) as server:
+        endpoint(server)
+        call_command("run_eval", "--no-review", str(path), "--run-id", "conv-pages")
+    prediction = Prediction.objects.get(run__run_id="conv-pages")
+    client.force_login(staff)
+    page = client.get(f"/admin/evaluation/prediction/{prediction.pk}/change/").content.decode()
+    assert "<th>verdict</th>" in page
+    for cell in ("What is 2 + 3?", "Now add 4 to that.", "<td>10</td>", "<td>wrong</td>", "<td>no gold</td>"):
+        assert cell in page
+    assert "ended: script_done" in page
+    queue = create_queue("conv-pages", name="conversations")
+    review = client.get(review_url(queue.pk)).content.decode()
+    for line in (
+        "User: What is 2 + 3?",
+        "Agent: 5",
+        "User: Now add 4 to that.",
+        "Agent: 10",
+        "User: Thanks, that is all.",
+    ):
+        assert line in review
