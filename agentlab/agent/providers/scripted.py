@@ -107,7 +107,8 @@ class ScriptedProvider:
                 "max_tokens": max_tokens,
                 "temperature": temperature,
                 "response_schema": response_schema,
-                "seed": sampling_seed(),
+                # a seeded call's seed (agentlab.agent.seeding), only when set
+                **({"seed": sampling_seed()} if sampling_seed() is not None else {}),
             }
         )
         if position >= len(self.script):
