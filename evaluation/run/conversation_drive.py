@@ -24,7 +24,7 @@ from django.db import transaction
 from agentlab.agent.usage import UsageTotals
 from common.db import DatabaseThreads
 from evaluation.datasets.conversation_spec import SIMULATED_KEY, TURNS_KEY, conversation_kind
-from evaluation.models import Example, Prediction
+from evaluation.models import Example, Prediction, RunStatus
 from evaluation.run.conversation_score import ConversationEnd, agent_reply, conversation_values
 from evaluation.run.plan import PlannedExample
 from evaluation.run.simulator import SimulatorFailure, UserSimulator, simulator_seed
@@ -65,7 +65,10 @@ async def drive_conversation(
             if result is not None and result.status == TurnStatus.INTERRUPTED:
                 return result
         turns = await db.run(conversation_turns, conversation_id=item.conversation_id)
-        step = await _next(item, turns, simulator)
+        if await db.run(run_cancelled, prediction_id=item.prediction_id):
+            step = NextMessage(end=ConversationEnd("cancelled", "the run was cancelled"))
+        else:
+            step = await _next(item, turns, simulator)
         if step.end is not None:
             await db.run(
                 conversation_complete, prediction_id=item.prediction_id, example=item.example, end=step.end
@@ -83,6 +86,8 @@ async def drive_conversation(
 
 async def _next(item: PlannedExample, turns: list[Turn], simulator: UserSimulator | None) -> NextMessage:
     """The next user message after ``turns``, or how the conversation ends."""
+    if turns and turns[-1].status == TurnStatus.CANCELLED:
+        return NextMessage(end=ConversationEnd("cancelled", f"turn {turns[-1].position} was cancelled"))
     if turns and turns[-1].status != TurnStatus.SUCCEEDED:
         last = turns[-1]
         return NextMessage(end=ConversationEnd("turn_failed", f"turn {last.position} ended {last.status}"))
@@ -109,6 +114,12 @@ async def _next(item: PlannedExample, turns: list[Turn], simulator: UserSimulato
     seed = simulator_seed(simulator.seed, item.example.external_id, item.epoch)
     record = {"seed": seed, "temperature": simulator.temperature, "usage": reply.usage}
     return NextMessage(text=reply.text, context={SIMULATED_CONTEXT_KEY: record})
+
+
+def run_cancelled(*, prediction_id: int) -> bool:
+    """Whether the prediction's run was cancelled (``manage.py cancel_run``):
+    its conversations start no new turn."""
+    return Prediction.objects.filter(pk=prediction_id, run__status=RunStatus.CANCELLED).exists()
 
 
 def conversation_turns(*, conversation_id: int | None) -> list[Turn]:

@@ -49,8 +49,9 @@ class ConversationEnd:
     """How a conversation ended: ``reason`` — ``script_done`` (every scripted
     message sent), ``stop_marker`` (the simulated user wrote the stop
     marker), ``max_turns`` (the simulated user's limit), ``turn_failed``
-    (an agent turn did not finish: failed, cancelled), ``simulator_failed``
-    (the user simulator's call failed or wrote nothing) — the ``cause`` in
+    (an agent turn did not finish), ``cancelled`` (a turn was cancelled, or
+    the run was: ``manage.py cancel_run``), ``simulator_failed`` (the user
+    simulator's call failed or wrote nothing) — the ``cause`` in
     words when it is an error, and the simulator's ``usage``
     (``UsageTotals.to_dict()``, role ``user_simulator``)."""
 
@@ -60,7 +61,7 @@ class ConversationEnd:
 
     @property
     def failed(self) -> bool:
-        return self.reason in ("turn_failed", "simulator_failed")
+        return self.reason in ("turn_failed", "simulator_failed", "cancelled")
 
 
 def transcript(turns: Sequence[Turn]) -> str:
@@ -221,7 +222,9 @@ def conversation_values(*, example: Example, turns: Sequence[Turn], end: Convers
             "input_tokens": agent.input_tokens if tokens_known else None,
             "output_tokens": agent.output_tokens if tokens_known else None,
             "cost": agent.cost,
-            "stop_reason": (last.stop_reason if last is not None else "") or "error",
+            "stop_reason": "cancelled"
+            if end.reason == "cancelled"
+            else ((last.stop_reason if last is not None else "") or "error"),
             "error": _error(end, turns),
             "latency_ms": sum(int((turn.timings or {}).get("total_ms") or 0) for turn in turns) or None,
             "review_retried": any(turn.attempts > 1 for turn in turns),

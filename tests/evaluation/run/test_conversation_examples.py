@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
+from django.db import connection
 
 from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, last_user_text
 from evaluation.models import Prediction, Run
@@ -266,3 +267,29 @@ def test_the_prediction_page_and_a_review_queue_show_the_whole_conversation(
         "User: Thanks, that is all.",
     ):
         assert line in review
+
+
+def test_cancel_run_ends_a_conversation_mid_way_and_the_run_stays_cancelled(endpoint, tmp_path):
+    from evaluation.run.cancel import run_cancel
+
+    path = write_lines(tmp_path, LINES[:1])
+    cancelled: list[int] = []
+
+    def handler(body):
+        if last_user_text(body) == "Now add 4 to that." and not cancelled:
+            cancelled.append(run_cancel(run_id="conv-cancel").cancelled)
+            connection.close()  # this is the stub server's thread: its own connection
+        return answering()(body)
+
+    with StubLLMServer(handler) as server:
+        endpoint(server)
+        with pytest.raises(CommandError, match="run conv-cancel was cancelled"):
+            call_command("run_eval", "--no-review", str(path), "--run-id", "conv-cancel")
+        assert server.request_count <= 2  # the third message is never sent
+    run = Run.objects.get(run_id="conv-cancel")
+    assert run.status == "cancelled"
+    prediction = run.predictions.get()
+    assert prediction.completed_at is not None and prediction.stop_reason == "cancelled"
+    assert prediction.conversation_result["ended"] == "cancelled"
+    assert prediction.correct is False
+    assert Turn.objects.filter(conversation=prediction.conversation).count() == 2
