@@ -158,6 +158,10 @@ def run_plan(
     With ``live_ok`` (``run_eval --celery`` following its run again), a
     running or waiting turn whose heartbeat is younger than ``TURN_STALE_S``
     is left to the worker driving it (planned, untouched).
+    A conversation example's (example, epoch) is one conversation
+    (``_plan_conversation``): a new one gets its conversation, first turn
+    and prediction row; an unfinished one's latest turn is acted on as
+    above, and the drive goes on from it.
     Returns the planned (example, epoch)s and the number skipped.
     Raises ``ValueError`` for ``epochs < 1``.
     """
