@@ -1,5 +1,5 @@
 """URL routes: the admin, the HTTP API, log in/out, the health check, the
-Prometheus metrics, the site icon and the chat pages."""
+Prometheus metrics, the site icon, the chat pages and the side-by-side page."""
 
 from __future__ import annotations
 
@@ -37,5 +37,6 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     path("readyz", readyz, name="readyz"),
     path("metrics", metrics_endpoint, name="metrics"),
+    path("", include("evaluation.urls")),
     path("", include("turns.urls")),
 ]

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from django.contrib.auth.models import User
 from django.http import HttpRequest
+from django.urls import reverse
 from ninja import Field, Path, Query, Router, Schema, Status
 from ninja.errors import HttpError
 from ninja.pagination import paginate
@@ -30,6 +31,12 @@ from evaluation.compare.shapes import Comparison
 from evaluation.datasets.from_turns import MAX_TASK_TYPE, MAX_TURNS, TurnPick, examples_from_turns
 from evaluation.datasets.names import MAX_NAME
 from evaluation.experiments.ranking import experiment_get, leaderboard, leaderboard_json
+from evaluation.experiments.side_by_side import (
+    MAX_QUESTION,
+    MAX_VARIANTS_TEXT,
+    side_by_side_read,
+    side_by_side_start,
+)
 from evaluation.metrics.intervals import CONFIDENCE, wilson_interval
 from evaluation.models import Prediction, Run, RunStatus
 
@@ -44,13 +51,18 @@ ExperimentName = Annotated[str, AfterValidator(clean_text), Path(min_length=1, m
 
 class StaffSessionAuth(SessionAuth):
     """``SessionAuth`` for staff only: a logged-in user who is not active
-    staff gets 403 — before the body is read, so a malformed body from a
-    non-staff user is 403 too. A key alone gets ``SessionAuth``'s 403."""
+    staff gets 403 (``only staff may <what>``) — before the body is read, so
+    a malformed body from a non-staff user is 403 too. A key alone gets
+    ``SessionAuth``'s 403."""
+
+    def __init__(self, what: str = "add examples to a dataset") -> None:
+        super().__init__()
+        self.what = what
 
     def authenticate(self, request: HttpRequest, key: str | None) -> User | None:
         user = super().authenticate(request, key)
         if user is not None and not (user.is_active and user.is_staff):
-            raise HttpError(403, "only staff may add examples to a dataset")
+            raise HttpError(403, f"only staff may {self.what}")
         return user
 
 
@@ -372,3 +384,40 @@ def dataset_examples_from_turns(
         "duplicates": added.duplicates,
     }
     return Status(201 if added.added else 200, body)
+
+
+class SideBySideIn(Schema):
+    question: str = Field(..., max_length=MAX_QUESTION)
+    variants: str = Field(
+        ...,
+        max_length=MAX_VARIANTS_TEXT,
+        description="2 to 4 [[variant]] tables (TOML), as in an experiment file: name and any of model, "
+        "base_url, system_prompt, temperature, max_steps, max_output_tokens",
+    )
+
+
+class SideBySideOut(Schema):
+    turn_ids: list[int] = Field(description="one chat turn per variant, in the variants' order")
+    variants: list[str] = Field(description="the variants' names, in the same order")
+    page: str = Field(description="the side-by-side page that shows them")
+
+
+@router.post(
+    "/side-by-side",
+    auth=StaffSessionAuth("ask side by side"),
+    response={201: SideBySideOut, **ERRORS},
+    summary="Ask one question of 2 to 4 variants, each a chat turn (staff only)",
+    description="The variants are read as an experiment file's (docs/chat-and-api.md#side-by-side). "
+    "Each turn streams like any other (GET /api/turns/{id}/events, the websocket, SSE). 400 for bad "
+    "input (one variant or more than four, an unknown key, a value out of range); nothing is written.",
+)
+def side_by_side_ask(request: AuthedRequest, payload: SideBySideIn) -> Status:
+    checked = side_by_side_read(payload.question, payload.variants)
+    turns = side_by_side_start(owner=request.auth, request=checked)
+    query = "&".join(f"turn={turn.pk}" for turn in turns)
+    body = {
+        "turn_ids": [turn.pk for turn in turns],
+        "variants": [variant.name for variant in checked.variants],
+        "page": f"{reverse('side_by_side')}?{query}",
+    }
+    return Status(201, body)

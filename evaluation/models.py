@@ -164,6 +164,18 @@ class EvalSchedule(models.Model):
     judge_model = models.CharField(max_length=200, blank=True, default="")
     #: entry-point plugin names, comma-separated (``--plugin``)
     plugins = models.CharField(max_length=500, blank=True, default="")
+    #: ``--split``: only the examples of this split; blank: every split
+    #: (docs/evaluating.md#splits-and-tags; an experiment file names its own)
+    split = models.CharField(max_length=100, blank=True, default="")
+    #: ``--tag``, comma-separated: only the examples carrying every one; blank: no filter
+    tags = models.CharField(max_length=500, blank=True, default="")
+    #: ``--cache``: serve repeated LLM calls from the LLM-call cache
+    #: (docs/evaluating.md#caching-llm-calls); an experiment file says ``cache`` itself
+    cache = models.BooleanField(default=False, help_text="serve repeated LLM calls from the LLM-call cache")
+    #: ``--cache-expiry`` (``7d``, ``12h``, ``30m``); blank: entries never expire
+    cache_expiry = models.CharField(max_length=20, blank=True, default="")
+    #: ``--cache-sampled``: serve sampled calls (temperature > 0, no seed) too
+    cache_sampled = models.BooleanField(default=False)
     baseline_policy = models.CharField(
         max_length=16, choices=BaselinePolicy.choices, default=BaselinePolicy.PREVIOUS
     )
@@ -192,6 +204,11 @@ class EvalSchedule(models.Model):
     def plugin_names(self) -> list[str]:
         """``plugins`` as a list of names, blanks dropped."""
         return [name.strip() for name in self.plugins.split(",") if name.strip()]
+
+    @property
+    def tag_names(self) -> list[str]:
+        """``tags`` as a list of names, blanks dropped."""
+        return [name.strip() for name in self.tags.split(",") if name.strip()]
 
 
 class Experiment(models.Model):

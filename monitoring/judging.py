@@ -35,10 +35,16 @@ Reply with ONE JSON object and nothing else:
 {"grade": "correct" | "partial" | "incorrect", "explanation": "<one or two sentences>"}"""
 
 
-def online_judge_messages(*, question: str, answer: str, evidence: str, rubric: str) -> list[dict[str, Any]]:
+def online_judge_messages(
+    *, question: str, answer: str, evidence: str, rubric: str, conversation: str = ""
+) -> list[dict[str, Any]]:
     """The chat messages of one reference-free judge call (OpenAI format);
-    ``rubric`` blank: :data:`ONLINE_RUBRIC`."""
-    user = (
+    ``rubric`` blank: :data:`ONLINE_RUBRIC`. ``conversation``: the turns
+    before the question as text (``agentlab.agent.history.conversation_text``
+    of the turn's recorded history), without which a follow-up ("double it")
+    cannot be graded."""
+    before = f"Earlier in the conversation:\n{conversation}\n\n" if conversation else ""
+    user = before + (
         f"Question:\n{question}\n\nAnswer to grade:\n{answer}\n\nIts evidence:\n{evidence or '(none)'}\n\n"
         f"Rubric:\n{rubric.strip() or ONLINE_RUBRIC}\n\nYour JSON grade:"
     )
@@ -70,7 +76,7 @@ async def _grade(
 
 
 def judge_turn(
-    *, question: str, answer: str, evidence: str, rubric: str, model: str
+    *, question: str, answer: str, evidence: str, rubric: str, model: str, conversation: str = ""
 ) -> tuple[ScorerResult, dict[str, Any]]:
     """Grade one turn's ``answer`` (its answer, or the clarifying question it
     asked) with the judge model ``model`` (blank: the configured one, built
@@ -79,11 +85,14 @@ def judge_turn(
     was made). An empty answer fails without a call; a judge that fails or
     replies without a grade leaves the turn unscored by the judge — never
     the agent's fault. Runs its own event loop: call it from a worker
-    thread, never from a running loop."""
+    thread, never from a running loop. ``conversation``: what the turn was
+    given of its conversation, as text (see ``online_judge_messages``)."""
     if not answer.strip():
         return verdict("judge", False, "no answer to grade"), {}
     provider = judge_provider(judge_model=model or None)
-    messages = online_judge_messages(question=question, answer=answer, evidence=evidence, rubric=rubric)
+    messages = online_judge_messages(
+        question=question, answer=answer, evidence=evidence, rubric=rubric, conversation=conversation
+    )
     result, completion = asyncio.run(_grade(provider, messages))
     if completion is None:
         return result, {}

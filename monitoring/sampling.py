@@ -29,8 +29,13 @@ def sampled(*, evaluator_id: int, turn_id: int, rate: float) -> bool:
 
 
 def finished_chat_turns() -> QuerySet[Turn]:
-    """Chat turns that ended with a terminal event (answered, asked, failed, cancelled)."""
-    return Turn.objects.filter(kind=TurnKind.CHAT, status__in=FINISHED, finished_at__isnull=False)
+    """Chat turns that ended with a terminal event (answered, asked, failed,
+    cancelled) — the users' traffic: a side-by-side page's turns (staff trying
+    variants, ``agent_options["variant"]`` set) are left out, as evaluation
+    turns are, so a comparison of prompts never moves the production trend."""
+    return Turn.objects.filter(kind=TurnKind.CHAT, status__in=FINISHED, finished_at__isnull=False).exclude(
+        agent_options__has_key="variant"
+    )
 
 
 def turns_matching(evaluator: OnlineEvaluator, turns: QuerySet[Turn]) -> QuerySet[Turn]:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from django.db import IntegrityError, transaction
 
+from agentlab.agent.history import conversation_text
 from agentlab.agent.text import safe_fields
 from monitoring.judging import judge_turn
 from monitoring.models import OnlineEvaluator, OnlineScore
@@ -32,6 +33,7 @@ from monitoring.scorers import (
     steps_score,
 )
 from turns.models import EventType, Turn, TurnEvent, TurnOutcome
+from turns.selectors import turn_history_data
 
 logger = logging.getLogger("monitoring")
 
@@ -66,7 +68,9 @@ def turn_results(evaluator: OnlineEvaluator, turn: Turn) -> tuple[list[ScorerRes
         results.append(checks_score(list(checks), evaluator.checks_plugin.strip()))
     if evaluator.judge:
         asked = turn.outcome == TurnOutcome.ASKED
+        history = turn_history_data(turn_id=turn.pk) or {}
         result, usage = judge_turn(
+            conversation=conversation_text(history.get("messages") or []),
             question=turn.question,
             answer=turn.clarifying_question if asked else turn.answer,
             evidence=turn.evidence,

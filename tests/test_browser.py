@@ -11,8 +11,7 @@ committed there).
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
+import re
 from pathlib import Path
 
 import pytest
@@ -20,8 +19,14 @@ from django.db import connection
 from django.test import Client
 from django.utils import timezone
 
-from agentlab.testing.net import free_port, wait_for_port
-from agentlab.testing.stub_llm import StubLLMServer, final_answer_reply, text_reply, tool_call_reply
+from agentlab.testing.stub_llm import (
+    StubLLMServer,
+    final_answer_reply,
+    last_user_text,
+    text_reply,
+    tool_call_reply,
+)
+from tests.daphne_support import daphne_running
 from turns.models import Turn
 
 CHROMIUM = "/usr/bin/chromium"
@@ -56,10 +61,13 @@ def stub_handler(body):
     """First call: a calculator tool call; once a tool result is in the
     messages: the final answer; a review (a call without tools): accept.
     Questions with "slow" wait 30 s (to be cancelled); with "truncate" the
-    answer is cut by the token limit; the others take 1.5 s per step, so a
-    turn is visibly live."""
+    answer is cut by the token limit; "double it" doubles the number the
+    assistant last said in the conversation's history (without one it cannot
+    know what "it" is); the others take 1.5 s per step, so a turn is visibly
+    live. The question is the last user message: a conversation's earlier
+    questions come before it."""
     messages = body.get("messages") or []
-    question = next((m.get("content") or "" for m in messages if m.get("role") == "user"), "")
+    question = last_user_text(body)
     delay = 30.0 if "slow" in question else 1.5
     if "no usage" in question:  # a server that reports no tokens (llama.cpp's, streaming)
         if not body.get("tools"):
@@ -75,6 +83,15 @@ def stub_handler(body):
         return tool_call_reply(
             "count", {"label": "x"}, content="I need to count x; that needs your approval."
         )
+    if question == "double it":
+        said = [m["content"] for m in messages if m.get("role") == "assistant" and m.get("content")]
+        numbers = re.findall(r"-?\d+", said[-1]) if said else []
+        if not numbers:
+            return final_answer_reply("I do not know what to double.", "", "", delay=delay)
+        doubled = str(2 * int(numbers[-1]))
+        return final_answer_reply(
+            doubled, f"you were told {numbers[-1]} before", f"2 × {numbers[-1]}", delay=delay
+        )
     if "truncate" in question:
         return text_reply("The answer is a long story that", finish_reason="length", delay=delay)
     if any(m.get("role") == "tool" for m in messages):
@@ -89,7 +106,6 @@ def stub_handler(body):
 @pytest.fixture
 def live_server_url(transactional_db):
     """daphne on the test database, in a subprocess."""
-    port = free_port()
     stub = StubLLMServer(stub_handler).start()
     env = {k: v for k, v in os.environ.items() if k not in ("CELERY_BROKER_URL", "REDIS_URL", "DATABASE_URL")}
     db = connection.settings_dict
@@ -115,25 +131,10 @@ def live_server_url(transactional_db):
             "DJANGO_SETTINGS_MODULE": "config.settings",
         }
     )
-    log = open("/tmp/h5-daphne.log", "w")  # noqa: SIM115 - closed below
-    server = subprocess.Popen(
-        [sys.executable, "-m", "daphne", "-b", "127.0.0.1", "-p", str(port), "config.asgi:application"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
     try:
-        wait_for_port(port, timeout=30, process=server, what="daphne (log: /tmp/h5-daphne.log)")
-        yield f"http://127.0.0.1:{port}"
+        with daphne_running(env, Path("/tmp/h5-daphne.log")) as base_url:
+            yield base_url
     finally:
-        server.terminate()
-        try:
-            server.wait(10)
-        except subprocess.TimeoutExpired:
-            server.kill()
-            server.wait(5)
-        log.close()
         stub.stop()
 
 
@@ -187,12 +188,7 @@ def test_ask_stream_reload_replay_reconnect_and_cancel(live_server_url, browser_
     page = browser_page
 
     # log in with Django's auth views
-    page.goto(live_server_url + "/")
-    assert "/accounts/login/" in page.url
-    page.fill("input[name=username]", "alice")
-    page.fill("input[name=password]", "pw-alice-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(live_server_url + "/")
+    log_in(page, live_server_url, "alice", "pw-alice-123")
     expect(page.get_by_text("No conversations yet.")).to_be_visible()
 
     # ask: the conversation page streams the turn
@@ -259,11 +255,7 @@ def test_a_truncated_answer_shows_as_truncated_and_usage_is_the_same_in_chat_api
     )
     SCREENS.mkdir(parents=True, exist_ok=True)
     page = browser_page
-    page.goto(live_server_url + "/")
-    page.fill("input[name=username]", "bob")
-    page.fill("input[name=password]", "pw-bob-123")
-    page.click("button[type=submit]")
-    page.wait_for_url(live_server_url + "/")
+    log_in(page, live_server_url, "bob", "pw-bob-123")
 
     # a reviewed turn: the chat page, the API and the admin show the same usage
     page.fill("textarea[name=question]", "What is 6*7?")
@@ -337,7 +329,9 @@ def test_tokens_no_call_reported_read_unknown_not_zero(live_server_url, browser_
 
 
 def log_in(page, base_url: str, username: str, password: str) -> None:
+    """Log in through Django's login form, starting from the chat page."""
     page.goto(base_url + "/")
+    assert "/accounts/login/" in page.url, f"the chat page did not send to the login form: {page.url}"
     page.fill("input[name=username]", username)
     page.fill("input[name=password]", password)
     page.click("button[type=submit]")
@@ -413,6 +407,52 @@ def test_text_grows_while_it_streams_approval_from_the_page_and_markdown_without
     assert second.question == "line one\nslow: line two"
     page.locator(f"#turn-{second.pk} button[data-action=cancel]").click()
     expect(page.locator(f"#turn-{second.pk} .badge.status")).to_have_text("cancelled", timeout=15000)
+    assert page.js_errors == []
+
+
+def test_a_follow_up_is_answered_from_the_history_and_the_turn_page_shows_it(
+    live_server_url, browser_page, django_user_model
+):
+    """Issue 41: "double it" only makes sense after "What is 6*7?"; the stub
+    answers it from the history the driver gives the second turn, the chat
+    page says what the turn was given and the admin's turn page shows it."""
+    from playwright.sync_api import expect
+
+    django_user_model.objects.create_user("erin", password="pw-erin-123", is_staff=True, is_superuser=True)
+    SCREENS.mkdir(parents=True, exist_ok=True)
+    page = browser_page
+    log_in(page, live_server_url, "erin", "pw-erin-123")
+    page.fill("textarea[name=question]", "What is 6*7?")
+    page.click("text=Start conversation")
+    page.wait_for_url("**/c/*/")
+    first = Turn.objects.get()
+    expect(page.locator(f"#turn-{first.pk} .answer .text")).to_have_text("42", timeout=20000)
+    expect(page.locator(f"#turn-{first.pk} .steps .history")).to_have_count(0)  # nothing before it
+    expect(page.locator("#ask button[type=submit]")).to_be_enabled(timeout=20000)
+
+    page.fill("#question", "double it")
+    page.click("#ask button[type=submit]")
+    expect(page.locator(".turn")).to_have_count(2)
+    second = Turn.objects.exclude(pk=first.pk).get()
+    card = page.locator(f"#turn-{second.pk}")
+    expect(card.locator(".answer .text")).to_have_text("84", timeout=20000)
+    expect(card.locator(".answer .evidence")).to_have_text("you were told 42 before")
+    note = card.locator(".steps .history")
+    expect(note).to_contain_text("History: 1 earlier turn")
+    assert "tokens" in note.inner_text()
+    page.screenshot(path=str(SCREENS / "chat-history-follow-up.png"), full_page=True)
+
+    # the turn page: what the turn was given, and the request that held it
+    page.goto(f"{live_server_url}/admin/turns/turn/{second.pk}/change/")
+    history = page.locator(".al-history")
+    expect(history).to_contain_text(f"Mode answers: earlier turns #{first.pk}")
+    page.locator("summary", has_text="messages given before the question").click()
+    messages = page.locator(".al-history-msg")
+    assert messages.all_inner_texts() == ["user\nWhat is 6*7?", "assistant\n42"]
+    first_call = page.locator("#llm-calls details.al-call").first
+    roles = first_call.locator(".al-msg .al-role").all_inner_texts()
+    assert [r.lower() for r in roles] == ["system", "user", "assistant", "user"]
+    page.screenshot(path=str(SCREENS / "turn-page-history.png"), full_page=True)
     assert page.js_errors == []
 
 

@@ -117,7 +117,9 @@ class Turn(models.Model):
     max_output_tokens = models.PositiveIntegerField(null=True, blank=True)
     #: the agent loop's options beyond the columns above (an experiment's
     #: variant): ``system_prompt`` (replaces the default job description; a
-    #: plugin's prompt still wins) and ``temperature``; ``{}``: the defaults
+    #: plugin's prompt still wins) and ``temperature``; ``{}``: the defaults.
+    #: A side-by-side chat turn adds ``variant`` (its name) and its endpoint,
+    #: ``model`` and ``base_url`` (``turns.jobs.run.turn_provider``)
     agent_options = models.JSONField(default=dict, blank=True)
     steps = models.PositiveIntegerField(default=0)
     attempts = models.PositiveIntegerField(default=0)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -19,6 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from agentlab.agent.text import clean_text
 from common.errors import NotFound
 from turns import selectors, services
+from turns.models import HistoryMode
 
 
 @login_required
@@ -28,13 +30,27 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
     error = ""
     if request.method == "POST":
         question = clean_text(request.POST.get("question", "")).strip()
-        if question:
-            conversation = services.conversation_create(owner=request.user, title=question[:80])  # type: ignore[arg-type]
+        history = request.POST.get("history", "")
+        if history not in ("", *HistoryMode.values):
+            error = "Choose what each turn is given of the conversation from the list."
+        elif question:
+            conversation = services.conversation_create(
+                owner=request.user,  # type: ignore[arg-type]
+                title=question[:80],
+                history=history,
+            )
             services.turn_start(conversation=conversation, question=question, acting_user=request.user)  # type: ignore[arg-type]
             return redirect("chat:conversation_detail", conversation_id=conversation.pk)
-        error = "Type a question first."
+        else:
+            error = "Type a question first."
     conversations = selectors.conversation_list(user=request.user)[:200]  # type: ignore[arg-type]
-    return render(request, "chat/conversation_list.html", {"conversations": conversations, "error": error})
+    context = {
+        "conversations": conversations,
+        "error": error,
+        "history_default": settings.AGENTLAB_CHAT_HISTORY,
+        "history_modes": HistoryMode.choices,
+    }
+    return render(request, "chat/conversation_list.html", context)
 
 
 @login_required

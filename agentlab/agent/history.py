@@ -21,7 +21,7 @@ steps, so a turn never overflows its context because its history grew
 (``history_budget``). Whole turns are dropped, oldest first, until the rest
 fits (``fit_history``). Tokens are counted with the provider's tokenizer
 when it has one (``token_counter_of``), else estimated at one token per
-three characters; each message adds ``MESSAGE_OVERHEAD_TOKENS`` for the
+three bytes of UTF-8; each message adds ``MESSAGE_OVERHEAD_TOKENS`` for the
 chat template's role header and end marker.
 
 The driver records the result (``History.to_data``) in the turn's event log
@@ -46,9 +46,11 @@ HISTORY_MODES: tuple[HistoryMode, ...] = ("answers", "full")
 #: Tokens a chat template adds around one message (ChatML's
 #: ``<|im_start|>role\n`` … ``<|im_end|>\n`` is 5; Llama 3's header 4 + 1).
 MESSAGE_OVERHEAD_TOKENS = 8
-#: The estimate without a tokenizer: English runs about four characters a
-#: token, JSON and numbers fewer; three errs on the side of dropping.
-CHARS_PER_TOKEN = 3
+#: The estimate without a tokenizer, in bytes of UTF-8: English runs about
+#: four characters a token, JSON and numbers fewer, so three errs on the side
+#: of dropping; bytes rather than characters, because a Chinese or Japanese
+#: character (three bytes) is about a token of its own.
+BYTES_PER_TOKEN = 3
 #: The outcomes whose turn is given to the turns after it.
 GIVEN_OUTCOMES = ("answered", "asked")
 
@@ -137,9 +139,9 @@ class History:
 
 
 def estimate_tokens(text: str) -> int:
-    """Tokens of ``text`` without a tokenizer: one per ``CHARS_PER_TOKEN``
-    characters, rounded up."""
-    return math.ceil(len(text) / CHARS_PER_TOKEN)
+    """Tokens of ``text`` without a tokenizer: one per ``BYTES_PER_TOKEN``
+    bytes of its UTF-8, rounded up."""
+    return math.ceil(len(text.encode("utf-8", "surrogatepass")) / BYTES_PER_TOKEN)
 
 
 def token_counter_of(provider: Any) -> tuple[TextCounter, str]:
@@ -288,3 +290,23 @@ def fit_history(
         counted=counted,
         dropped=dropped,
     )
+
+
+#: How the reviewer's text names each role of a history message.
+_SPEAKERS = {"user": "User", "assistant": "Assistant", "tool": "Tool result"}
+
+
+def conversation_text(messages: Sequence[dict[str, Any]]) -> str:
+    """History ``messages`` as plain lines for a prompt that is not a chat
+    (the reviewer's): ``User: …`` / ``Assistant: …``, a native tool call as
+    ``Assistant calls name(arguments)``, a tool's result as ``Tool result: …``."""
+    lines = []
+    for message in messages:
+        speaker = _SPEAKERS.get(str(message.get("role")), str(message.get("role")))
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            lines.append(f"{speaker}: {content}")
+        for call in message.get("tool_calls") or []:
+            function = call.get("function") or {}
+            lines.append(f"{speaker} calls {function.get('name')}({function.get('arguments')})")
+    return "\n".join(lines)

@@ -136,10 +136,13 @@ def compact_trace(
 
 
 def review_messages(
-    *, question: str, answer: str, evidence: str, reasoning: str, trace: str
+    *, question: str, answer: str, evidence: str, reasoning: str, trace: str, conversation: str = ""
 ) -> list[dict[str, Any]]:
-    """The chat messages of one review call (OpenAI format)."""
-    user = (
+    """The chat messages of one review call (OpenAI format). ``conversation``:
+    the turns before the question, as text (``history.conversation_text``),
+    which a follow-up question ("double it") cannot be judged without."""
+    before = f"Earlier in the conversation:\n{conversation}\n\n" if conversation else ""
+    user = before + (
         f"Question:\n{question}\n\nAnswer:\n{answer}\n\nEvidence:\n{evidence or '(none)'}\n\n"
         f"Reasoning:\n{reasoning or '(none)'}\n\nTrace:\n{trace}\n\nYour JSON verdict:"
     )
@@ -225,6 +228,7 @@ async def review_answer(
     steps: Sequence[Step] = (),
     max_tokens: int | None = 400,
     retry_attempts: int = 2,
+    conversation: str = "",
 ) -> tuple[Review, Completion]:
     """Ask ``provider`` to review one answered attempt.
 
@@ -234,10 +238,16 @@ async def review_answer(
     A reply cut by ``max_tokens`` (``finish_reason: length``) is a
     ``failed`` review (``REVIEW_CUT_ERROR``), never the verdict it began
     with. Raises ``ProviderError`` when the call fails after its retries — the
-    caller records that as a ``failed`` review.
+    caller records that as a ``failed`` review. ``conversation``: the turns
+    before the question, as text (``review_messages``).
     """
     messages = review_messages(
-        question=question, answer=answer, evidence=evidence, reasoning=reasoning, trace=compact_trace(steps)
+        question=question,
+        answer=answer,
+        evidence=evidence,
+        reasoning=reasoning,
+        trace=compact_trace(steps),
+        conversation=conversation,
     )
     constrained = bool(getattr(provider, "constrained_decoding", False))
     completion = await complete_with_retries(

@@ -74,6 +74,8 @@ class EvalScheduleAdmin(admin.ModelAdmin):
                     ("celery", "queue"),
                     "judge_model",
                     "plugins",
+                    ("split", "tags"),
+                    ("cache", "cache_expiry", "cache_sampled"),
                 ),
             },
         ),

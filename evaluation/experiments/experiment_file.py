@@ -6,8 +6,8 @@ The file names the experiment, the dataset (``NAME`` or ``NAME@VERSION``),
 the options every variant shares (``run_eval``'s: ``limit``,
 ``concurrency``, ``epochs``, ``max_steps``, ``review``, ``judge_model``,
 ``user_model``, ``user_temperature``, ``user_seed``, ``plugins``, ``celery``,
-``queue``, ``max_in_flight``, ``price_in``, ``price_out``, ``fail_under``),
-the ``baseline`` variant and ``alpha`` of
+``queue``, ``max_in_flight``, ``price_in``, ``price_out``, ``fail_under``,
+``split``, ``tags``), the ``baseline`` variant and ``alpha`` of
 the gate and the leaderboard, and a list of ``[[variant]]`` tables, each with
 a ``name`` and at least one override (``VARIANT_KEYS``).
 
@@ -70,6 +70,9 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "variant": list,
     # the leaderboard's order: "answer" or "trajectory" (evaluation.experiments.trajectory_ranking)
     "rank_by": str,
+    # run_eval's --split and --tag (docs/evaluating.md#splits-and-tags): every variant on one subset
+    "split": str,
+    "tags": list,
 }
 
 #: A variant's keys besides ``name`` (its overrides) and their types.
@@ -191,7 +194,7 @@ def experiment_spec(path: str | Path, *, environ: Mapping[str, str] | None = Non
         raise BadInput(
             f"{where}: dataset: the experiment needs a dataset (a registered NAME or NAME@VERSION)"
         )
-    variants = _variants(document.get("variant"), where=where, base=Path(path).parent, environ=environ)
+    variants = variants_check(document.get("variant"), where=where, base=Path(path).parent, environ=environ)
     baseline = (document.get("baseline") or "").strip()
     if baseline and baseline not in {v.name for v in variants}:
         names = ", ".join(repr(v.name) for v in variants)
@@ -269,10 +272,14 @@ def _name_check(value: Any, *, where: str) -> str:
     return name
 
 
-def _variants(
+def variants_check(
     tables: Any, *, where: str, base: Path, environ: Mapping[str, str] | None
 ) -> tuple[VariantSpec, ...]:
-    """The ``[[variant]]`` tables, checked."""
+    """The ``[[variant]]`` tables (a list of dicts as ``tomllib`` reads them),
+    checked as ``experiment_spec`` says, as ``VariantSpec`` in their order;
+    ``base``: the folder a ``system_prompt_file`` is read from. Raises
+    ``BadInput`` starting with ``where``. Also the side-by-side page's
+    (``evaluation.experiments.side_by_side``)."""
     if not tables:
         raise BadInput(f"{where}: no [[variant]]: an experiment needs at least one variant")
     variants: list[VariantSpec] = []

@@ -124,6 +124,8 @@ def variant_request(
             endpoint=endpoint,
             system_prompt=options.get("system_prompt"),
             temperature=options.get("temperature"),
+            split=shared.get("split"),
+            tags=shared.get("tags", ()),
             cache=cache_policy(
                 cache=bool(shared.get("cache")),
                 expiry=shared.get("cache_expiry"),
@@ -266,6 +268,8 @@ def experiment_plan(spec: ExperimentSpec, *, retry_errors: bool = False) -> Expe
                 mcp_preflight(request.mcp_servers)
             checks.append((variant, checked))
         except (BadInput, ValueError) as exc:
+            if str(exc).startswith(("--split", "--tag")):  # the shared subset: said as the file's key
+                raise BadInput(_option_error(str(exc), spec, variant)) from None
             where = "dataset" if "dataset" in str(exc) else f"variant {variant.name!r}"
             raise BadInput(f"{spec.path}: {where}: {exc}") from None
     return ExperimentPlan(experiment=experiment, checks=checks)

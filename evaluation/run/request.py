@@ -103,7 +103,8 @@ def cache_policy(*, cache: bool, expiry: str | None, sampled: bool) -> CachePoli
     ``--cache-expiry`` / ``--cache-sampled`` without ``--cache``."""
     if not cache:
         if expiry is not None or sampled:
-            raise ValueError("--cache-expiry and --cache-sampled need --cache")
+            option = "--cache-expiry" if expiry is not None else "--cache-sampled"
+            raise ValueError(f"{option} needs --cache (without it nothing is cached)")
         return None
     return CachePolicy(expiry=parse_expiry(expiry) if expiry is not None else None, sampled=sampled)
 

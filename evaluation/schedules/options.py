@@ -13,12 +13,13 @@ from django.core.exceptions import NON_FIELD_ERRORS, ValidationError
 from django.utils import timezone
 from django.utils.text import slugify
 
-from common.errors import AgentLabError
+from common.errors import AgentLabError, BadInput
 from evaluation.datasets.names import DEMO_DATASET_NAME
+from evaluation.datasets.subsets import subset_check
 from evaluation.experiments.experiment_file import experiment_spec
 from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, EvalSchedule
-from evaluation.run.request import EvalRequest, baseline_request, eval_request, run_id_check
+from evaluation.run.request import EvalRequest, baseline_request, cache_policy, eval_request, run_id_check
 
 #: ``run_eval``'s option (as its error messages name it) → the schedule's field.
 OPTION_FIELDS = {
@@ -33,6 +34,11 @@ OPTION_FIELDS = {
     "--judge-model": "judge_model",
     "--model": "model",
     "--alpha": "alpha",
+    "--split": "split",
+    "--tag": "tags",
+    "--cache-expiry": "cache_expiry",
+    "--cache-sampled": "cache_sampled",
+    "--cache": "cache",
 }
 _OPTION = re.compile(r"--[a-z-]+|AGENTLAB_[A-Z_]+")
 
@@ -66,8 +72,8 @@ def form_wording(message: str) -> str:
 
     def word(match: re.Match[str]) -> str:
         option = match.group()
-        if option == "--plugin":
-            return "plugin"
+        if option in ("--plugin", "--tag"):
+            return option[2:]
         if option.startswith("--") and option in OPTION_FIELDS:
             return OPTION_FIELDS[option].replace("_", " ")
         return option  # a setting (AGENTLAB_MAX_STEPS) keeps its name
@@ -94,6 +100,13 @@ def schedule_request(schedule: EvalSchedule, *, run_id: str | None = None) -> Ev
             plugins=schedule.plugin_names,
             epochs=schedule.epochs,
             judge_model=schedule.judge_model.strip() or None,
+            split=schedule.split.strip() or None,
+            tags=schedule.tag_names,
+            cache=cache_policy(
+                cache=schedule.cache,
+                expiry=schedule.cache_expiry.strip() or None,
+                sampled=schedule.cache_sampled,
+            ),
         )
     except (ValueError, AgentLabError) as exc:
         raise ValidationError({field_of(str(exc)): [form_wording(str(exc))]}) from None
@@ -106,6 +119,14 @@ def schedule_experiment_check(schedule: EvalSchedule, errors: dict[str, list[str
     ``errors`` and these, keyed by field."""
     if schedule.dataset.strip():
         errors["dataset"] = ["give a dataset or an experiment file, not both (the file names its dataset)"]
+    for field in ("split", "tags", "cache_expiry"):
+        if getattr(schedule, field).strip():
+            errors[field] = [
+                f"an experiment file names its own {field} (its shared options): leave this blank"
+            ]
+    for field in ("cache", "cache_sampled"):
+        if getattr(schedule, field):
+            errors[field] = [f"an experiment file names its own {field} (its shared options): leave this off"]
     try:
         spec = experiment_spec(schedule.experiment_file.strip())
     except AgentLabError as exc:
@@ -122,10 +143,30 @@ def schedule_experiment_check(schedule: EvalSchedule, errors: dict[str, list[str
         raise ValidationError(errors)
 
 
+def _subset_check(name: str, request: EvalRequest) -> None:
+    """The schedule's ``split`` and ``tags`` select examples of dataset
+    ``name``'s latest version (``subset_check``); ``ValidationError`` on the
+    field the error names otherwise. A dataset that is not registered is
+    the ``dataset`` field's error already, except ``demo`` before its first
+    run: it has no row, and no subset."""
+    if request.split is None and not request.tags:
+        return
+    dataset = Dataset.objects.filter(name=name).first()
+    if dataset is None and name != DEMO_DATASET_NAME:
+        return
+    try:
+        if dataset is None:
+            raise BadInput(f"--split: dataset {name!r} is not registered yet, so it has no split or tag")
+        subset_check(dataset, dataset.version, split=request.split, tags=request.tags)
+    except BadInput as exc:
+        raise ValidationError({field_of(str(exc)): [form_wording(str(exc))]}) from None
+
+
 def schedule_check(schedule: EvalSchedule) -> EvalRequest | None:
     """Check everything a firing of ``schedule`` needs before it is saved and
     return its request: exactly one of crontab and interval, a dataset that
-    is registered (or ``demo``), the options (``schedule_request``), the judge
+    is registered (or ``demo``), the options (``schedule_request``), its
+    ``split`` and ``tags`` on the dataset's latest version, the judge
     model, ``alpha`` in (0, 1), and — with ``celery`` — a turn queue other
     than the one the scheduled task itself runs from (a worker with one slot
     would otherwise wait for itself).
@@ -162,6 +203,7 @@ def schedule_check(schedule: EvalSchedule) -> EvalRequest | None:
     try:
         request = schedule_request(schedule)
         judge_check(judge_model=request.judge_model, run_model=request.model)
+        _subset_check(name, request)
     except ValidationError as exc:
         for field, messages in exc.message_dict.items():
             errors.setdefault(field, []).extend(messages)

@@ -7,6 +7,7 @@ from agentlab.agent.history import (
     MESSAGE_OVERHEAD_TOKENS,
     EarlierTurn,
     History,
+    conversation_text,
     estimate_tokens,
     fit_history,
     history_budget,
@@ -165,3 +166,21 @@ def test_tokens_are_counted_by_the_provider_s_tokenizer_when_it_has_one():
     assert token_counter_of(Broken())[1] == "estimate"
     assert token_counter_of(object()) == (estimate_tokens, "estimate")
     assert MESSAGE_OVERHEAD_TOKENS == 8
+
+
+def test_the_estimate_counts_bytes_so_a_chinese_character_is_about_a_token():
+    assert estimate_tokens("What is 6*7?") == 4
+    assert estimate_tokens("六乘以七是多少") == 7  # seven characters, 21 bytes
+    assert estimate_tokens("") == 0
+
+
+def test_the_reviewer_reads_the_history_as_lines():
+    turn = answered(7, "What is 6*7?", "42", steps=(calculator_step(),))
+    messages = turn_messages(turn, mode="full", native_tools=True, ends_turn=ends)
+    assert conversation_text(messages) == (
+        "User: What is 6*7?\n"
+        'Assistant calls calculator({"expression": "6*7"})\n'
+        "Tool result: 42\n"
+        "Assistant: 42"
+    )
+    assert conversation_text([]) == ""

@@ -161,3 +161,20 @@ def test_a_database_url_without_a_scheme_is_one_line_and_exit_2(tmp_path):
         "configuration error: DATABASE_URL is not a database URL (no scheme such as postgres://): give "
         "postgres://USER@HOST:PORT/NAME, or leave it unset for the embedded SQLite file\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        (
+            "AGENTLAB_CHAT_HISTORY",
+            "everything",
+            "AGENTLAB_CHAT_HISTORY must be answers or full, got 'everything'",
+        ),
+        ("AGENTLAB_LLM_CONTEXT_WINDOW", "100", "AGENTLAB_LLM_CONTEXT_WINDOW must be at least 256, got '100'"),
+    ],
+)
+def test_a_bad_conversation_history_setting_is_one_line_and_exit_2(tmp_path, variable, value, message):
+    proc = _manage(tmp_path, "check", **{variable: value})
+    assert proc.returncode == 2
+    assert proc.stderr == f"configuration error: {message}\n"

@@ -77,9 +77,11 @@ def test_scoring_follows_sample_and_filters(owner):
 
 
 @pytest.mark.django_db
-def test_evaluation_and_unfinished_turns_are_not_scored(owner):
+def test_evaluation_side_by_side_and_unfinished_turns_are_not_scored(owner):
     ev = evaluator()
     eval_turn = finished_turn(owner, kind="evaluation")
+    side_by_side = finished_turn(owner, agent_options={"variant": "b", "temperature": 0.9})
+    assert online_score_turn(turn_id=side_by_side.pk, evaluator_id=ev.pk).status == "not finished"
     running = finished_turn(owner)
     running.status = "running"
     running.save()

@@ -80,12 +80,36 @@ def test_the_judge_grades_without_a_gold_answer_and_its_usage_is_the_judges(owne
     assert (score.value, score.passed) == (0.75, False)  # answered 1.0, judge partial 0.5
     assert score.details["judge"] == {"value": 0.5, "passed": False, "explanation": "partial: vague"}
     prompt = request["messages"][1]["content"]
+    assert prompt.startswith("Question:\n")  # a turn with no history: nothing before the question
     assert "Answer to grade:\n42" in prompt and "Is the arithmetic right?" in prompt and "Gold" not in prompt
     assert score.usage["by_role"]["judge"]["input_tokens"] == 120
     assert score.usage["by_role"]["judge"]["output_tokens"] == 15
     assert "agent" not in score.usage["by_role"]
     turn.refresh_from_db()
     assert turn.usage == {"input_tokens": 50, "output_tokens": 5, "calls": 1}
+
+
+def test_the_judge_of_a_follow_up_reads_the_history_the_turn_was_given(owner, settings):
+    ev = evaluator(score_answered=False, judge=True)
+    turn = finished_turn(owner, question="Double it.", answer="84")
+    history = [{"role": "user", "content": "What is 6*7?"}, {"role": "assistant", "content": "42"}]
+    add_event(
+        turn,
+        "history",
+        {
+            "attempt": 1, "mode": "answers", "turns": [turn.pk - 1], "tokens": 12, "budget": 3000,
+            "window": 8192, "reply_tokens": 512, "counted": "estimate", "dropped": [], "messages": history,
+        },
+    )  # fmt: skip
+    with StubLLMServer.script([grade("correct")]) as stub:
+        settings.AGENTLAB_LLM_BASE_URL = stub.base_url
+        settings.AGENTLAB_MODEL = "stub-judge"
+        score = online_score_turn(turn_id=turn.pk, evaluator_id=ev.pk).score
+        prompt = stub.requests[0]["messages"][1]["content"]
+    assert score.passed is True
+    assert prompt.startswith(
+        "Earlier in the conversation:\nUser: What is 6*7?\nAssistant: 42\n\nQuestion:\nDouble it.\n"
+    )
 
 
 def test_a_failing_judge_leaves_the_judge_unscored(owner, settings):

@@ -19,6 +19,7 @@ from turns.events import event_append
 from turns.models import EventType, Turn, TurnEvent
 from turns.selectors import events_after
 from turns.services import (
+    conversation_create,
     turn_cancel,
     turn_continue,
     turn_create,
@@ -120,12 +121,21 @@ async def _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch) ->
     )
     assert result is not None and result.stop_reason == "approval_rejected"
 
-    asked = await db_threads.run(turn_create, owner=owner, question="book a table")
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    asked = await db_threads.run(turn_create, owner=owner, question="book a table", conversation=conversation)
     provider = ScriptedProvider([tool_call("ask_user", {"question": "for how many?"})])
     result = await drive_turn(
         asked.pk, policy=EvaluationPolicy(review=False), provider=provider, db=db_threads
     )
     assert result is not None and result.stop_reason == "asked"
+    # the next turns of its conversation: one cancelled, then the reply, given the history
+    dropped = await db_threads.run(turn_create, owner=owner, question="oops", conversation=conversation)
+    await db_threads.run(turn_cancel, turn_id=dropped.pk, acting_user=owner)
+    reply = await db_threads.run(turn_create, owner=owner, question="four", conversation=conversation)
+    result = await drive_turn(
+        reply.pk, policy=ChatPolicy(review=False), provider=ScriptedProvider([final("booked")]), db=db_threads
+    )
+    assert result is not None and result.answer == "booked"
 
     limited = await db_threads.run(turn_create, owner=owner, question="count", max_steps=1)
     provider = ScriptedProvider([tool_call("calculator", {"expression": "1+1"})])
@@ -174,4 +184,20 @@ async def test_stored_payloads_round_trip_through_json_unchanged(owner, db_threa
     turn_id = events[0].turn_id
     assert [e.data for e in await db_threads.run(events_after, turn_id=turn_id)] == [
         e.data for e in events if e.turn_id == turn_id
+    ]
+
+
+async def test_a_history_event_says_what_was_given_and_what_was_left_out(
+    owner, db_threads, settings, monkeypatch
+):
+    events = await _drive_every_kind_of_turn(owner, db_threads, settings, monkeypatch)
+    (history,) = [e for e in events if e.type == EventType.HISTORY]
+    asked, dropped = await db_threads.run(
+        lambda: list(Turn.objects.filter(question__in=["book a table", "oops"]).order_by("position"))
+    )
+    assert history.data["turns"] == [asked.pk]
+    assert history.data["dropped"] == [{"turn": dropped.pk, "position": 2, "reason": "cancelled"}]
+    assert history.data["messages"] == [
+        {"role": "user", "content": "book a table"},
+        {"role": "assistant", "content": "for how many?"},
     ]

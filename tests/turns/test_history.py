@@ -11,6 +11,8 @@ import re
 from typing import Any
 
 import pytest
+from asgiref.sync import async_to_sync
+from django.urls import reverse
 
 from agentlab.agent.history import MESSAGE_OVERHEAD_TOKENS
 from agentlab.agent.providers.openai_compat import OpenAICompatibleProvider
@@ -21,6 +23,7 @@ from agentlab.testing.stub_llm import (
     error_reply,
     final_answer_reply,
     last_user_text,
+    text_reply,
     tool_call_reply,
 )
 from turns.driver import CHAT, drive_turn
@@ -181,6 +184,26 @@ async def test_failed_and_cancelled_turns_are_left_out_and_said_so(owner, db_thr
     ]
 
 
+async def test_a_clarifying_question_and_the_reply_to_it_are_history_too(owner, db_threads, stub, provider):
+    def booking(body: dict[str, Any]) -> StubReply:
+        if last_user_text(body) == "book a table":
+            return tool_call_reply("ask_user", {"question": "For how many people?"})
+        return final_answer_reply("booked for four")
+
+    stub.handler = booking
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    asked = await ask(db_threads, conversation, "book a table", provider)
+    replied = await ask(db_threads, conversation, "four of us", provider)
+
+    assert (asked.outcome, asked.clarifying_question) == ("asked", "For how many people?")
+    assert [(m["role"], m["content"]) for m in stub.requests[-1]["messages"][1:]] == [
+        ("user", "book a table"),
+        ("assistant", "For how many people?"),
+        ("user", "four of us"),
+    ]
+    assert (await history_event(db_threads, replied)).data["turns"] == [asked.pk]
+
+
 def server_tokens(body: dict[str, Any]) -> int:
     """The prompt's size as this stub's "server" counts it: as the driver's
     estimate does (three characters a token, the framing per message)."""
@@ -285,6 +308,42 @@ async def test_resume_and_retry_send_byte_identical_requests(owner, db_threads, 
     assert await db_threads.run(TurnEvent.objects.filter(turn_id=turn.pk, type="history").count) == 1
 
 
+async def test_a_review_s_retry_is_given_the_same_history(owner, db_threads, stub, provider, settings):
+    settings.AGENTLAB_REVIEW = True
+    verdicts = iter(
+        [
+            '{"verdict": "retry", "note": "unsure", "retry_instruction": "check the earlier answer"}',
+            '{"verdict": "accept", "note": "fine", "retry_instruction": null}',
+        ]
+    )
+
+    def reviewed(body: dict[str, Any]) -> StubReply:
+        if not body.get("tools"):  # the reviewer
+            return text_reply(next(verdicts))
+        return asks_model(body)
+
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    settings.AGENTLAB_REVIEW = False
+    await ask(db_threads, conversation, "What is 6*7?", provider)
+    settings.AGENTLAB_REVIEW = True
+    stub.handler = reviewed
+    before = len(stub.requests)
+    second = await ask(db_threads, conversation, "double it", provider)
+
+    agent_calls = [r for r in stub.requests[before:] if r.get("tools")]
+    assert second.attempts == 2 and len(agent_calls) == 2
+    for request in agent_calls:  # each attempt: the same history before its question
+        assert [m["content"] for m in request["messages"][1:3]] == ["What is 6*7?", "42"]
+    assert "check the earlier answer" in agent_calls[1]["messages"][3]["content"]
+    # the reviewer reads the conversation before the question too: "double it" means nothing alone
+    reviews = [r for r in stub.requests[before:] if not r.get("tools")]
+    assert len(reviews) == 2
+    assert reviews[0]["messages"][1]["content"].startswith(
+        "Earlier in the conversation:\nUser: What is 6*7?\nAssistant: 42\n\nQuestion:\ndouble it\n"
+    )
+    assert await db_threads.run(TurnEvent.objects.filter(turn_id=second.pk, type="history").count) == 1
+
+
 async def test_a_turn_without_a_conversation_gets_no_history(owner, db_threads, stub, provider):
     turn = await db_threads.run(turn_create, owner=owner, question="double it")
     await drive_turn(turn.pk, policy=CHAT, provider=provider, db=db_threads)
@@ -310,3 +369,58 @@ def test_the_api_and_the_list_page_create_a_conversation_with_its_history_mode(c
     assert Conversation.objects.count() == 2  # nothing written
     with pytest.raises(ValueError, match="history must be one of answers, full"):
         conversation_create(owner=owner, history="everything")
+
+
+def test_the_admin_pages_show_the_history_a_turn_was_given(owner, staff, client, db_threads, stub):
+    async def two_turns() -> tuple[Turn, Turn]:
+        provider = OpenAICompatibleProvider(base_url=stub.base_url, api_key="x", model="stub-model")
+        try:
+            conversation = await db_threads.run(conversation_create, owner=owner, history="full")
+            return (
+                await ask(db_threads, conversation, "What is 6*7?", provider),
+                await ask(db_threads, conversation, "double it", provider),
+            )
+        finally:
+            await provider.aclose()
+
+    first, second = async_to_sync(two_turns)()
+    client.force_login(staff)
+    page = client.get(reverse("admin:turns_turn_change", args=[second.pk])).content.decode()
+    assert f"Mode full: earlier turns #{first.pk}" in page
+    assert "The 4 messages given before the question" in page
+    assert "What is 6*7?" in page and f"t{first.pk}_call" in page
+    assert 'class="al-history-msg"><b>tool</b>' in page
+    first_page = client.get(reverse("admin:turns_turn_change", args=[first.pk])).content.decode()
+    assert "none recorded: the first turn of its conversation" in first_page
+    conversation_page = client.get(
+        reverse("admin:turns_conversation_change", args=[second.conversation_id])
+    ).content.decode()
+    assert ">full<" in conversation_page
+
+
+@pytest.mark.local_model
+async def test_the_embedded_model_gets_the_history_through_its_chat_template(owner, db_threads):
+    from agentlab.agent.providers.local import LocalGGUFProvider, _plain_messages
+
+    provider = LocalGGUFProvider(n_ctx=2048)
+    conversation = await db_threads.run(conversation_create, owner=owner)
+    first = await ask(db_threads, conversation, "What is 6*7?", provider)
+    second = await ask(db_threads, conversation, "Double it.", provider)
+
+    assert first.status == "succeeded" and first.answer
+    data = (await history_event(db_threads, second)).data
+    assert (data["turns"], data["counted"], data["window"]) == ([first.pk], "tokenizer", 2048)
+    given = [{"role": "user", "content": "What is 6*7?"}, {"role": "assistant", "content": first.answer}]
+    assert data["messages"] == given
+    assert data["tokens"] == sum(provider.count_tokens(m["content"]) + MESSAGE_OVERHEAD_TOKENS for m in given)
+    calls = await db_threads.run(turn_llm_calls, second.pk)
+    request = calls[0].request
+    assert request is not None and request["messages"][1:] == [
+        *given,
+        {"role": "user", "content": "Double it."},
+    ]
+    prompt = provider._loaded().render(_plain_messages(request["messages"]))
+    assert (
+        f"<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n{first.answer}<|im_end|>\n"
+        "<|im_start|>user\nDouble it.<|im_end|>\n<|im_start|>assistant\n"
+    ) in prompt

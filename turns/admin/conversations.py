@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.contrib import admin
 from django.db.models import Count, Max, QuerySet
 from django.db.models.functions import Coalesce
@@ -79,7 +80,7 @@ class ConversationAdmin(StaffReadOnlyAdmin):
     search_help_text = "Title, or the owner's username or email."
     date_hierarchy = "created_at"
     list_per_page = 50
-    fields = ("title", "owner", "turn_count", "last_activity", "created_at", "all_turns")
+    fields = ("title", "owner", "history_mode", "turn_count", "last_activity", "created_at", "all_turns")
     readonly_fields = fields
     inlines = (TurnInline,)
 
@@ -96,6 +97,14 @@ class ConversationAdmin(StaffReadOnlyAdmin):
     @admin.display(description="title", ordering="title")
     def title_display(self, conversation: Conversation) -> str:
         return str(conversation)
+
+    @admin.display(description="history")
+    def history_mode(self, conversation: Conversation) -> str:
+        """What each turn is given of the turns before it: the
+        conversation's own mode, else the setting's."""
+        if conversation.history:
+            return conversation.history
+        return f"{settings.AGENTLAB_CHAT_HISTORY} (the AGENTLAB_CHAT_HISTORY setting)"
 
     @admin.display(description="turns", ordering="turn_count")
     def turn_count(self, conversation: Conversation) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from django.contrib import admin
 from django.http import HttpRequest, HttpResponse
 from django.urls import reverse
-from django.utils.html import format_html
+from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
@@ -34,7 +34,7 @@ from turns.attempts import last_review, turn_attempts, usage_total
 from turns.llm_calls import LLMCall, turn_llm_calls
 from turns.meta import meta_failure, meta_setup
 from turns.models import TERMINAL_EVENT_TYPES, Approval, Turn, TurnEvent
-from turns.selectors import events_after
+from turns.selectors import events_after, turn_history_data
 from turns.services import RETRYABLE_STATUSES
 
 #: Events shown per page of a turn's event log.
@@ -101,6 +101,49 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
             empty="no tools",
         )
         return format_html("<p>Attempt {}, {}.</p>{}", setup["attempt"], calls, table)
+
+    @admin.display(description="history")
+    def history_display(self, turn: Turn) -> SafeString | str:
+        """What the turn was given of its conversation (its ``history``
+        event): the earlier turns, their tokens within the budget, the ones
+        left out and why; the messages themselves open below."""
+        if turn.conversation_id is None:
+            return "none: the turn belongs to no conversation"
+        data = turn_history_data(turn_id=turn.pk)
+        if data is None:
+            return "none recorded: the first turn of its conversation, or it has not started"
+        given = ", ".join(f"#{t}" for t in data.get("turns") or []) or "none"
+        dropped = html_table(
+            ("turn", "position", "why left out"),
+            [
+                (admin_link(Turn, d.get("turn"), f"#{d.get('turn')}"), d.get("position"), _dropped_reason(d))
+                for d in data.get("dropped") or []
+            ],
+            empty="none",
+        )
+        messages = format_html_join(
+            "",
+            '<div class="al-history-msg"><b>{}</b><pre style="{}">{}</pre></div>',
+            (
+                (m.get("role", ""), "white-space:pre-wrap;margin:0 0 .5em", _message_text(m))
+                for m in data.get("messages") or []
+            ),
+        )
+        return format_html(
+            '<p class="al-history">Mode {}: earlier turns {} — {} tokens ({}) of a budget of {} '
+            "(context window {}, reply {}).</p><p>Left out:</p>{}"
+            "<details><summary>The {} messages given before the question</summary>{}</details>",
+            data.get("mode"),
+            given,
+            data.get("tokens"),
+            data.get("counted"),
+            data.get("budget"),
+            data.get("window"),
+            data.get("reply_tokens"),
+            dropped,
+            len(data.get("messages") or []),
+            messages,
+        )
 
     @admin.display(description="archived attempts")
     def attempts_table(self, turn: Turn) -> SafeString:
@@ -251,6 +294,23 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
             for verb, label, ok in possible
             if ok
         ]
+
+
+def _dropped_reason(dropped: dict[str, Any]) -> str:
+    reason = str(dropped.get("reason") or "")
+    return "over the token budget (the oldest go first)" if reason == "budget" else reason
+
+
+def _message_text(message: dict[str, Any]) -> str:
+    """A history message's text, its tool calls as JSON after it."""
+    text = (
+        message.get("content")
+        if isinstance(message.get("content"), str)
+        else pretty_json(message.get("content"))
+    )
+    if message.get("tool_calls"):
+        text = f"{text}\n{pretty_json(message['tool_calls'])}".strip()
+    return str(text)
 
 
 def pretty_json(value: Any) -> str:

@@ -181,6 +181,7 @@ class TurnAdmin(TurnPageAdmin):
         "review_display",
         "setup_prompt",
         "setup_tools",
+        "history_display",
         "attempts_table",
         "usage_table",
         "timings_table",
@@ -203,7 +204,7 @@ class TurnAdmin(TurnPageAdmin):
             },
         ),
         ("Question", {"fields": ("question",)}),
-        ("What the model was given", {"fields": ("setup_prompt", "setup_tools")}),
+        ("What the model was given", {"fields": ("setup_prompt", "setup_tools", "history_display")}),
         (
             "Answer",
             {

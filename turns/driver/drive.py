@@ -10,7 +10,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
 3. runs the agent loop, persisting every completion and every tool result as
-   events *before* the next step starts (``record``);
+   events *before* the next step starts (``record``), with the conversation
+   before the turn, recorded once before the first call (``history``);
 4. watches the turn row for the cancel flag and writes a heartbeat while it
    runs (``lease``);
 5. reviews an answered attempt and retries it once if asked (``review``);
@@ -34,6 +35,7 @@ from typing import Any
 from django.conf import settings
 
 from agentlab.agent.extensions import Extensions, TurnSetup
+from agentlab.agent.history import conversation_text
 from agentlab.agent.loop import AgentLoop, ApprovalDecision, LoopResult
 from agentlab.agent.review import Review
 from agentlab.agent.tools import ToolContext, ToolRegistry, default_registry
@@ -359,7 +361,12 @@ class TurnDrive:
         act on, archive it and start the next attempt. True when it did."""
         review_started = time.monotonic()
         review, self.late_review, self.meta = await review_phase(
-            self.ctx, attempt=self.current, result=result, cancel=self.cancel, meta=self.meta
+            self.ctx,
+            attempt=self.current,
+            result=result,
+            cancel=self.cancel,
+            meta=self.meta,
+            conversation=conversation_text(self.history or []),
         )
         self._add_time("review_ms", review_started)
         if review is None or self.cancel.is_set() or not review.wants_retry:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 from django.conf import settings
@@ -95,7 +95,7 @@ def earlier_turns(*, turn_id: int, conversation_id: int, mode: HistoryMode) -> l
         )
         if mode == "full" and turn.given and attempts:
             inherited, own = attempt_steps(turn_id=pk, attempt=attempts)
-            turn = EarlierTurn(**{**turn.__dict__, "steps": (*inherited, *own)})
+            turn = replace(turn, steps=(*inherited, *own))
         turns.append(turn)
     return turns
 
@@ -177,10 +177,11 @@ async def turn_history(
     history = await asyncio.to_thread(
         fitted_history, inputs, loop=loop, question=question, context=context, reply_tokens=reply_tokens
     )
-    await ctx.db.run(
+    written = await ctx.db.run(
         event_log.event_append_many,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.HISTORY, cast(HistoryData, history.to_data(attempt=attempt)))],
         holder=ctx.holder,
     )
-    return history
+    # as stored (``json_safe``), which is what a later drive reads back: the same bytes
+    return History.from_data(written[0].data)

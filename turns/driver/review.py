@@ -83,6 +83,7 @@ async def review_phase(
     result: LoopResult,
     cancel: asyncio.Event,
     meta: TurnMeta,
+    conversation: str = "",
 ) -> tuple[Review | None, asyncio.Task[tuple[Review, Completion | None]] | None, TurnMeta]:
     """Review an answered attempt; returns ``(review, None, meta)`` when it
     came in time (its ``review`` event written, its usage added to the
@@ -93,7 +94,8 @@ async def review_phase(
 
     The held-back final step (``final_answer``'s completion and result) is
     written with the ``phase: review`` event, so the log shows the answer
-    before its review.
+    before its review. ``conversation``: the turns before this one as text,
+    shown to the reviewer before the question.
     """
     recorder = attempt.recorder
     await ctx.db.run(
@@ -106,7 +108,11 @@ async def review_phase(
     recorder.pending, recorder.pending_fields = [], {}
     task = asyncio.create_task(
         _run_review(
-            ctx.provider, question=ctx.turn.question, result=result, max_tokens=attempt.max_output_tokens
+            ctx.provider,
+            question=ctx.turn.question,
+            result=result,
+            max_tokens=attempt.max_output_tokens,
+            conversation=conversation,
         )
     )
     stop = asyncio.ensure_future(cancel.wait())
@@ -257,7 +263,12 @@ def review_data(*, attempt: int, review: Review, completion: Completion | None, 
 
 
 async def _run_review(
-    provider: LLMProvider, *, question: str, result: LoopResult, max_tokens: int | None = None
+    provider: LLMProvider,
+    *,
+    question: str,
+    result: LoopResult,
+    max_tokens: int | None = None,
+    conversation: str = "",
 ) -> tuple[Review, Completion | None]:
     """One review call (at most ``max_tokens`` output tokens, ``None``: the
     reviewer's default); any failure becomes a ``failed`` review (the turn
@@ -270,6 +281,7 @@ async def _run_review(
             evidence=result.evidence,
             reasoning=result.reasoning,
             steps=result.steps,
+            conversation=conversation,
             **({"max_tokens": max_tokens} if max_tokens is not None else {}),
         )
     except asyncio.CancelledError:

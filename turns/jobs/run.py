@@ -11,6 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from django.conf import settings
+
 from agentlab.agent.streaming import OnDelta
 from agentlab.agent.tools import ToolRegistry, default_registry
 from agentlab.agent.types import Completion, LLMProvider, ProviderError
@@ -60,19 +62,38 @@ class UnavailableProvider:
         """Nothing to close."""
 
 
-def make_job_provider() -> LLMProvider:
-    """``turns.llm.get_provider()`` — wrapped in the LLM-call cache only when
+def make_job_provider(
+    *, model: str | None = None, base_url: str | None = None, api_key: str | None = None
+) -> LLMProvider:
+    """``turns.llm.get_provider(model=, base_url=, api_key=)`` (all ``None``:
+    the configured one) — wrapped in the LLM-call cache only when
     ``AGENTLAB_CHAT_LLM_CACHE`` says so (``turns.llm_cache.chat_cache_policy``)
     — or an ``UnavailableProvider`` saying why not."""
     try:
-        return cached_provider(get_provider(), chat_cache_policy())
+        provider = get_provider(model=model, base_url=base_url, api_key=api_key)
+        return cached_provider(provider, chat_cache_policy())
     except Exception as exc:
         logger.exception("could not build the LLM provider")
         return UnavailableProvider(f"{type(exc).__name__}: {exc}")
 
 
-def _turn_kind(turn_id: int) -> str | None:
-    return Turn.objects.filter(pk=turn_id).values_list("kind", flat=True).first()
+def turn_provider(agent_options: dict[str, Any]) -> LLMProvider | None:
+    """The provider of a chat turn that names its own endpoint in
+    ``Turn.agent_options`` (``model``, ``base_url``: a side-by-side variant,
+    ``evaluation.experiments.side_by_side``), ``None`` for one that names
+    neither. A base URL other than ``AGENTLAB_LLM_BASE_URL`` is sent no key
+    (this process's key goes only to the endpoint it is configured for)."""
+    model = agent_options.get("model") or None
+    base_url = agent_options.get("base_url") or None
+    if model is None and base_url is None:
+        return None
+    foreign = base_url is not None and base_url != settings.AGENTLAB_LLM_BASE_URL
+    return make_job_provider(model=model, base_url=base_url, api_key="not-needed" if foreign else None)
+
+
+def _turn_kind(turn_id: int) -> tuple[str, dict[str, Any]] | None:
+    """The turn's kind and agent options, ``None`` when it does not exist."""
+    return Turn.objects.filter(pk=turn_id).values_list("kind", "agent_options").first()
 
 
 async def run_turn_job(
@@ -85,16 +106,24 @@ async def run_turn_job(
 ) -> None:
     """Drive turn ``turn_id`` under the policy of its kind (chat or evaluation).
 
-    Shared by the Celery task and the inline executor. Does nothing when the
-    turn does not exist or is not queued (the driver's claim fails).
+    Shared by the Celery task and the inline executor. A chat turn that
+    names its own endpoint (``turn_provider``) is driven by a provider of
+    its own, closed when it ends; the others by ``provider``. Does nothing
+    when the turn does not exist or is not queued (the driver's claim fails).
     """
-    kind = await db.run(_turn_kind, turn_id)
-    if kind is None:
+    row = await db.run(_turn_kind, turn_id)
+    if row is None:
         logger.warning("turn job %s: no such turn", turn_id)
         return
+    kind, agent_options = row
     policy = EVALUATION if kind == TurnKind.EVALUATION else CHAT
-    result = await drive_turn(
-        turn_id, policy=policy, provider=provider, db=db, tools=tools or job_tools(), job_id=job_id
-    )
+    own = turn_provider(agent_options or {}) if policy is CHAT else None
+    try:
+        result = await drive_turn(
+            turn_id, policy=policy, provider=own or provider, db=db, tools=tools or job_tools(), job_id=job_id
+        )
+    finally:
+        if own is not None:
+            await own.aclose()
     if result is None:
         logger.info("turn job %s: not claimed (already taken or no longer queued)", turn_id)

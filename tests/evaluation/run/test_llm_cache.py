@@ -116,8 +116,8 @@ def test_an_expired_entry_is_not_served(stub, dataset) -> None:
     ("options", "message"),
     [
         (["--cache", "--cache-expiry", "7days"], "--cache-expiry must be a positive whole number"),
-        (["--cache-expiry", "7d"], "need --cache"),
-        (["--cache-sampled"], "need --cache"),
+        (["--cache-expiry", "7d"], "--cache-expiry needs --cache"),
+        (["--cache-sampled"], "--cache-sampled needs --cache"),
     ],
 )
 def test_bad_cache_options_exit_2_with_nothing_written(endpoint, dataset, options, message) -> None:

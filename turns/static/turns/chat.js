@@ -15,6 +15,8 @@
  * calls, never as text. Answers are Markdown, rendered by markdown-it with
  * raw HTML off and sanitised by DOMPurify (both served from
  * turns/static/turns/vendor/, no CDN); everything else is set as text.
+ * The side-by-side page (templates/chat/side_by_side.html) uses the same
+ * script to show its columns' turns: it has no ask form.
  * No build step. */
 (function () {
   "use strict";
@@ -325,6 +327,7 @@
         this.note("Interrupted: " + (d.reason || "the job stopped") + ". Resume to continue where it stopped.", "bad");
         break;
       case "turn.resumed": this.status = "queued"; this.note("Resumed"); break;
+      case "history": this.note(historyText(d), "history"); break;
       default: break;
     }
     if (TERMINAL[frame.type]) {
@@ -334,6 +337,18 @@
     }
     this.render();
   };
+
+  // What a turn was given of its conversation (a "history" event), in words:
+  // how many earlier turns and tokens, and which were left out and why.
+  function historyText(d) {
+    var n = (d.turns || []).length;
+    var text = "History: " + (n === 1 ? "1 earlier turn" : n + " earlier turns") +
+      (d.mode === "full" ? " with their tool steps" : "") + " (" + (d.tokens || 0) + " tokens)";
+    var dropped = (d.dropped || []).map(function (x) {
+      return "turn " + x.position + " (" + (x.reason === "budget" ? "over the token budget" : x.reason) + ")";
+    });
+    return dropped.length ? text + "; left out: " + dropped.join(", ") : text;
+  }
 
   // What a review said, in words: the verdict, its note or instruction, and
   // when the reviewer gave nothing readable, that it did not (the answer stands).
@@ -575,9 +590,12 @@
   }
   var sending = false;
 
+  window.agentlabChat = { views: views };
   var form = document.getElementById("ask");
   var question = document.getElementById("question");
   var askError = document.getElementById("ask-error");
+  // a page that only shows turns (the side-by-side page) has no ask form
+  if (!form || !question) { return; }
   // Enter sends, Shift+Enter starts a new line (and IME composition is left alone).
   question.addEventListener("keydown", function (ev) {
     if (ev.key === "Enter" && !ev.shiftKey && !ev.isComposing) {
@@ -605,6 +623,4 @@
       view.root.scrollIntoView({ block: "nearest" });
     }, function () { sending = false; updateAsk(); askError.textContent = "The server could not be reached."; askError.hidden = false; });
   });
-
-  window.agentlabChat = { views: views };
 })();

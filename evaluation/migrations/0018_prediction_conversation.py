@@ -7,8 +7,8 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('evaluation', '0015_feedback_queues'),
-        ('turns', '0012_llm_cache'),
+        ('evaluation', '0017_schedule_cache'),
+        ('turns', '0013_conversation_history_and_history_event'),
     ]
 
     operations = [
