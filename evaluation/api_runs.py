@@ -80,6 +80,10 @@ class RunStartIn(Schema):
     max_output_tokens: int | None = None
     model: Text | None = None
     judge_model: Text | None = None
+    #: the simulated user of simulated-user examples (docs/evaluating.md#simulated-users)
+    user_model: Text | None = None
+    user_temperature: float | None = None
+    user_seed: int | None = None
     base_url: Text | None = Field(None, description="an OpenAI-compatible endpoint; it is sent no API key")
     system_prompt: Text | None = None
     temperature: float | None = None

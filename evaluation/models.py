@@ -373,6 +373,14 @@ class Prediction(models.Model):
     judgement = models.JSONField(blank=True, default=dict)
     #: the path's verdicts beside the answer's (``evaluation.run.trajectory_pass``); ``{}``: none
     trajectory_scores = models.JSONField(blank=True, default=dict)
+    #: a conversation example's conversation (``None``: a one-question example),
+    #: owned by the run's system user; ``turn`` is then its latest turn
+    conversation = models.ForeignKey(
+        "turns.Conversation", null=True, blank=True, on_delete=models.SET_NULL, related_name="predictions"
+    )
+    #: a conversation example's per-turn scores and how it ended
+    #: (``evaluation.run.conversation_score.ConversationResult``); ``{}``: a one-question example
+    conversation_result = models.JSONField(blank=True, default=dict)
     created_at = models.DateTimeField(auto_now_add=True)
     completed_at = models.DateTimeField(null=True, blank=True)
 

@@ -20,6 +20,7 @@ from agentlab.agent.usage import UsageTotals
 from common.errors import NotFound
 from evaluation.metrics.checks import CheckRow, check_metrics, check_row
 from evaluation.metrics.compute import PredictionRow, compute_metrics
+from evaluation.metrics.conversation_metrics import conversation_metrics
 from evaluation.metrics.trajectory_metrics import trajectory_metrics
 from evaluation.models import Prediction, Run, RunStatus
 from turns.jobs.ids import local_job_is_gone
@@ -193,6 +194,10 @@ def run_metrics(*, run: Run) -> dict[str, Any]:
     trajectory = trajectory_metrics([(p.task_type, p.trajectory_scores) for p in predictions])
     if trajectory is not None:
         metrics["trajectory"] = trajectory
+    # conversation examples' per-turn and goal figures beside the verdicts (issue 41)
+    conversations = conversation_metrics((p.correct, p.conversation_result) for p in predictions)
+    if conversations is not None:
+        metrics["conversations"] = conversations
     return metrics
 
 

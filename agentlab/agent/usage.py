@@ -6,8 +6,10 @@ token counts adds nothing to the token sums and is counted in
 know". Likewise a completion without a cost adds nothing to ``cost`` and is
 counted in ``unpriced_calls``; ``cost`` stays ``None`` until some completion
 has a cost. The role says which call it was — ``agent`` (a step of the agent
-loop), ``review`` (the reviewer) or ``judge`` (the LLM judge scorer) — so every view of a turn can label and
-sum them the same way.
+loop), ``review`` (the reviewer), ``judge`` (the LLM judge scorer) or
+``user_simulator`` (the simulated user of a conversation example,
+``evaluation.run.simulator``) — so every view of a turn can label and sum them
+the same way.
 """
 
 from __future__ import annotations
@@ -18,10 +20,11 @@ from typing import Any, Literal
 from agentlab.agent.types import Completion
 
 #: Which call a completion was: a step of the agent loop, the reviewer's, or
-#: the LLM judge's (a scorer: ``evaluation.judge.grader``), kept apart so the
-#: cost of grading is never read as the agent's.
-UsageRole = Literal["agent", "review", "judge"]
-USAGE_ROLES: tuple[str, ...] = ("agent", "review", "judge")
+#: the LLM judge's (a scorer: ``evaluation.judge.grader``), or the simulated
+#: user's (``evaluation.run.simulator``), kept apart so the cost of grading or
+#: of playing the user is never read as the agent's.
+UsageRole = Literal["agent", "review", "judge", "user_simulator"]
+USAGE_ROLES: tuple[str, ...] = ("agent", "review", "judge", "user_simulator")
 
 
 @dataclass

@@ -19,7 +19,8 @@ Modules: ``datasets`` (datasets and examples), ``runs``, ``predictions``,
 ``schedules``, ``experiments`` (an experiment's page is its leaderboard),
 ``turns`` (the turn admin with a run column, field and filter, registered in
 place of ``turns.admin.TurnAdmin``), and ``add_to_dataset`` (that admin's
-"Add to dataset…" action: chosen turns become examples), and ``annotation``
+"Add to dataset…" action: chosen turns become examples), ``conversation_examples``
+(the conversation list's "Add conversation to dataset…"), ``annotation``
 (annotation queues: review one item at a time, judge alignment; issue 30),
 and ``replays`` (``manage.py replay_turns``: a replay's turns beside their
 originals; issue 42).
@@ -28,6 +29,7 @@ originals; issue 42).
 from __future__ import annotations
 
 from evaluation.admin.annotation import AnnotationQueueAdmin
+from evaluation.admin.conversation_examples import ConversationExamplesAdmin
 from evaluation.admin.datasets import DatasetAdmin, ExampleAdmin
 from evaluation.admin.experiments import ExperimentAdmin
 from evaluation.admin.predictions import PredictionAdmin
@@ -38,6 +40,7 @@ from evaluation.admin.turns import RunFilter, RunTurnAdmin
 
 __all__ = [
     "AnnotationQueueAdmin",
+    "ConversationExamplesAdmin",
     "DatasetAdmin",
     "EvalScheduleAdmin",
     "ExampleAdmin",

@@ -12,6 +12,7 @@ from django.utils.safestring import SafeString
 from django.utils.text import Truncator
 
 from common.admin import DASH, StaffReadOnlyAdmin, admin_link, fmt_cost, fmt_ms
+from evaluation.admin.conversation_view import conversation_html
 from evaluation.datasets.spec import gold_display
 from evaluation.models import Example, HumanLabel, Prediction, Run, RunStatus
 from evaluation.selectors import predictions_failing, run_check_names
@@ -178,6 +179,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
         "task_type",
         "turn_link",
         "question",
+        "conversation_display",
         "prediction",
         "gold_display",
         "answer_mismatch",
@@ -219,6 +221,7 @@ class PredictionAdmin(StaffReadOnlyAdmin):
             {
                 "fields": (
                     "question",
+                    "conversation_display",
                     "prediction",
                     "gold_display",
                     "answer_mismatch",
@@ -331,6 +334,11 @@ class PredictionAdmin(StaffReadOnlyAdmin):
             return "not reviewed"
         turn = Turn.objects.only("meta", "attempts").get(pk=prediction.turn_id)
         return review_text(last_review(turn))
+
+    @admin.display(description="conversation")
+    def conversation_display(self, prediction: Prediction) -> SafeString | str:
+        """A conversation example's turns and verdicts (``—`` for a one-question example)."""
+        return conversation_html(prediction)
 
     @admin.display(description="cost")
     def cost_display(self, prediction: Prediction) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from common.errors import BadInput, NotFound
+from evaluation.datasets.conversation_spec import conversation_kind
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.datasets.versions import DatasetRef, dataset_ref, example_spec, examples_at, version_check
 from evaluation.models import Dataset
@@ -49,12 +50,14 @@ def example_record(spec: ExampleSpec) -> dict[str, Any]:
     (``question_id``, ``question``, ``answer``, ``task_type``, ``choices``,
     ``context``, ``scorer``, ``plugins``; ``null`` or ``[]`` when absent),
     then the metadata at top level, as ``parse_records`` reads them back.
-    ``context`` leaves out ``DERIVED_CONTEXT_KEYS``."""
+    ``context`` leaves out ``DERIVED_CONTEXT_KEYS``. A conversation example
+    has no ``question`` and ``answer``: its ``turns``, or its
+    ``simulated_user`` and ``success``, are in its metadata."""
     context = {k: v for k, v in (spec.context or {}).items() if k not in DERIVED_CONTEXT_KEYS}
+    conversation = conversation_kind(spec.metadata) is not None
     return {
         "question_id": spec.external_id,
-        "question": spec.question,
-        "answer": spec.answer,
+        **({} if conversation else {"question": spec.question, "answer": spec.answer}),
         "task_type": spec.task_type,
         "choices": spec.choices,
         "context": context or None,

@@ -147,7 +147,7 @@ def examples_from_turns(
     golds = _golds(picks, turns)
     histories = _conversations(turns.values())
     with transaction.atomic():
-        dataset, created = _dataset(dataset_name, create=create)
+        dataset, created = dataset_for_change(dataset_name, create=create)
         taken = _taken(dataset, turns.values())
         specs, kept, duplicates = [], [], []
         for pick in picks:
@@ -255,8 +255,10 @@ def _conversations(turns: Iterable[Turn]) -> dict[int, list[ConversationEntry]]:
     }
 
 
-def _dataset(name: str, *, create: bool) -> tuple[Dataset, bool]:
-    """The dataset named ``name``, locked, and whether it was just made."""
+def dataset_for_change(name: str, *, create: bool) -> tuple[Dataset, bool]:
+    """The dataset named ``name``, locked, and whether it was just made
+    (``create``: made when missing, else ``NotFound``; a name the rules
+    refuse is ``BadInput``). Call it inside the change's transaction."""
     name = (name or "").strip()
     found = Dataset.objects.select_for_update().filter(name=name).first()
     if found is not None:

@@ -42,6 +42,10 @@ and its kin                 with ``trajectory_match``, ``args_match``,
                             ``test``...; ``run_eval --split``), kept in metadata
 ``tags``        no          list of non-empty strings (``run_eval --tag``),
                             kept in metadata
+``turns``       no          a conversation example, instead of ``question``
+                            and ``answer`` (so is ``simulated_user`` with
+                            ``success``), checked by
+                            :mod:`evaluation.datasets.conversation_spec`
 anything else   no          kept in ``ExampleSpec.metadata`` (``gold_sql``,
                             ``result_rows``, ``ordered``, ``supporting_facts``,
                             ``hotpot_type``, ``level`` ...)
@@ -62,10 +66,19 @@ from typing import Any
 
 from agentlab.agent.plugins import PluginError, load_plugin
 from agentlab.agent.text import json_safe
+from evaluation.datasets.conversation_spec import (
+    ConversationLineError,
+    conversation_fields,
+    is_conversation_line,
+)
 from evaluation.datasets.spec import SPLIT_KEY, TAGS_KEY, ExampleSpec, gold_answer, gold_display
 from evaluation.scoring.plugin_scorers import plugin_scorers
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
-from evaluation.scoring.trajectory_spec import TrajectoryFormatError, check_trajectory_fields
+from evaluation.scoring.trajectory_spec import (
+    TRAJECTORY_FIELDS,
+    TrajectoryFormatError,
+    check_trajectory_fields,
+)
 
 __all__ = [
     "DatasetFormatError",
@@ -136,6 +149,8 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
     # (None) on every string of the line, so both backends store the same bytes
     record = json_safe(record)
     external_id = _external_id(record.get("question_id"), source, line)
+    if is_conversation_line(record):
+        return _conversation_example(record, external_id, source=source, line=line, base_dir=base_dir)
     question = _require_text(record, "question", source, line)
     if "answer" not in record:
         raise _fail("field 'answer' is missing", source, line)
@@ -155,6 +170,36 @@ def _example_from_record(record: Any, *, source: str, line: int | None, base_dir
         external_id=external_id,
         question=question,
         answer=answer,
+        task_type=task_type,
+        scorer=_scorer(record.get("scorer"), source, line, plugins=record.get("plugins")),
+        choices=_choices(record.get("choices"), source, line),
+        context=_context(record.get("context"), source, line, base_dir),
+        metadata=metadata,
+        plugins=_plugins(record.get("plugins"), source, line),
+    )
+
+
+def _conversation_example(
+    record: dict[str, Any], external_id: str, *, source: str, line: int | None, base_dir: Path | None
+) -> ExampleSpec:
+    """A conversation line's example (``evaluation.datasets.conversation_spec``):
+    its conversation in the metadata, the other fields checked as usual."""
+    try:
+        fields = conversation_fields(record, pure_scorers=PURE_SCORER_NAMES)
+    except ConversationLineError as exc:
+        raise _fail(str(exc), source, line) from None
+    task_type = _require_text(record, "task_type", source, line)
+    metadata = {key: value for key, value in record.items() if key not in _KNOWN_FIELDS}
+    paths = [name for name in TRAJECTORY_FIELDS if name in metadata]
+    if paths:
+        # a path is graded per turn, and a conversation's turns have none of their own
+        raise _fail(f"a conversation line takes no trajectory fields ({', '.join(paths)})", source, line)
+    metadata.update(fields.metadata)
+    _subset_check(metadata, source, line)
+    return ExampleSpec(
+        external_id=external_id,
+        question=fields.question,
+        answer=fields.answer,
         task_type=task_type,
         scorer=_scorer(record.get("scorer"), source, line, plugins=record.get("plugins")),
         choices=_choices(record.get("choices"), source, line),

@@ -5,8 +5,9 @@ standard library's ``tomllib`` and checked whole before anything is written
 The file names the experiment, the dataset (``NAME`` or ``NAME@VERSION``),
 the options every variant shares (``run_eval``'s: ``limit``,
 ``concurrency``, ``epochs``, ``max_steps``, ``review``, ``judge_model``,
-``plugins``, ``celery``, ``queue``, ``max_in_flight``, ``price_in``,
-``price_out``, ``fail_under``, ``split``, ``tags``), the ``baseline`` variant and ``alpha`` of
+``user_model``, ``user_temperature``, ``user_seed``, ``plugins``, ``celery``,
+``queue``, ``max_in_flight``, ``price_in``, ``price_out``, ``fail_under``,
+``split``, ``tags``), the ``baseline`` variant and ``alpha`` of
 the gate and the leaderboard, and a list of ``[[variant]]`` tables, each with
 a ``name`` and at least one override (``VARIANT_KEYS``).
 
@@ -45,6 +46,11 @@ SHARED_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_steps": int,
     "review": bool,
     "judge_model": str,
+    # the simulated user (docs/evaluating.md#simulated-users): shared, so every
+    # variant meets the same one
+    "user_model": str,
+    "user_temperature": float,
+    "user_seed": int,
     "plugins": list,
     "celery": bool,
     "queue": str,

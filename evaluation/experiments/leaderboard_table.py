@@ -77,6 +77,17 @@ def trajectory_text(v: VariantRow) -> str:
     return f"{_pct(t['accuracy'])} ({t['ci_low'] * 100:.1f}–{t['ci_high'] * 100:.1f}%) n={t['n']}"
 
 
+def goal_cells(v: VariantRow) -> list[str]:
+    """A variant's simulated users: the goal success rate and the mean turns
+    to the goal (``metrics["conversations"]["goal"]``; its Wilson interval is
+    the accuracy's when every example is a simulated user's)."""
+    goal = (v.conversations or {}).get("goal")
+    if not goal:
+        return [_DASH]
+    turns = goal.get("mean_turns_to_goal")
+    return [f"{_pct(goal.get('accuracy'))} · {_DASH if turns is None else f'{turns:.2f}'}"]
+
+
 def _marks(v: VariantRow) -> str:
     return " ".join(m for m, on in ((TOP_MARK, v.top_group), (FRONTIER_MARK, v.pareto)) if on)
 
@@ -101,6 +112,8 @@ def _variants_table(board: Leaderboard) -> Table:
     columns += [f"pass@{epochs}"] if epochs > 1 else []
     paths = any(v.trajectory for v in board.variants)
     columns += ["trajectory pass (95% CI)"] if paths else []
+    goals = any((v.conversations or {}).get("goal") for v in board.variants)
+    columns += ["goal success · turns"] if goals else []
     columns += ["cost", "$ / correct", "tokens in / out", "p50 / p95 s", "errors", "stop reasons"]
     for name in columns:
         table.add_column(
@@ -110,6 +123,7 @@ def _variants_table(board: Leaderboard) -> Table:
         cells = [str(v.rank or _DASH), _marks(v), v.name, v.status, _accuracy(v), str(v.n)]
         cells += [_pass_at_k(v)] if epochs > 1 else []
         cells += [trajectory_text(v)] if paths else []
+        cells += goal_cells(v) if goals else []
         cells += [
             _usd(v.cost),
             _usd(v.cost_per_correct),

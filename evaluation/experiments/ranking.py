@@ -111,6 +111,8 @@ class VariantRow:
     frontier_undecided: bool = False
     #: trajectory pass rate ``{"accuracy", "ci_low", "ci_high", "n", "correct"}`` (``trajectory_ranking``)
     trajectory: dict[str, Any] | None = None
+    #: the run's conversation figures (``metrics["conversations"]``: goal success, turns to goal)
+    conversations: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -243,6 +245,7 @@ def _variant_row(run: Run) -> VariantRow:
         errors=int(metrics.get("errors") or 0),
         stop_reasons=dict(metrics.get("stop_reasons") or {}),
         trajectory=by_path.trajectory_figures(metrics) if run.status == RunStatus.SUCCESS else None,
+        conversations=metrics.get("conversations"),
     )
 
 
@@ -400,6 +403,8 @@ def _variant_json(v: VariantRow) -> dict[str, Any]:
         "errors": v.errors,
         "stop_reasons": v.stop_reasons,
         "trajectory": v.trajectory,
+        # only for a run with conversation examples, so other boards' JSON is what it was
+        **({"conversations": v.conversations} if v.conversations else {}),
     }
 
 
@@ -412,7 +417,8 @@ def leaderboard_json(board: Leaderboard) -> dict[str, Any]:
     ``cost_per_correct``, ``top_group``, ``pareto``, ``per_task_type``,
     ``tokens``, ``latency_p50_s``, ``latency_p95_s``, ``errors``,
     ``stop_reasons``, ``trajectory``: the trajectory pass rate with its
-    interval or ``null``), ``rank_by``, ``pairs`` (each ``a``, ``b``, ``difference``,
+    interval or ``null``; ``conversations`` for a run with conversation
+    examples: ``metrics["conversations"]``), ``rank_by``, ``pairs`` (each ``a``, ``b``, ``difference``,
     ``p_value``, ``p_holm``, ``n``, ``test``, ``detectable_difference``: ± the
     smallest difference detectable at 80 % power), ``top_group``, ``frontier``
     (ascending cost), ``cost_unknown``, ``stopped_early``/``decided_early_at`` (``stopping``)."""

@@ -18,9 +18,15 @@ from django.conf import settings
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads
-from evaluation.judge.grader import JUDGE, judge, judge_precheck
+from evaluation.judge.grader import judge, judge_precheck
 from evaluation.judge.provider import judge_provider
-from evaluation.judge.services import JudgeItem, judge_cache_get, judgement_record, predictions_awaiting_judge
+from evaluation.judge.services import (
+    JUDGED_SCORERS,
+    JudgeItem,
+    judge_cache_get,
+    judgement_record,
+    predictions_awaiting_judge,
+)
 from evaluation.models import Prediction, Run
 
 
@@ -98,7 +104,7 @@ def judge_pass(
     """Run ``judge_run`` on ``run`` in a fresh event loop with the judge's
     provider (``provider``, else ``judge_provider``); ``None`` when no
     prediction of the run awaits the judge (no provider is built then)."""
-    if not Prediction.objects.filter(run=run, scorer=JUDGE, completed_at__isnull=True).exists():
+    if not Prediction.objects.filter(run=run, scorer__in=JUDGED_SCORERS, completed_at__isnull=True).exists():
         return None
     grader = provider or judge_provider(judge_model=judge_model, run_model=run_model)
     if isinstance(grader, LocalGGUFProvider):

@@ -23,6 +23,7 @@ from agentlab.agent.usage import UsageTotals
 from evaluation.judge.grader import JUDGE, JudgeRequest, grade_name
 from evaluation.models import Example, JudgeCacheEntry, Prediction, Run
 from evaluation.scoring.base import Score
+from evaluation.scoring.scorer_names import GOAL_SCORER
 
 
 class Judgement(TypedDict, total=False):
@@ -39,6 +40,11 @@ class Judgement(TypedDict, total=False):
     cached: bool
     usage: dict[str, Any]
     error: str
+
+
+#: The scorers whose predictions the judge pass grades: ``judge`` (an answer)
+#: and ``goal`` (a simulated user's conversation, against its ``success.rubric``).
+JUDGED_SCORERS = (JUDGE, GOAL_SCORER)
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ def predictions_awaiting_judge(*, run: Run, model: str) -> list[JudgeItem]:
     not completed), in example and epoch order, each with its
     ``JudgeRequest`` for judge model ``model``. One query."""
     rows = (
-        Prediction.objects.filter(run=run, scorer=JUDGE, completed_at__isnull=True)
+        Prediction.objects.filter(run=run, scorer__in=JUDGED_SCORERS, completed_at__isnull=True)
         .select_related("example__dataset")
         .order_by("example__position", "epoch", "pk")
     )
@@ -70,7 +76,9 @@ def predictions_awaiting_judge(*, run: Run, model: str) -> list[JudgeItem]:
         JudgeItem(
             prediction_id=p.pk,
             review_retried=bool(p.review_retried),
-            request=JudgeRequest(
+            request=goal_request(p, model=model)
+            if p.scorer == GOAL_SCORER
+            else JudgeRequest(
                 question=p.example.question,
                 prediction=p.prediction,
                 gold=p.gold_answer,
@@ -80,6 +88,23 @@ def predictions_awaiting_judge(*, run: Run, model: str) -> list[JudgeItem]:
         )
         for p in rows
     ]
+
+
+def goal_request(prediction: Prediction, *, model: str) -> JudgeRequest:
+    """The judge's request for a simulated-user conversation (scorer
+    ``goal``): the user's goal as the question and the gold, the
+    conversation's transcript (the prediction's text) as the answer to
+    grade, and the example's ``success.rubric``."""
+    metadata = prediction.example.metadata or {}
+    goal = str((metadata.get("simulated_user") or {}).get("goal") or prediction.example.question)
+    return JudgeRequest(
+        question=f"A user talked with an AI assistant to reach this goal: {goal}\n"
+        "Grade whether the conversation below reached the goal.",
+        prediction=prediction.prediction,
+        gold=f"The goal is reached: {goal}",
+        rubric=str((metadata.get("success") or {}).get("rubric") or ""),
+        model=model,
+    )
 
 
 def judge_cache_get(*, key: str) -> Score | None:

@@ -13,6 +13,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from evaluation.metrics.conversation_metrics import conversation_table
 from evaluation.metrics.intervals import accuracy_text, mean_text
 
 __all__ = ["format_table"]
@@ -157,7 +158,8 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     cells (nothing is cut short with "…"). Missing values show as ``—``; accuracy as a percentage
     with ``correct/scored`` and its 95 % Wilson interval beside it (computed
     from the counts, so runs stored before intervals existed show it too);
-    a run with trajectory verdicts adds the "Trajectory" table
+    a run with conversation examples adds the "Conversations" table
+    (``conversation_table``), a run with trajectory verdicts the "Trajectory" table
     (``trajectory_table``), a run with epochs the "Epochs" table (``epochs_table``)."""
     summary, per_task, by_model, stops = (
         _summary_table(metrics),
@@ -168,9 +170,11 @@ def format_table(metrics: dict[str, Any], *, width: int = 80) -> str:
     console, buffer = text_console(width)
     epochs = epochs_table(metrics.get("epochs") or {})
     trajectory = trajectory_table(metrics.get("trajectory") or {})
+    conversations = conversation_table(metrics.get("conversations") or {})
     tables = [
         summary,
         per_task,
+        *([conversations] if conversations else []),
         *([trajectory] if trajectory else []),
         *([epochs] if epochs else []),
         *([by_model] if by_model.row_count else []),

@@ -10,6 +10,8 @@ from django.contrib.auth.models import User
 
 from common.errors import NotFound, StateConflict
 from evaluation.models import Prediction, Run, RunStatus
+from evaluation.run.conversation_drive import conversation_complete
+from evaluation.run.conversation_score import ConversationEnd
 from evaluation.run.lifecycle import run_finish
 from evaluation.run.record import prediction_record
 from evaluation.selectors import run_lease_holder
@@ -72,9 +74,14 @@ def run_cancel(*, run_id: str, acting_user: User | None = None) -> RunCancelResu
     if not followed:
         ended = Prediction.objects.filter(
             run=run, completed_at__isnull=True, turn__status__in=TERMINAL_STATUSES
-        ).values_list("pk", flat=True)
-        for prediction_id in list(ended):
-            prediction_record(prediction_id=prediction_id)
+        ).select_related("example")
+        for prediction in list(ended):
+            if prediction.conversation_id is not None:
+                # a conversation ends with the run: scored on the turns it had
+                end = ConversationEnd("cancelled", "the run was cancelled")
+                conversation_complete(prediction_id=prediction.pk, example=prediction.example, end=end)
+            else:
+                prediction_record(prediction_id=prediction.pk)
         run = run_finish(run=run, status=RunStatus.CANCELLED)
     else:
         run.refresh_from_db()

@@ -348,6 +348,7 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
                         extensions=opened.extensions,
                         run_id=opened.run.run_id,
                         dataset=opened.dataset.name,
+                        simulator=opened.simulator,
                     )
                     for opened, tally in zip(opens, tallies, strict=True)
                 ),
@@ -357,6 +358,8 @@ async def _drive(opens: Sequence[OpenRun], tallies: Sequence[Tally], *, concurre
             ticker.cancel()
             for opened in opens:
                 await opened.provider.aclose()
+                if opened.simulator is not None:
+                    await opened.simulator.provider.aclose()
     # every run drove what it could; the first failure is the one reported
     for outcome in outcomes:
         if isinstance(outcome, BaseException):

@@ -9,6 +9,7 @@ runner's "a prediction row is always written" rule).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -22,16 +23,24 @@ from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import LLMProvider
 from common.db import DatabaseThreads, is_connection_error
+from evaluation.run.conversation_drive import conversation_complete, drive_conversation
+from evaluation.run.conversation_score import ConversationEnd
 from evaluation.run.exits import DatabaseOutage
 from evaluation.run.extensions import example_subject
 from evaluation.run.plan import PlannedExample
 from evaluation.run.record import TurnFinal, prediction_complete, prediction_record
+from evaluation.run.simulator import UserSimulator
 from turns.driver import DriveResult, EvaluationPolicy, drive_turn
 from turns.driver.extensions import Subject
 from turns.jobs.ids import local_job_id
 from turns.models import TurnStatus
 
 logger = logging.getLogger(__name__)
+
+
+def _no_finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
+    """A conversation's turn completes nothing when it ends: the example's
+    prediction is completed once the whole conversation has."""
 
 
 def _local_eval_job(number: int) -> str:
@@ -54,6 +63,7 @@ async def drive_examples(
     record_unclaimed: bool = True,
     gate: AbstractAsyncContextManager[Any] | None = None,
     on_start: Callable[[PlannedExample], None] | None = None,
+    simulator: UserSimulator | None = None,
 ) -> None:
     """Drive every planned example, at most ``concurrency`` at once.
 
@@ -70,7 +80,10 @@ async def drive_examples(
     it may be running under another delivery — the following ``run_eval``
     records what ends outside the policy. ``gate``: what an example holds
     while driven (a ``FairShare`` lane when several runs share a budget;
-    ``None``: a semaphore of ``concurrency``). Raises ``ValueError`` for ``concurrency < 1``, and
+    ``None``: a semaphore of ``concurrency``). A conversation example
+    (``PlannedExample.conversation_id``) is driven turn after turn
+    (``evaluation.run.conversation_drive``), its user messages written by
+    ``simulator`` when it is a simulated user's. Raises ``ValueError`` for ``concurrency < 1``, and
     ``DatabaseOutage`` once every started example is done when the database
     failed under one of them (nothing more is started after that; what it
     hit stays resumable).
@@ -94,6 +107,7 @@ async def drive_examples(
         dataset=dataset,
         job_id=job_id or _local_eval_job,
         record_unclaimed=record_unclaimed,
+        simulator=simulator,
     )
     await asyncio.gather(*(driver.one(item) for item in planned))
     if driver.outage:
@@ -117,6 +131,7 @@ class _ExampleDriver:
     dataset: str | None
     job_id: Callable[[int], str]
     record_unclaimed: bool
+    simulator: UserSimulator | None = None
     numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1))
     outage: list[BaseException] = field(default_factory=list)
 
@@ -138,6 +153,9 @@ class _ExampleDriver:
 
     async def drive(self, item: PlannedExample) -> None:
         """Drive ``item``'s turn and make sure its prediction is complete."""
+        if item.conversation_id is not None:
+            await self.converse(item)
+            return
         recorded = False
 
         def finish(*, turn_id: int, turn_fields: Mapping[str, Any]) -> None:
@@ -171,6 +189,31 @@ class _ExampleDriver:
             # not claimable (already ended) or the finish itself failed:
             # complete the row from what the turn row says now
             await self.db.run(prediction_record, prediction_id=item.prediction_id, error=error)
+        if self.on_done is not None:
+            self.on_done(item)
+
+    async def converse(self, item: PlannedExample) -> None:
+        """Drive a conversation example's turns one after another
+        (``drive_conversation``) and complete its prediction; an exception
+        other than the database's ends the conversation with it recorded."""
+
+        async def one_turn(turn_id: int) -> DriveResult | None:
+            return await self.turn(dataclasses.replace(item, turn_id=turn_id), _no_finish)
+
+        try:
+            interrupted = await drive_conversation(item, db=self.db, drive=one_turn, simulator=self.simulator)
+        except Exception as exc:
+            if is_connection_error(exc):
+                raise
+            logger.exception("example %s: conversation %s raised", item.example_id, item.conversation_id)
+            end = ConversationEnd("turn_failed", f"{type(exc).__name__}: {exc}")
+            await self.db.run(
+                conversation_complete, prediction_id=item.prediction_id, example=item.example, end=end
+            )
+            interrupted = None
+        if interrupted is not None:
+            self.outage.append(DatabaseOutage.of(interrupted.error or "a turn was interrupted"))
+            return
         if self.on_done is not None:
             self.on_done(item)
 

@@ -16,11 +16,13 @@ from typing import Any
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
+from common.errors import BadInput
 from common.version import code_version
+from evaluation.datasets.conversation_spec import SIMULATED_KEY, TURNS_KEY
 from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
 from evaluation.datasets.subsets import subset_check
-from evaluation.datasets.versions import DatasetRef
-from evaluation.judge.provider import judge_check
+from evaluation.datasets.versions import DatasetRef, examples_at
+from evaluation.judge.provider import judge_check, judge_provider
 from evaluation.models import Dataset, Experiment, Run
 from evaluation.run.check_gate import check_gate_precheck
 from evaluation.run.extensions import extensions_resume, extensions_snapshot, mcp_preflight, run_extensions
@@ -29,6 +31,7 @@ from evaluation.run.notes import plan_line, review_resolved
 from evaluation.run.plan import PlannedExample, run_plan
 from evaluation.run.request import EvalRequest
 from evaluation.run.scorer_check import scorers_snapshot
+from evaluation.run.simulator import UserSimulator
 from turns.llm import get_provider
 from turns.llm_cache import cached_provider
 
@@ -41,6 +44,8 @@ class CheckedEval:
     request: EvalRequest
     provider: LLMProvider
     ref: DatasetRef
+    #: the kinds of conversation example the dataset holds (``turns``, ``simulated``)
+    conversations: frozenset[str] = frozenset()
 
 
 def eval_check(request: EvalRequest) -> CheckedEval:
@@ -65,7 +70,39 @@ def eval_check(request: EvalRequest) -> CheckedEval:
     ref = dataset_resolve_ref(name_or_path=request.dataset)
     if request.split is not None or request.tags:
         subset_check(ref.dataset, ref.number, split=request.split, tags=request.tags)
-    return CheckedEval(request=request, provider=provider, ref=ref)
+    kinds = conversation_kinds(ref)
+    if kinds and request.celery:
+        raise BadInput(
+            f"dataset {ref.dataset.name!r} holds conversation examples, which run_eval drives in "
+            "process, turn after turn: run it without --celery"
+        )
+    if "simulated" in kinds:
+        judge_check(judge_model=request.user_simulator.get("model"), run_model=request.model)
+    return CheckedEval(request=request, provider=provider, ref=ref, conversations=kinds)
+
+
+def conversation_kinds(ref: DatasetRef) -> frozenset[str]:
+    """Which kinds of conversation example (``turns``, ``simulated``) the
+    dataset's version holds: two indexed ``EXISTS`` queries on the metadata."""
+    rows = examples_at(ref.dataset.pk, ref.number)
+    kinds = {
+        kind
+        for kind, key in (("turns", TURNS_KEY), ("simulated", SIMULATED_KEY))
+        if rows.filter(**{"metadata__has_key": key}).exists()
+    }
+    return frozenset(kinds)
+
+
+def user_simulator(checked: CheckedEval) -> UserSimulator | None:
+    """The run's simulated user when its dataset has simulated-user examples
+    (``--user-model``, else the run's model; ``None`` otherwise)."""
+    if "simulated" not in checked.conversations:
+        return None
+    options = checked.request.user_simulator
+    provider = judge_provider(judge_model=options.get("model"), run_model=checked.request.model)
+    return UserSimulator(
+        provider=provider, temperature=float(options["temperature"]), seed=int(options["seed"])
+    )
 
 
 @dataclass
@@ -82,6 +119,8 @@ class OpenRun:
     extensions: RunExtensions
     planned: list[PlannedExample]
     lease: RunLease
+    #: the simulated user of its simulated-user examples (``None``: it has none)
+    simulator: UserSimulator | None = None
 
 
 def run_open(
@@ -151,6 +190,7 @@ def run_open(
         extensions=extensions,
         planned=planned,
         lease=lease,
+        simulator=user_simulator(checked),
     )
 
 
@@ -175,6 +215,8 @@ def _setup(checked: CheckedEval, *, run_id: str) -> tuple[EvalRequest, RunExtens
         **scorers_snapshot(dataset),
         "epochs": epochs,
         "judge_model": request.judge_model,
+        # only for a dataset with simulated users, so other runs' configs are what they were
+        **({"user_simulator": request.user_simulator} if "simulated" in checked.conversations else {}),
         **_subset_config(request, existing),
     }
     check_gate_precheck(request.fail_on_checks, [p["name"] for p in config["plugins"]])

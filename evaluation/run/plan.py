@@ -13,9 +13,11 @@ from django.db import transaction
 from django.utils import timezone
 
 from common.sampling import seeded_sample
+from evaluation.datasets.conversation_spec import conversation_kind
 from evaluation.datasets.subsets import subset_examples
 from evaluation.datasets.versions import examples_at
 from evaluation.models import Example, Prediction, Run
+from evaluation.run.conversation_plan import conversation_failed, conversation_open, conversation_retry
 from turns.models import Turn, TurnKind, TurnStatus
 from turns.services import (
     RETRYABLE_STATUSES,
@@ -93,6 +95,12 @@ class PlannedExample:
     example: Example
     action: PlanAction
     epoch: int = 1
+    #: a conversation example's conversation (``None``: a one-question
+    #: example); ``turn_id`` is then its latest turn, 0 when it has none yet
+    #: (a simulated user that writes its first message)
+    conversation_id: int | None = None
+    #: the options of each turn a conversation example's drive creates
+    template: NewTurn | None = None
 
     @property
     def example_id(self) -> int:
@@ -150,6 +158,10 @@ def run_plan(
     With ``live_ok`` (``run_eval --celery`` following its run again), a
     running or waiting turn whose heartbeat is younger than ``TURN_STALE_S``
     is left to the worker driving it (planned, untouched).
+    A conversation example's (example, epoch) is one conversation
+    (``_plan_conversation``): a new one gets its conversation, first turn
+    and prediction row; an unfinished one's latest turn is acted on as
+    above, and the drive goes on from it.
     Returns the planned (example, epoch)s and the number skipped.
     Raises ``ValueError`` for ``epochs < 1``.
     """
@@ -162,6 +174,12 @@ def run_plan(
     skipped = 0
     for example, epoch in ((e, k) for e in examples for k in range(1, epochs + 1)):
         prediction = predictions.get((example.pk, epoch))
+        if conversation_kind(example.metadata) is not None:
+            template = _template(run, example, max_steps=max_steps, model=model, tokens=max_output_tokens)
+            item = _plan_conversation(run, example, epoch, prediction, retry_errors, template)
+            skipped += item is None
+            planned.extend([item] if item is not None else [])
+            continue
         action = plan_action(prediction, retry_errors=retry_errors, live_ok=live_ok)
         if action == PlanAction.SKIP:
             skipped += 1
@@ -194,6 +212,64 @@ def run_plan(
     if existing:
         turns_set_output_limit(turn_ids=existing, max_output_tokens=max_output_tokens)
     return result, skipped
+
+
+def _template(run: Run, example: Example, *, max_steps: int, model: str, tokens: int | None) -> NewTurn:
+    """The options of every turn of a conversation example (its question set per turn)."""
+    return NewTurn(
+        question="",
+        context=_turn_context(example),
+        max_steps=max_steps,
+        model=model,
+        max_output_tokens=tokens,
+        agent_options=dict((run.config or {}).get("agent_options") or {}),
+    )
+
+
+def _plan_conversation(
+    run: Run,
+    example: Example,
+    epoch: int,
+    prediction: Prediction | None,
+    retry_errors: bool,
+    template: NewTurn,
+) -> PlannedExample | None:
+    """A conversation example's (example, epoch) planned
+    (``evaluation.run.conversation_plan``): a new conversation (``fresh``);
+    a completed one skipped, or with ``retry_errors`` one that ended in an
+    error reopened (``retry``); an unfinished one's latest turn acted on as
+    ``plan_action`` says for any turn. ``None``: skipped."""
+    conversation_id: int | None
+    if prediction is None:
+        prediction_id, conversation_id, turn_id = conversation_open(
+            run=run, example=example, epoch=epoch, template=template
+        )
+        action = PlanAction.FRESH
+    else:
+        if prediction.completed_at is not None:
+            if not (retry_errors and conversation_failed(prediction)):
+                return None
+            conversation_retry(prediction)
+            action = PlanAction.RETRY
+        elif prediction.turn is None:
+            action = PlanAction.KEEP
+        else:
+            action = plan_action(prediction, retry_errors=False, live_ok=False)
+            _ACT[action](prediction)
+        prediction_id, conversation_id, turn_id = (
+            prediction.pk,
+            prediction.conversation_id,
+            prediction.turn_id or 0,
+        )
+    return PlannedExample(
+        prediction_id=prediction_id,
+        turn_id=turn_id,
+        example=example,
+        action=action,
+        epoch=epoch,
+        conversation_id=conversation_id,
+        template=template,
+    )
 
 
 def _retry(prediction: Prediction) -> None:

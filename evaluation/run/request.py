@@ -17,6 +17,7 @@ from agentlab.agent.pricing import Price
 from agentlab.agent.providers.caching import CachePolicy, parse_expiry
 from common.errors import BadInput
 from evaluation.run.check_gate import parse_fail_on_check
+from evaluation.run.simulator import DEFAULT_USER_TEMPERATURE
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,12 @@ class EvalRequest:
     #: ``--cache [--cache-expiry 7d] [--cache-sampled]``: the LLM-call cache
     #: policy (``agentlab.agent.providers.caching``); ``None``: no cache
     cache: CachePolicy | None = None
+    #: the simulated user of simulated-user examples (``--user-model``,
+    #: ``--user-temperature``, ``--user-seed``): ``{"model": name or None (the
+    #: run's model), "temperature": float, "seed": int}``
+    user_simulator: dict[str, Any] = field(
+        default_factory=lambda: {"model": None, "temperature": DEFAULT_USER_TEMPERATURE, "seed": 0}
+    )
 
     @property
     def gated(self) -> bool:
@@ -184,6 +191,9 @@ def eval_request(
     sample: int | None = None,
     seed: int | None = None,
     cache: CachePolicy | None = None,
+    user_model: str | None = None,
+    user_temperature: float | None = None,
+    user_seed: int | None = None,
 ) -> EvalRequest:
     """An ``EvalRequest`` from the command's option values; ``max_steps``
     ``None`` takes ``AGENTLAB_MAX_STEPS``, ``max_output_tokens`` ``None``
@@ -202,7 +212,8 @@ def eval_request(
     ``--epochs`` outside 1..``MAX_EPOCHS``, an ``endpoint`` whose base URL is
     not http(s), a ``temperature`` outside 0..2, a blank ``system_prompt``,
     a blank ``--split`` or ``--tag``,
-    ``--sample`` below 1 or with ``--limit``, ``--seed`` without ``--sample``.
+    ``--sample`` below 1 or with ``--limit``, ``--seed`` without ``--sample``,
+    ``--user-temperature`` outside 0..2.
     """
     if limit is not None and not 1 <= limit <= MAX_COUNT:
         raise ValueError(f"--limit must be between 1 and {MAX_COUNT}, got {limit}")
@@ -260,7 +271,20 @@ def eval_request(
         sample=sample,
         seed=(seed if seed is not None else 0) if sample is not None else None,
         cache=cache,
+        user_simulator=user_simulator_options(model=user_model, temperature=user_temperature, seed=user_seed),
     )
+
+
+def user_simulator_options(
+    *, model: str | None, temperature: float | None, seed: int | None
+) -> dict[str, Any]:
+    """``--user-model``, ``--user-temperature`` (0..2, default
+    ``DEFAULT_USER_TEMPERATURE``) and ``--user-seed`` (default 0) as
+    ``EvalRequest.user_simulator``; ``ValueError`` naming the option."""
+    temperature = DEFAULT_USER_TEMPERATURE if temperature is None else temperature
+    if not 0 <= temperature <= 2:
+        raise ValueError(f"--user-temperature must be between 0 and 2, got {temperature}")
+    return {"model": (model or "").strip() or None, "temperature": float(temperature), "seed": int(seed or 0)}
 
 
 def _sample_check(*, sample: int | None, seed: int | None, limit: int | None) -> None:

@@ -44,6 +44,8 @@ from turns.models import TurnOutcome
 _COPIED = (
     "example",
     "turn",
+    "conversation",
+    "conversation_result",
     "epoch",
     "task_type",
     "prediction",
@@ -150,11 +152,14 @@ def rescore_copy(*, source: Run, target: Run, scorer: str) -> int:
     ``evaluation.judge.judge_pass.judge_run`` then grades. A row the source never
     completed (its turn never finished) stays as it was: wrong, with its
     error. The first attempt of a reviewed-and-retried turn is scored again
-    by a pure scorer, and left unscored by the judge (not paid twice)."""
+    by a pure scorer, and left unscored by the judge (not paid twice). A
+    conversation example keeps its verdict (its turns name their own scorers)."""
     rows: list[Prediction] = []
     for p in source.predictions.select_related("example__dataset", "turn").order_by("pk"):
         new = Prediction(run=target, **{name: getattr(p, name) for name in _COPIED})
-        if scorer in PATH_SCORERS:  # the answer's verdict as it was; the paths are scored at the finish
+        # the answer's verdict as it was: the paths are scored at the finish; a
+        # conversation is scored per turn by its own scorers (docs/evaluating.md#conversation-examples)
+        if scorer in PATH_SCORERS or p.conversation_result:
             for name in _ANSWER_VERDICT:
                 setattr(new, name, getattr(p, name))
             rows.append(new)

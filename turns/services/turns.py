@@ -91,8 +91,9 @@ def turn_create(
 class NewTurn:
     """One turn for ``turn_create_many``: its question, tool context (JSON),
     step budget, model name, output-token limit (``None``: the setting),
-    agent loop options (``Turn.agent_options``) and, for a replay, the turn
-    it replays."""
+    agent loop options (``Turn.agent_options``), for a replay the turn it
+    replays, and for a turn of an evaluation conversation example its
+    conversation and position there (``None`` and 1: a turn of its own)."""
 
     question: str
     context: dict[str, Any]
@@ -102,11 +103,13 @@ class NewTurn:
     agent_options: dict[str, Any] = field(default_factory=dict)
     #: the recorded turn a replay turn replays (``Turn.replay_of``)
     replay_of_id: int | None = None
+    conversation_id: int | None = None
+    position: int = 1
 
 
 def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnKind.EVALUATION) -> list[Turn]:
-    """Create many queued turns without a conversation (an evaluation run's
-    examples) with their ``turn.queued`` events, in one transaction and a
+    """Create many queued turns (an evaluation run's examples; each in the
+    conversation its ``NewTurn`` names, if any) with their ``turn.queued`` events, in one transaction and a
     handful of statements (``bulk_create``, then ``event_append_each``).
     Returns them in order. Raises ``ValueError`` as ``turn_create`` does;
     nothing is written then."""
@@ -121,7 +124,8 @@ def turn_create_many(*, owner: User, turns: Sequence[NewTurn], kind: str = TurnK
                 Turn(
                     owner=owner,
                     kind=kind,
-                    position=1,
+                    conversation_id=spec.conversation_id,
+                    position=spec.position,
                     question=clean_text(spec.question),
                     context=json_safe(spec.context or {}),
                     max_steps=spec.max_steps,

@@ -36,6 +36,7 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Protocol
 
+from agentlab.agent.seeding import sampling_seed
 from agentlab.agent.types import Completion, LLMProvider
 
 if TYPE_CHECKING:
@@ -199,7 +200,7 @@ class CachingProvider:
             "structured_output": getattr(inner, "structured_output", None) if response_schema else None,
             "max_tokens": max_tokens,
             "temperature": temperature,
-            "seed": getattr(inner, "seed", None),
+            "seed": sampling_seed() if sampling_seed() is not None else getattr(inner, "seed", None),
             "sampling": dict(getattr(inner, "sampling_options", None) or {}),
         }
 

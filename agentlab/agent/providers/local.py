@@ -45,6 +45,7 @@ from typing import Any
 from agentlab.agent.pricing import Price
 from agentlab.agent.providers.chat_template import cut_at_markers, render_template, stop_markers
 from agentlab.agent.providers.grammar import GrammarUnavailable, schema_grammar
+from agentlab.agent.seeding import sampling_seed
 from agentlab.agent.streaming import CompletionDelta, OnDelta
 from agentlab.agent.types import Completion, Decoding, ProviderError, Usage
 
@@ -346,6 +347,7 @@ class LocalGGUFProvider:
                     ),
                     repeat_penalty=1.1,
                     grammar=grammar,
+                    **_seed_kwargs(),
                 )
             except ValueError as exc:
                 if "context window" in str(exc):
@@ -395,6 +397,13 @@ class LocalGGUFProvider:
     async def aclose(self) -> None:
         """Nothing to close: the model stays cached for the process."""
         return None
+
+
+def _seed_kwargs() -> dict[str, int]:
+    """``create_completion``'s ``seed`` of a seeded call (``agentlab.agent.seeding``:
+    it samples the same way each time); nothing otherwise."""
+    seed = sampling_seed()
+    return {} if seed is None else {"seed": seed}
 
 
 def _marker_stop(marker_ids: frozenset[int], *, prompt_len: int, emit: Any = None, llama: Any = None) -> Any:

@@ -35,6 +35,7 @@ from agentlab.agent.providers.openai_request import (
 )
 from agentlab.agent.providers.openai_stream import StreamAccumulator
 from agentlab.agent.providers.token_count import TokenCounter
+from agentlab.agent.seeding import sampling_seed
 from agentlab.agent.streaming import OnDelta
 from agentlab.agent.types import Completion, ProviderError, ToolCall, Usage
 
@@ -236,6 +237,7 @@ class OpenAICompatibleProvider:
                 temperature=temperature,
                 response_schema=response_schema,
                 structured_output=mode,
+                seed=sampling_seed(),
             )
             try:
                 completion = await self._send(kwargs, on_delta, native=native)

@@ -88,12 +88,14 @@ def request_body(
     response_schema: dict[str, Any] | None = None,
     tool_choice: str | dict[str, Any] = "auto",
     structured_output: str = "json_schema",
+    seed: int | None = None,
 ) -> dict[str, Any]:
     """The JSON body of ``POST /chat/completions`` (module doc): ``tools``
     with ``tool_choice`` (``"auto"`` unless a step needs another) when there
     are tools, ``max_tokens`` and ``temperature`` when set, and
     ``response_format`` for ``response_schema`` in the form
-    ``structured_output`` names (none when it is ``off``)."""
+    ``structured_output`` names (none when it is ``off``); ``seed`` when set
+    (``agentlab.agent.seeding``)."""
     body: dict[str, Any] = {"model": model, "messages": request_messages(messages)}
     if tools:
         body["tools"] = tools
@@ -102,6 +104,8 @@ def request_body(
         body["max_tokens"] = max_tokens
     if temperature is not None:
         body["temperature"] = temperature
+    if seed is not None:
+        body["seed"] = seed
     if response_schema is not None and structured_output != "off":
         body["response_format"] = response_format(response_schema, structured_output)
     return body

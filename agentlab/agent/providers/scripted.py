@@ -22,6 +22,7 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from agentlab.agent.seeding import sampling_seed
 from agentlab.agent.streaming import CompletionDelta, OnDelta
 from agentlab.agent.types import Completion, Decoding, ProviderError, ToolCall, Usage
 
@@ -102,7 +103,13 @@ class ScriptedProvider:
         self.calls.append(copy.deepcopy(messages))
         self.tools_seen.append(copy.deepcopy(tools))
         self.kwargs_seen.append(
-            {"max_tokens": max_tokens, "temperature": temperature, "response_schema": response_schema}
+            {
+                "max_tokens": max_tokens,
+                "temperature": temperature,
+                "response_schema": response_schema,
+                # a seeded call's seed (agentlab.agent.seeding), only when set
+                **({"seed": sampling_seed()} if sampling_seed() is not None else {}),
+            }
         )
         if position >= len(self.script):
             raise ScriptExhausted(

@@ -139,7 +139,7 @@ def _add_celery_options(parser: CommandParser) -> None:
 
 
 def _add_model_options(parser: CommandParser) -> None:
-    """The model's limits and prices, epochs, the judge."""
+    """The model's limits and prices, epochs, the judge, the simulated user."""
     parser.add_argument(
         "--max-output-tokens",
         type=int,
@@ -172,6 +172,25 @@ def _add_model_options(parser: CommandParser) -> None:
         default=None,
         help="the grading model of examples scored by the LLM judge (default: the run's model); "
         "a model name at the endpoint, or a GGUF path or 'local' for the embedded model",
+    )
+    parser.add_argument(
+        "--user-model",
+        default=None,
+        help="the model that plays the user of simulated-user examples (default: the run's model), "
+        "named as --judge-model is; its usage is recorded under role user_simulator",
+    )
+    parser.add_argument(
+        "--user-temperature",
+        type=float,
+        default=None,
+        help="the simulated user's sampling temperature, fixed for the run (default 0.7)",
+    )
+    parser.add_argument(
+        "--user-seed",
+        type=int,
+        default=None,
+        help="the base of the simulated user's seed per (example, epoch) (default 0): runs with "
+        "the same one meet the same simulated user",
     )
 
 
@@ -263,6 +282,9 @@ def _eval_request(opts: dict[str, Any]) -> EvalRequest:
         sample=opts.get("sample"),
         seed=opts.get("seed"),
         cache=cache_options(opts),
+        user_model=opts.get("user_model"),
+        user_temperature=opts.get("user_temperature"),
+        user_seed=opts.get("user_seed"),
         **agent_options(opts),
     )
 
