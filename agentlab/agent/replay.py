@@ -98,14 +98,25 @@ class ReplayScript:
     """The recorded path of one turn and the new agent's place on it (see the
     module docstring). ``calls``: the recorded path; ``matches``: the
     argument rule; ``live``: go on after the divergence with read-only tools
-    (``False``: end the turn there). Not thread-safe: one per drive."""
+    (``False``: end the turn there); ``history``: the recorded turn's
+    conversation as it was given to it. Not thread-safe: one per drive."""
 
     def __init__(
-        self, calls: Sequence[RecordedCall], *, matches: ArgsMatch = exact_match, live: bool = False
+        self,
+        calls: Sequence[RecordedCall],
+        *,
+        matches: ArgsMatch = exact_match,
+        live: bool = False,
+        history: dict[str, Any] | None = None,
     ):
         self.calls = tuple(calls)
         self.matches = matches
         self.live = live
+        #: what the recorded turn was given of its conversation (the payload of
+        #: its ``history`` event), given to the replay turn as it was: a
+        #: follow-up ("double it") replayed without it would answer another
+        #: question; ``None``: it had none
+        self.history = history
         #: recorded calls served (or matched on resume) so far
         self.position = 0
         self.divergence: Divergence | None = None

@@ -41,6 +41,7 @@ from evaluation.scoring.trajectory_spec import ExpectedTrajectory, TrajectorySte
 from turns.driver import EvaluationPolicy, drive_turn
 from turns.jobs.ids import local_job_id
 from turns.models import Turn, TurnOutcome
+from turns.selectors import turn_history_data
 
 _job_numbers = itertools.count(1)
 
@@ -68,7 +69,8 @@ def call_matcher(args_match: str) -> ArgsMatch:
 def recorded_script(original_id: int, *, args_match: str, live: bool) -> ReplayScript:
     """The replay script of turn ``original_id``: its path (the last
     attempt's tool calls with their results, ``agent_path``) without the
-    protocol's calls."""
+    protocol's calls, and what it was given of its conversation (its
+    ``history`` event), which the replay turn is given as it was."""
     calls = [
         RecordedCall(
             name=step.tool,
@@ -79,7 +81,8 @@ def recorded_script(original_id: int, *, args_match: str, live: bool) -> ReplayS
         )
         for step in path_calls(agent_trajectory(original_id))
     ]
-    return ReplayScript(calls, matches=call_matcher(args_match), live=live)
+    history = turn_history_data(turn_id=original_id)
+    return ReplayScript(calls, matches=call_matcher(args_match), live=live, history=history)
 
 
 def _answer(turn: Turn) -> Answer:

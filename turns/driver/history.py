@@ -166,7 +166,7 @@ async def turn_history(
     write raises (``TurnNotHeld``)."""
     turn = ctx.turn
     if turn.conversation_id is None:
-        return None
+        return await _replayed_history(ctx, attempt=attempt)
     inputs = await ctx.db.run(
         history_inputs, turn_id=turn.id, conversation_id=turn.conversation_id, fresh=turn.fresh
     )
@@ -184,4 +184,24 @@ async def turn_history(
         holder=ctx.holder,
     )
     # as stored (``json_safe``), which is what a later drive reads back: the same bytes
+    return History.from_data(written[0].data)
+
+
+async def _replayed_history(ctx: DriveContext, *, attempt: int) -> History | None:
+    """A replay turn (no conversation of its own) is given what the turn it
+    replays was given (``ReplayScript.history``), recorded as its own
+    ``history`` event on its first drive and read back on a later one; any
+    other turn without a conversation: ``None``."""
+    script = ctx.replay
+    if script is None or not script.history:
+        return None
+    recorded = None if ctx.turn.fresh else await ctx.db.run(turn_history_data, turn_id=ctx.turn_id)
+    if recorded is not None:
+        return History.from_data(recorded)
+    written = await ctx.db.run(
+        event_log.event_append_many,
+        turn_id=ctx.turn_id,
+        events=[NewEvent(EventType.HISTORY, cast(HistoryData, {**script.history, "attempt": attempt}))],
+        holder=ctx.holder,
+    )
     return History.from_data(written[0].data)

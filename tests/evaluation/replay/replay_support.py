@@ -17,7 +17,7 @@ from agentlab.testing.stub_llm import StubReply, final_answer_reply, tool_call_r
 from common.db import DatabaseThreads
 from turns.driver import EVALUATION, drive_turn
 from turns.llm import get_provider
-from turns.services import turn_create
+from turns.services import conversation_create, turn_create
 
 RECORDED_PLAN: tuple[tuple[str, dict[str, Any]], ...] = (
     ("calculator", {"expression": "6*7"}),
@@ -62,16 +62,21 @@ class ScriptedAgent:
         return final_answer_reply(answer, evidence="calculator said 42")
 
 
-def record_chat_turns(owner: Any, *, base_url: str, questions: Sequence[str]) -> list[int]:
+def record_chat_turns(
+    owner: Any, *, base_url: str, questions: Sequence[str], conversation: bool = False
+) -> list[int]:
     """Chat turns of ``owner`` answered by the recorded agent at ``base_url``
-    (with the ``count`` plugin), one after the other: their ids."""
+    (with the ``count`` plugin), one after the other: their ids. With
+    ``conversation``, all in one conversation (each later turn given the
+    earlier ones as its history)."""
     provider = get_provider(model="stub-model", base_url=base_url, api_key="test-key")
     db = DatabaseThreads(max_workers=2)
+    chat = conversation_create(owner=owner, title="recorded") if conversation else None
 
     async def drive_all() -> list[int]:
         ids = []
         for question in questions:
-            turn = await db.run(turn_create, owner=owner, question=question)
+            turn = await db.run(turn_create, owner=owner, question=question, conversation=chat)
             await drive_turn(
                 turn.pk,
                 policy=EVALUATION,

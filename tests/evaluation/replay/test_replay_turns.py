@@ -103,6 +103,37 @@ def test_a_turn_replayed_by_the_same_agent_is_identical_with_no_tool_run(owner, 
     assert replay.status == "success"
 
 
+def test_a_replayed_follow_up_is_given_the_conversation_its_original_was_given(owner, stub, counter):
+    first, follow_up = record_chat_turns(
+        owner, base_url=stub.base_url, questions=["What is 6*7?", "And double it?"], conversation=True
+    )
+    (given,) = _events(follow_up, EventType.HISTORY)
+    before = stub.request_count
+
+    _, items = _replay(stub, "--name", "follow-up")
+
+    item = next(i for i in items if i.original_id == follow_up)
+    assert item.verdict == "identical"
+    (history,) = _events(item.turn_id, EventType.HISTORY)  # the replay turn's own record of it
+    assert history.data == given.data and history.data["turns"] == [first]
+    # every LLM request of the replayed follow-up holds the conversation before its question
+    asked = [
+        r["messages"]
+        for r in stub.requests[before:]
+        if {"role": "user", "content": "And double it?"} in r["messages"]
+    ]
+    assert (
+        len(asked) == 3
+        and all(  # calculator, count, final_answer
+            [(m["role"], m["content"]) for m in messages[1:4]]
+            == [("user", "What is 6*7?"), ("assistant", "42"), ("user", "And double it?")]
+            for messages in asked
+        )
+    )
+    # the first turn of the conversation had nothing before it, and its replay is given nothing
+    assert _events(next(i for i in items if i.original_id == first).turn_id, EventType.HISTORY) == []
+
+
 def test_a_changed_prompt_diverges_at_its_step_and_never_calls_the_recorded_tool(
     owner, stub, counter, capsys
 ):
