@@ -238,9 +238,11 @@ def test_conversation_list_counts_turns_and_shows_last_activity(staff_client, ow
     assert "empty one" not in body
     response = staff_client.get(CONVERSATION_LIST, {"q": "owner"})  # by the owner's username
     assert "counted" in response.content.decode() and "empty one" in response.content.decode()
-    body = staff_client.get(CONVERSATION_LIST, {"o": "-3"}).content.decode()  # most turns first
+    # the column's number in ?o= counts the action checkbox ("Add conversation to dataset…")
+    column = str(response.context["cl"].list_display.index("turn_count"))
+    body = staff_client.get(CONVERSATION_LIST, {"o": f"-{column}"}).content.decode()  # most turns first
     assert body.index("counted") < body.index("empty one")
-    body = staff_client.get(CONVERSATION_LIST, {"o": "3"}).content.decode()
+    body = staff_client.get(CONVERSATION_LIST, {"o": column}).content.decode()
     assert body.index("empty one") < body.index("counted")
     assert empty.turns.count() == 0
 
