@@ -7,11 +7,13 @@ and the online scorer's advisory lock, ``advisory_lock_sql``):
 the conditional claim of a queued turn that also reserves its first seqs
 (``UPDATE … WHERE status = 'queued' … RETURNING``),
 the seq reservation of one turn and of several (``UPDATE … RETURNING
-last_seq``), the multi-row event ``INSERT … RETURNING``, the watcher's
+last_seq``), the multi-row event ``INSERT … RETURNING``, the group-commit
+writer's row lock of a batch's turns (``SELECT … ORDER BY id FOR NO KEY
+UPDATE``) and its many-row ``UPDATE … FROM (VALUES …)``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
 (``turns.events``, ``turns.driver.lease``, ``common.db.update_by_pk``,
-``config.health``, ``monitoring.score_claim``) choose the values; no other
+``config.health``, ``monitoring.score_claim``, ``turns.writer``) choose the values; no other
 production module writes SQL text or calls ``cursor.execute``.
 
 **Composition.** Each statement is built with psycopg's ``psycopg.sql``
@@ -23,8 +25,11 @@ SQLite backend cannot execute a ``psycopg.sql`` object, so there the same
 composition is rendered without a connection — standard SQL, identifiers in
 double quotes and ``%s`` placeholders, which Django's SQLite backend turns
 into ``?``. The one difference in the statements themselves is the
-watcher's row lock (``FOR NO KEY UPDATE`` on PostgreSQL, none on SQLite,
-whose statement holds the database's write lock).
+watcher's and the writer's row lock (``FOR NO KEY UPDATE`` on PostgreSQL,
+none on SQLite, whose IMMEDIATE transaction holds the database's write
+lock), and the many-row update's casts (PostgreSQL types a ``VALUES`` list
+from its parameters, so each is cast to its column's type there; SQLite
+has no column types to cast to).
 
 A statement's text depends only on its shape (vendor, table, columns,
 number of rows), so each shape is rendered once per process and cached.
@@ -258,3 +263,65 @@ def advisory_lock_sql(connection: Any, *, unlock: bool = False) -> str:
         ("advisory", unlock),
         lambda: sql.SQL("SELECT {fn}({key})").format(fn=sql.Identifier(name), key=sql.Placeholder()),
     )
+
+
+def turns_lock_sql(connection: Any, *, table: str, pk: str, count: int) -> str:
+    """Lock ``count`` turns in id order and read what the group-commit writer
+    (``turns.events.event_append_batch``) checks and advances: ``SELECT pk,
+    last_seq, job_id, status FROM table WHERE pk IN (%s, …) ORDER BY pk FOR NO
+    KEY UPDATE`` (no lock clause on SQLite, whose transaction holds the write
+    lock). Locking in one order means two batches never deadlock."""
+    postgres = connection.vendor == "postgresql"
+    query = "SELECT {columns} FROM {table} WHERE {pk} IN ({ids}) ORDER BY {pk}" + (
+        " FOR NO KEY UPDATE" if postgres else ""
+    )
+    return _text(
+        connection,
+        ("turns_lock", table, pk, count),
+        lambda: sql.SQL(query).format(
+            columns=_ids((pk, "last_seq", "job_id", "status")),
+            table=sql.Identifier(table),
+            pk=sql.Identifier(pk),
+            ids=_marks(count),
+        ),
+    )
+
+
+def rows_update_sql(
+    connection: Any, *, table: str, pk: str, columns: tuple[str, ...], types: tuple[str, ...], rows: int
+) -> str:
+    """Update ``rows`` rows of ``table``, each with its own values, in one
+    statement: ``UPDATE table SET c1 = v.column2, … FROM (VALUES (%s, %s, …),
+    …) AS v WHERE table.pk = v.column1 RETURNING pk``. Parameters: row after
+    row, its key then its columns' values. On PostgreSQL each parameter is
+    cast to its column's type (``types``: the key's, then the columns', as
+    Django's ``Field.db_type`` gives them); SQLite (≥ 3.33 for ``UPDATE …
+    FROM``) takes them as they are."""
+    if len(types) != len(columns) + 1:
+        raise ValueError("rows_update_sql needs the key's type and one type per column")
+    cast = connection.vendor == "postgresql"
+
+    def build() -> sql.Composable:
+        marks = [
+            sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(kind)) if cast else sql.Placeholder()
+            for kind in types
+        ]
+        row = sql.SQL("({})").format(sql.SQL(", ").join(marks))
+        return sql.SQL(
+            "UPDATE {table} SET {assignments} FROM (VALUES {values}) AS {v} "
+            "WHERE {table}.{pk} = {v}.{first} RETURNING {pk}"
+        ).format(
+            table=sql.Identifier(table),
+            assignments=sql.SQL(", ").join(
+                sql.SQL("{} = {}.{}").format(
+                    sql.Identifier(c), sql.Identifier("v"), sql.Identifier(f"column{i}")
+                )
+                for i, c in enumerate(columns, start=2)
+            ),
+            values=sql.SQL(", ").join([row] * rows),
+            v=sql.Identifier("v"),
+            pk=sql.Identifier(pk),
+            first=sql.Identifier("column1"),
+        )
+
+    return _text(connection, ("rows_update", table, pk, columns, types, rows), build)

@@ -51,7 +51,7 @@ from turns.driver.extensions import (
     plugin_context,
     unavailable_result,
 )
-from turns.driver.finish import DriveResult, finish_after_error, finish_fields, finish_write
+from turns.driver.finish import DriveResult, finish_after_error, finish_append, finish_fields
 from turns.driver.lease import turn_claim, turn_watcher
 from turns.driver.policies import TurnPolicy
 from turns.driver.record import Attempt, Recorder, model_load
@@ -369,8 +369,7 @@ class TurnDrive:
             status = await db.run(approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:
                 data["reason"] = "the approval expired"
-        await db.run(
-            finish_write,
+        await finish_append(
             self.ctx,
             event_type=event_type,
             data=data,

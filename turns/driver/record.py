@@ -40,7 +40,6 @@ from agentlab.agent.usage import UsageTotals
 from agentlab.telemetry import attempt_begins, tool_report
 
 # called through the module, so that a test can break every write of the driver at once
-from turns import events as event_log
 from turns.driver.context import DriveContext
 from turns.event_types import (
     LLMDeltaData,
@@ -54,6 +53,7 @@ from turns.event_types import (
 )
 from turns.events import NewEvent
 from turns.models import EventType, TurnPhase
+from turns.writer import events_write
 
 logger = logging.getLogger(__name__)
 
@@ -230,8 +230,8 @@ class Recorder:
 
     async def write_deltas(self, events: Sequence[NewEvent]) -> None:
         """Append ``llm.delta`` events (with anything pending before them)."""
-        await self.ctx.db.run(
-            event_log.event_append_many,
+        await events_write(
+            self.ctx.db,
             turn_id=self.ctx.turn_id,
             events=[*self.pending, *events],
             turn_fields=dict(self.pending_fields),
@@ -260,8 +260,8 @@ class Recorder:
             self.pending.extend(events)
             self.pending_fields.update(fields)
             return
-        await self.ctx.db.run(
-            event_log.event_append_many,
+        await events_write(
+            self.ctx.db,
             turn_id=self.ctx.turn_id,
             events=[*self.pending, *events],
             turn_fields={**self.pending_fields, **fields},
@@ -378,8 +378,8 @@ async def model_load(ctx: DriveContext) -> None:
 
 
 async def _phase(ctx: DriveContext, phase: str) -> None:
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.PHASE, PhaseData(phase=phase))],
         turn_fields={"phase": phase},

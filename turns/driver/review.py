@@ -48,6 +48,7 @@ from turns.models import (
     TurnPhase,
     TurnStatus,
 )
+from turns.writer import events_write
 
 logger = logging.getLogger(__name__)
 
@@ -96,8 +97,8 @@ async def review_phase(
     before its review.
     """
     recorder = attempt.recorder
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[*recorder.pending, NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.REVIEW))],
         turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW},
@@ -125,8 +126,8 @@ async def review_phase(
     if completion is not None:
         recorder.usage.add(completion, role="review")
     data = review_data(attempt=attempt.number, review=review, completion=completion, late=False)
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.REVIEW, data)],
         turn_fields={"usage": recorder.usage.to_dict()},
