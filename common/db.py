@@ -88,13 +88,13 @@ class DatabaseThreads:
     def companion(self, key: str, make: Callable[[], R]) -> R:
         """The pool's one object under ``key``, made by ``make()`` on first
         use: something that lives as long as the pool (the event log's
-        group-commit writer, ``turns.writer``). ``close()`` calls its
+        group-commit writer, ``turns.driver.writer``). ``close()`` calls its
         ``close()`` first, before the pool's threads stop."""
         with self._lock:
             found = self._companions.get(key)
             if found is None:
                 found = self._companions[key] = make()
-            return found  # type: ignore[no-any-return]
+            return found
 
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on a pool thread, in a copy of the caller's
@@ -234,7 +234,7 @@ def updates_deferred() -> Iterator[None]:
     """Within this block (on this thread), ``update_by_pk`` collects its
     updates instead of running each; at the block's end they are written
     with ``rows_update``, one statement per (model, set of fields) —
-    the group-commit writer (``turns.writer``) completes a batch's
+    the group-commit writer (``turns.driver.writer``) completes a batch's
     predictions this way. Inside it ``update_by_pk`` returns 1 without
     knowing; a row that turns out missing raises the model's
     ``DoesNotExist`` at the block's end (roll the transaction back and do
@@ -254,7 +254,8 @@ def updates_deferred() -> Iterator[None]:
     for (model, _), by_pk in groups.items():
         missing = set(by_pk) - rows_update(model, by_pk)
         if missing:
-            raise model.DoesNotExist(f"{model.__name__} {sorted(missing)[:5]} do not exist")
+            gone = f"{model.__name__} {sorted(missing)[:5]} do not exist"
+            raise model.DoesNotExist(gone)  # type: ignore[attr-defined]
 
 
 def rows_update(model: type[Model], rows: Mapping[Any, Mapping[str, Any]]) -> set[Any]:

@@ -13,7 +13,7 @@ UPDATE``) and its many-row ``UPDATE … FROM (VALUES …)``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
 (``turns.events``, ``turns.driver.lease``, ``common.db.update_by_pk``,
-``config.health``, ``monitoring.score_claim``, ``turns.writer``) choose the values; no other
+``config.health``, ``monitoring.score_claim``, ``turns.driver.writer``) choose the values; no other
 production module writes SQL text or calls ``cursor.execute``.
 
 **Composition.** Each statement is built with psycopg's ``psycopg.sql``
@@ -44,6 +44,8 @@ from psycopg import sql
 
 #: Rendered statements: (vendor, statement name, shape) → SQL text.
 _rendered: dict[tuple[Any, ...], str] = {}
+#: A many-row statement's head, row and tail rendered: (vendor, name, shape) → texts.
+_row_parts: dict[tuple[Any, ...], tuple[str, str, str]] = {}
 
 
 def render(connection: Any, statement: sql.Composable) -> str:
@@ -155,17 +157,46 @@ def events_insert_sql(
 ) -> str:
     """``INSERT INTO table (columns) VALUES (%s, …), … RETURNING returning``
     for ``rows`` rows, their values row after row."""
-    query = "INSERT INTO {table} ({columns}) VALUES {values} RETURNING {returning}"
-    return _text(
+    return _rows_text(
         connection,
-        ("events_insert", table, columns, returning, rows),
-        lambda: sql.SQL(query).format(
-            table=sql.Identifier(table),
-            columns=_ids(columns),
-            values=sql.SQL(", ").join([sql.SQL("({})").format(_marks(len(columns)))] * rows),
-            returning=_ids(returning),
+        ("events_insert", table, columns, returning),
+        lambda: (
+            sql.SQL("INSERT INTO {table} ({columns}) VALUES ").format(
+                table=sql.Identifier(table), columns=_ids(columns)
+            ),
+            sql.SQL("({})").format(_marks(len(columns))),
+            sql.SQL(" RETURNING {}").format(_ids(returning)),
         ),
+        rows,
     )
+
+
+def _rows_text(
+    connection: Any,
+    key: tuple[Any, ...],
+    build: Callable[[], tuple[sql.Composable, sql.Composable, sql.Composable]],
+    rows: int,
+) -> str:
+    """A statement of ``rows`` repeated row groups: its head, one row and its
+    tail are composed and rendered once per shape (``build``); the text for
+    a number of rows is those joined (``, `` between rows), cached too.
+    Composing every row of a many-row statement cost the group-commit
+    writer more CPU than its statements saved."""
+    full = (connection.vendor, *key, rows)
+    text = _rendered.get(full)
+    if text is None:
+        shape = (connection.vendor, *key)
+        parts = _row_parts.get(shape)
+        if parts is None:
+            head, row, tail = build()
+            parts = _row_parts[shape] = (
+                render(connection, head),
+                render(connection, row),
+                render(connection, tail),
+            )
+        head_text, row_text, tail_text = parts
+        text = _rendered[full] = head_text + ", ".join([row_text] * rows) + tail_text
+    return text
 
 
 def turn_claim_sql(connection: Any, *, table: str, pk: str, returning: tuple[str, ...]) -> str:
@@ -301,27 +332,22 @@ def rows_update_sql(
         raise ValueError("rows_update_sql needs the key's type and one type per column")
     cast = connection.vendor == "postgresql"
 
-    def build() -> sql.Composable:
+    def build() -> tuple[sql.Composable, sql.Composable, sql.Composable]:
         marks = [
             sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(kind)) if cast else sql.Placeholder()
             for kind in types
         ]
-        row = sql.SQL("({})").format(sql.SQL(", ").join(marks))
-        return sql.SQL(
-            "UPDATE {table} SET {assignments} FROM (VALUES {values}) AS {v} "
-            "WHERE {table}.{pk} = {v}.{first} RETURNING {pk}"
-        ).format(
+        v = sql.Identifier("v")
+        head = sql.SQL("UPDATE {table} SET {assignments} FROM (VALUES ").format(
             table=sql.Identifier(table),
             assignments=sql.SQL(", ").join(
-                sql.SQL("{} = {}.{}").format(
-                    sql.Identifier(c), sql.Identifier("v"), sql.Identifier(f"column{i}")
-                )
+                sql.SQL("{} = {}.{}").format(sql.Identifier(c), v, sql.Identifier(f"column{i}"))
                 for i, c in enumerate(columns, start=2)
             ),
-            values=sql.SQL(", ").join([row] * rows),
-            v=sql.Identifier("v"),
-            pk=sql.Identifier(pk),
-            first=sql.Identifier("column1"),
         )
+        tail = sql.SQL(") AS {v} WHERE {table}.{pk} = {v}.{first} RETURNING {pk}").format(
+            table=sql.Identifier(table), v=v, pk=sql.Identifier(pk), first=sql.Identifier("column1")
+        )
+        return head, sql.SQL("({})").format(sql.SQL(", ").join(marks)), tail
 
-    return _text(connection, ("rows_update", table, pk, columns, types, rows), build)
+    return _rows_text(connection, ("rows_update", table, pk, columns, types), build, rows)

@@ -12,7 +12,7 @@ tick. Payloads are checked against ``turns.event_types`` and made JSON-safe.
 The other appender is the claim (``turns.driver.lease``), which takes a turn
 and reserves its first seqs in one statement; reads are in ``turns.selectors``.
 
-``event_append_batch`` is what the group-commit writer (``turns.writer``)
+``event_append_batch`` is what the group-commit writer (``turns.driver.writer``)
 runs: many callers' appends — each ``event_append_many``'s arguments and a
 hook — in one transaction, the turns locked in id order, every event in one
 multi-row ``INSERT``, the turns and the hooks' row updates one statement per
@@ -156,15 +156,19 @@ def events_insert_reserved(
     ``last_seq`` the caller has already advanced in its transaction (the
     claim does, ``turns.driver.lease``); see ``_insert_rows``. Nothing but
     an appender of this module and the claim calls this."""
-    return _insert_rows(
-        [
-            TurnEvent(
-                turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now
-            )
-            for i, e in enumerate(events, start=1)
-        ],
-        now=now,
-    )
+    return _insert_rows(events_reserved_rows(turn_id=turn_id, after=after, events=events, now=now), now=now)
+
+
+def events_reserved_rows(
+    *, turn_id: int, after: int, events: Sequence[NewEvent], now: datetime
+) -> list[TurnEvent]:
+    """``events`` as unsaved rows, seqs ``after + 1 …`` of one turn, payloads
+    JSON-safe: what ``events_insert_reserved`` inserts, or a claim in a
+    batch hands ``event_append_batch`` (``reserved``)."""
+    return [
+        TurnEvent(turn_id=turn_id, seq=after + i, type=e.type, data=json_safe(dict(e.data)), created_at=now)
+        for i, e in enumerate(events, start=1)
+    ]
 
 
 def _insert_rows(rows: list[TurnEvent], *, now: datetime) -> list[TurnEvent]:
@@ -278,10 +282,14 @@ def event_append_prepare(request: AppendRequest) -> None:
     request.prepared = ([json_safe(dict(e.data)) for e in request.events], dict(fields))
 
 
-def event_append_batch(requests: Sequence[AppendRequest]) -> list[Outcome]:
-    """Append every request's events in one transaction (the caller's
-    outermost: this commits or rolls back with it) and return each
-    request's outcome, in order.
+def event_append_batch(
+    requests: Sequence[AppendRequest], *, reserved: Sequence[TurnEvent] = (), now: datetime | None = None
+) -> list[Outcome]:
+    """Append every request's events in one transaction (the caller's, or
+    one of its own) and return each request's outcome, in order.
+    ``reserved``: event rows whose seqs the caller has already taken in this
+    transaction (the batch's claims, ``turns.driver.writer``), inserted with the
+    rest; ``now``: their time.
 
     The requests' turns are locked in id order (``turns_lock_sql``: no
     deadlock between two batches); each request is then checked as
@@ -297,7 +305,7 @@ def event_append_batch(requests: Sequence[AppendRequest]) -> list[Outcome]:
     and columns (``common.db.updates_deferred``). Any exception other than
     those per-request refusals — a database error, a ``then`` that raised —
     propagates: the caller rolls the batch back and retries it request by
-    request (``turns.writer``). Doorbells ring after the commit, once per
+    request (``turns.driver.writer``). Doorbells ring after the commit, once per
     turn (``_insert_rows``)."""
     outcomes: list[Outcome | None] = [None] * len(requests)
     for i, request in enumerate(requests):
@@ -306,12 +314,13 @@ def event_append_batch(requests: Sequence[AppendRequest]) -> list[Outcome]:
                 event_append_prepare(request)
             except ValueError as exc:
                 outcomes[i] = exc
-    now = timezone.now()
+    now = now or timezone.now()
     with transaction.atomic(savepoint=False):
         states = _turns_lock(
             sorted({r.turn_id for r, o in zip(requests, outcomes, strict=True) if o is None})
         )
         rows, values = _seqs_assign(requests, outcomes, states, now=now)
+        rows = [*reserved, *rows]
         for start in range(0, len(rows), INSERT_ROWS_MAX):
             _insert_rows(rows[start : start + INSERT_ROWS_MAX], now=now)
         _turns_update(values)

@@ -1,4 +1,4 @@
-"""The event log's group-commit writer (``turns.writer``, issue 44): many
+"""The event log's group-commit writer (``turns.driver.writer``, issue 44): many
 turns' appends in one transaction, each caller answered after the commit
 with its own events or its own error."""
 
@@ -9,19 +9,19 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from django.db import connection
 
 from common.db import DatabaseThreads, rows_update
 from turns import events as events_module
-from turns import writer as writer_module
 from turns.driver.lease import turn_claim
+from turns.driver.writer import ClaimRequest, GroupWriter, claim_write, events_write, turn_writer
 from turns.events import AppendRequest, NewEvent, TurnNotHeld, event_append_batch
 from turns.models import EventType, Turn, TurnEvent, TurnStatus
 from turns.selectors import events_after
 from turns.services import turn_create
-from turns.writer import GroupWriter, events_write, turn_writer
 
 from ..evaluation.run.process_support import database_env
 
@@ -79,7 +79,7 @@ async def test_64_concurrent_turns_keep_contiguous_seqs_in_shared_transactions(o
         assert (row.last_seq, row.steps, row.status) == (per_turn, 8, TurnStatus.RUNNING)
 
 
-def one_batch(requests: list[AppendRequest]) -> tuple[GroupWriter, list[object]]:
+def one_batch(requests: list[AppendRequest | ClaimRequest]) -> tuple[GroupWriter, list[Any]]:
     """``requests`` through a writer that waits long enough to take them in
     one batch; each one's events or error."""
     writer = GroupWriter(max_batch=100, max_wait_s=0.5)
@@ -152,6 +152,47 @@ def test_a_batch_that_fails_whole_is_retried_request_by_request(owner):
     assert called == ["a", "a"]  # in the batch (rolled back), then alone (committed)
 
 
+def test_claims_share_a_batch_with_appends_and_a_turn_is_claimed_once(owner):
+    ((running, holder),) = claimed_turns(owner, 1)
+    q1, q2 = (turn_create(owner=owner, question=q).pk for q in ("one", "two"))
+    writer, outcomes = one_batch(
+        [
+            ClaimRequest(turn_id=q2, token="job-x:1"),
+            AppendRequest(turn_id=running, events=[thinking(n=1)], holder=holder),
+            ClaimRequest(turn_id=q1, token="job-y:1"),
+            ClaimRequest(turn_id=q2, token="job-z:1"),  # a duplicate delivery
+        ]
+    )
+    assert writer.batches == 1
+    assert (outcomes[0].id, outcomes[0].job_id, outcomes[0].fresh, outcomes[0].last_seq) == (
+        q2,
+        "job-x:1",
+        True,
+        3,
+    )
+    assert [r.seq for r in outcomes[1]] == [4]
+    assert (outcomes[2].id, outcomes[2].question, outcomes[2].attempts) == (q1, "one", 1)
+    assert outcomes[3] is None  # taken in the same batch by the first claim: nothing written
+    for turn_id, token in ((q1, "job-y:1"), (q2, "job-x:1")):
+        logged = events_after(turn_id=turn_id)
+        assert [(e.seq, e.type) for e in logged] == [(1, "turn.queued"), (2, "turn.started"), (3, "phase")]
+        assert logged[1].data == {"attempt": 1, "job_id": token}
+        row = Turn.objects.get(pk=turn_id)
+        assert (row.status, row.job_id, row.last_seq) == (TurnStatus.RUNNING, token, 3)
+
+
+async def test_claim_write_claims_once_through_the_writer(owner, db_threads):
+    turn = await db_threads.run(turn_create, owner=owner, question="q")
+    first, second = await asyncio.gather(
+        claim_write(db_threads, turn_id=turn.pk, job_id="a"),
+        claim_write(db_threads, turn_id=turn.pk, job_id="b"),
+    )
+    assert [c is None for c in (first, second)].count(True) == 1
+    won = first or second
+    assert won is not None and won.job_id.split(":")[0] in ("a", "b")
+    assert await db_threads.run(seqs_of, turn.pk) == [1, 2, 3]
+
+
 def test_doorbells_ring_after_the_commit_once_per_turn_per_batch(owner, monkeypatch):
     (a, ha), (b, hb) = claimed_turns(owner, 2)
     rings: list[tuple[int, list[int], int]] = []
@@ -200,7 +241,7 @@ async def test_writer_off_writes_each_append_in_its_own_transaction(owner, setti
         ((turn_id, holder),) = await db.run(claimed_turns, owner, 1)
         rows = await events_write(db, turn_id=turn_id, events=[thinking(n=1)], holder=holder)
         assert [r.seq for r in rows] == [4]
-        assert "turns.writer" not in db._companions
+        assert "turns.driver.writer" not in db._companions
 
 
 # The child appends for 64 turns through the writer and prints each
@@ -215,7 +256,7 @@ KILLED_CHILD = textwrap.dedent(
     from common.db import DatabaseThreads
     from turns import events
     from turns.events import NewEvent
-    from turns.writer import events_write
+    from turns.driver.writer import events_write
 
     real, seen = events._turns_update, [0]
 
@@ -268,7 +309,6 @@ def test_a_process_killed_between_a_batch_s_insert_and_its_commit_lost_nothing_i
         assert seqs == list(range(1, len(seqs) + 1))
         assert Turn.objects.get(pk=turn_id).last_seq == len(seqs)
     assert dying  # and it died in a batch of several turns
-    assert writer_module.GroupWriter  # the module the child used
 
 
 def test_a_connection_sees_the_batch_only_after_its_commit(owner):
@@ -294,9 +334,7 @@ def test_a_connection_sees_the_batch_only_after_its_commit(owner):
         t.start()
         t.join()
 
-    one_batch(
-        [AppendRequest(turn_id=turn_id, events=[thinking(n=1)], holder=holder, then=peek)] * 2
-    )
+    one_batch([AppendRequest(turn_id=turn_id, events=[thinking(n=1)], holder=holder, then=peek)] * 2)
     assert seen_inside[0] == 3  # inside the transaction: the 2 new events not visible yet
     assert seqs_of(turn_id) == [1, 2, 3, 4, 5]
     assert events_after(turn_id=turn_id)[-1].seq == 5

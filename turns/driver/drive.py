@@ -4,8 +4,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
 (docs/architecture.md#the-driver). ``drive_turn``
 
 1. claims the turn with a conditional update (``queued → running``,
-   ``lease.turn_claim``), so a duplicate job delivery does nothing and writes
-   nothing;
+   ``lease.turn_claim``, through the group-commit writer: ``writer``), so a
+   duplicate job delivery does nothing and writes nothing;
 2. rebuilds the agent's recorded steps from the event log (``replay``), so a
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
@@ -52,7 +52,7 @@ from turns.driver.extensions import (
     unavailable_result,
 )
 from turns.driver.finish import DriveResult, finish_after_error, finish_append, finish_fields
-from turns.driver.lease import turn_claim, turn_watcher
+from turns.driver.lease import turn_watcher
 from turns.driver.policies import TurnPolicy
 from turns.driver.record import Attempt, Recorder, model_load
 from turns.driver.replay import attempt_steps, calls_started
@@ -63,6 +63,7 @@ from turns.driver.review import (
     review_phase,
     review_record_late,
 )
+from turns.driver.writer import claim_write
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
 from turns.models import ApprovalStatus, EventType
@@ -124,7 +125,7 @@ async def drive_turn(
     fails the turn (stop reason ``error``).
     """
     started = time.monotonic()
-    if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
+    if (turn := await claim_write(db, turn_id=turn_id, job_id=job_id)) is None:
         return None
     trace = turn_trace(turn, kind=policy.name, subject=subject)  # its spans and metrics: ends with it
     ctx = DriveContext(

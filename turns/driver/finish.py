@@ -27,6 +27,7 @@ from common.db import is_connection_error
 from turns import events as event_log
 from turns.driver.context import DriveContext
 from turns.driver.record import Recorder
+from turns.driver.writer import events_write
 from turns.event_types import (
     PhaseData,
     TurnAnsweredData,
@@ -38,7 +39,6 @@ from turns.event_types import (
 from turns.events import NewEvent, TurnNotHeld
 from turns.meta import meta_with_answer_type, meta_with_failure
 from turns.models import EventType, Turn, TurnOutcome, TurnPhase, TurnStatus
-from turns.writer import events_write
 
 logger = logging.getLogger(__name__)
 
@@ -157,7 +157,7 @@ def finish_write(ctx: DriveContext, **values: Any) -> None:
 
 async def finish_append(ctx: DriveContext, **values: Any) -> None:
     """``finish_write`` through the drive's group-commit writer
-    (``turns.writer.events_write``): the terminal event, the turn's final
+    (``turns.driver.writer.events_write``): the terminal event, the turn's final
     fields and the policy's ``on_finish`` commit together, maybe in one
     transaction with other turns' writes; returns once durable."""
     events, turn_fields = finish_values(**values)

@@ -38,9 +38,8 @@ from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
 from agentlab.telemetry import attempt_begins, tool_report
-
-# called through the module, so that a test can break every write of the driver at once
 from turns.driver.context import DriveContext
+from turns.driver.writer import events_write
 from turns.event_types import (
     LLMDeltaData,
     LLMRequestData,
@@ -53,7 +52,6 @@ from turns.event_types import (
 )
 from turns.events import NewEvent
 from turns.models import EventType, TurnPhase
-from turns.writer import events_write
 
 logger = logging.getLogger(__name__)
 

@@ -29,6 +29,7 @@ from turns.attempts import attempt_archive, attempt_of_fields, column_defaults, 
 from turns.driver.context import DriveContext
 from turns.driver.finish import finish_fields
 from turns.driver.record import Attempt
+from turns.driver.writer import events_write
 from turns.event_types import (
     AttemptRetryData,
     CompletionUsageData,
@@ -48,7 +49,6 @@ from turns.models import (
     TurnPhase,
     TurnStatus,
 )
-from turns.writer import events_write
 
 logger = logging.getLogger(__name__)
 

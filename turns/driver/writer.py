@@ -10,7 +10,9 @@ WAL writer.
 ``GroupWriter`` is one thread with one connection per ``DatabaseThreads``
 pool (``turn_writer(db)``). Callers hand it an append (``AppendRequest``:
 ``event_append_many``'s arguments and a ``then`` hook that must commit with
-it) and await their own part's outcome (``append``). The thread takes the
+it) or a claim (``ClaimRequest``: ``lease.turn_claim``'s) and await their
+own part's outcome (``append``; ``events_write`` and ``claim_write`` are
+the coroutines drivers call). The thread takes the
 first waiting request, then whatever else arrives within
 ``AGENTLAB_WRITER_WAIT_MS`` up to ``AGENTLAB_WRITER_BATCH`` requests, and
 writes them in one transaction (``turns.events.event_append_batch``); every
@@ -38,21 +40,40 @@ import queue
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connections, transaction
+from django.utils import timezone
 
 from common.db import IDLE_CHECK_S, DatabaseThreads, connections_retire_broken
 
 # called through the module, so that a test can break every write of the driver at once
 from turns import events as event_log
-from turns.events import AppendRequest, NewEvent
+from turns.driver.lease import (
+    ClaimedTurn,
+    claim_events,
+    claim_token,
+    event_append_claim,
+    turn_claim_update,
+)
+from turns.events import AppendRequest, NewEvent, events_reserved_rows
 from turns.models import TurnEvent
 
 logger = logging.getLogger(__name__)
 
 _STOP = object()
+
+
+@dataclass(frozen=True)
+class ClaimRequest:
+    """A claim of a queued turn (``lease.turn_claim``) under claim token
+    ``token`` (``lease.claim_token``); its outcome is the ``ClaimedTurn``, or
+    ``None`` when the turn was not queued."""
+
+    turn_id: int
+    token: str
 
 
 class _Part:
@@ -61,10 +82,11 @@ class _Part:
 
     __slots__ = ("context", "future", "request")
 
-    def __init__(self, request: AppendRequest) -> None:
+    def __init__(self, request: AppendRequest | ClaimRequest) -> None:
         self.request = request
-        self.future: concurrent.futures.Future[list[TurnEvent]] = concurrent.futures.Future()
-        self.context = contextvars.copy_context() if request.then is not None else None
+        self.future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        then = request.then if isinstance(request, AppendRequest) else None
+        self.context = contextvars.copy_context() if then is not None else None
 
 
 class GroupWriter:
@@ -91,9 +113,10 @@ class GroupWriter:
         self.batches = 0
         self.requests = 0
 
-    def submit(self, request: AppendRequest) -> concurrent.futures.Future[list[TurnEvent]]:
-        """Queue ``request``; the future gets its events once committed (or
-        its error). Raises ``RuntimeError`` after ``close()``."""
+    def submit(self, request: AppendRequest | ClaimRequest) -> concurrent.futures.Future[Any]:
+        """Queue ``request``; the future gets its outcome once committed (an
+        append's events, a claim's ``ClaimedTurn`` or ``None``) or its error.
+        Raises ``RuntimeError`` after ``close()``."""
         part = _Part(request)
         with self._lock:
             if self._closed:
@@ -104,9 +127,9 @@ class GroupWriter:
             self._queue.put(part)
         return part.future
 
-    async def append(self, request: AppendRequest) -> list[TurnEvent]:
-        """``request``'s events once its batch has committed; raises what
-        ``event_append_many`` raises for it."""
+    async def append(self, request: AppendRequest | ClaimRequest) -> Any:
+        """``request``'s outcome once its batch has committed (see ``submit``);
+        raises what ``event_append_many`` (or the claim) raises for it."""
         return await asyncio.wrap_future(self.submit(request))
 
     def close(self) -> None:
@@ -180,10 +203,16 @@ def _answer(part: _Part, outcome: Any) -> None:
         part.future.set_result(outcome)
 
 
-def _write_one(part: _Part) -> list[TurnEvent]:
-    """One request as ``event_append_many`` writes it, with its ``then``, in one transaction."""
+def _write_one(part: _Part) -> Any:
+    """One request as it was written before the writer — ``event_append_many``
+    and its ``then``, or ``event_append_claim`` — in one transaction."""
     request = part.request
     with transaction.atomic():
+        if isinstance(request, ClaimRequest):
+            claimed = event_append_claim(
+                turn_id=request.turn_id, job_id=request.token, count=2, events=claim_events
+            )
+            return None if claimed is None else claimed[0]
         rows = event_log.event_append_many(
             turn_id=request.turn_id,
             events=request.events,
@@ -197,23 +226,50 @@ def _write_one(part: _Part) -> list[TurnEvent]:
 
 
 def _write_many(batch: list[_Part]) -> list[Any]:
-    """Several requests in one transaction (``event_append_batch``), each
-    ``then`` in its caller's context."""
-    requests = []
-    for part in batch:
-        request = part.request
-        if request.then is not None:
-            assert part.context is not None
-            request = AppendRequest(
-                turn_id=request.turn_id,
-                events=request.events,
-                turn_fields=request.turn_fields,
-                holder=request.holder,
-                then=_in_context(part.context, request.then),
-                prepared=request.prepared,
-            )
-        requests.append(request)
-    return list(event_log.event_append_batch(requests))
+    """Several requests in one transaction: the claims first, in turn id
+    order, each one statement (``turn_claim_update``), their events joining
+    the appends' one ``INSERT`` (``event_append_batch``, each ``then`` in its
+    caller's context). Outcomes in ``batch`` order."""
+    now = timezone.now()
+    outcomes: dict[int, Any] = {}
+    reserved: list[TurnEvent] = []
+    appends: list[tuple[int, AppendRequest]] = []
+    claims = sorted(
+        ((i, p.request) for i, p in enumerate(batch) if isinstance(p.request, ClaimRequest)),
+        key=lambda item: item[1].turn_id,
+    )
+    with transaction.atomic():
+        for i, claim in claims:
+            turn = turn_claim_update(turn_id=claim.turn_id, job_id=claim.token, count=2, now=now)
+            outcomes[i] = turn
+            if turn is not None:
+                events = claim_events(turn)
+                reserved += events_reserved_rows(
+                    turn_id=turn.id, after=turn.last_seq - len(events), events=events, now=now
+                )
+        for i, part in enumerate(batch):
+            if isinstance(part.request, AppendRequest):
+                appends.append((i, _with_context(part)))
+        written = event_log.event_append_batch([r for _, r in appends], reserved=reserved, now=now)
+    outcomes.update((i, outcome) for (i, _), outcome in zip(appends, written, strict=True))
+    return [outcomes[i] for i in range(len(batch))]
+
+
+def _with_context(part: _Part) -> AppendRequest:
+    """``part``'s append, its ``then`` (if any) run in its caller's context."""
+    request = part.request
+    assert isinstance(request, AppendRequest)
+    if request.then is None:
+        return request
+    assert part.context is not None
+    return AppendRequest(
+        turn_id=request.turn_id,
+        events=request.events,
+        turn_fields=request.turn_fields,
+        holder=request.holder,
+        then=_in_context(part.context, request.then),
+        prepared=request.prepared,
+    )
 
 
 def _in_context(context: contextvars.Context, fn: Callable[[], None]) -> Callable[[], None]:
@@ -224,7 +280,7 @@ def turn_writer(db: DatabaseThreads) -> GroupWriter:
     """The event writer of ``db``'s pool, started on first use and closed
     with the pool (``AGENTLAB_WRITER_BATCH``, ``AGENTLAB_WRITER_WAIT_MS``)."""
     return db.companion(
-        "turns.writer",
+        "turns.driver.writer",
         lambda: GroupWriter(
             max_batch=max(1, int(settings.AGENTLAB_WRITER_BATCH)),
             max_wait_s=float(settings.AGENTLAB_WRITER_WAIT_MS) / 1000,
@@ -253,6 +309,16 @@ async def events_write(
     return await turn_writer(db).append(request)
 
 
-def _write_alone(request: AppendRequest) -> list[TurnEvent]:
-    part = _Part(request)
-    return _write_one(part)
+async def claim_write(db: DatabaseThreads, *, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
+    """``lease.turn_claim`` (its arguments and returns) from a coroutine,
+    through ``db``'s group-commit writer: the claim's statement and events
+    share a transaction with whatever else is queued. With
+    ``AGENTLAB_WRITER_BATCH=0``: on one of ``db``'s threads."""
+    request = ClaimRequest(turn_id=turn_id, token=claim_token(job_id))
+    if int(settings.AGENTLAB_WRITER_BATCH) < 1:
+        return await db.run(_write_alone, request)  # type: ignore[no-any-return]
+    return await turn_writer(db).append(request)  # type: ignore[no-any-return]
+
+
+def _write_alone(request: AppendRequest | ClaimRequest) -> Any:
+    return _write_one(_Part(request))
