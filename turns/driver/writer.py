@@ -316,8 +316,8 @@ async def claim_write(db: DatabaseThreads, *, turn_id: int, job_id: str = "") ->
     ``AGENTLAB_WRITER_BATCH=0``: on one of ``db``'s threads."""
     request = ClaimRequest(turn_id=turn_id, token=claim_token(job_id))
     if int(settings.AGENTLAB_WRITER_BATCH) < 1:
-        return await db.run(_write_alone, request)  # type: ignore[no-any-return]
-    return await turn_writer(db).append(request)  # type: ignore[no-any-return]
+        return await db.run(_write_alone, request)
+    return await turn_writer(db).append(request)
 
 
 def _write_alone(request: AppendRequest | ClaimRequest) -> Any:
