@@ -144,8 +144,13 @@ class GroupWriter:
     def _run(self) -> None:
         try:
             while (batch := self._take()) is not None:
-                if batch:
+                try:
                     self._write(batch)
+                except BaseException as exc:  # the thread must outlive any one batch
+                    logger.exception("event writer: a batch could not be answered")
+                    for part in batch:
+                        if not part.future.done():
+                            part.future.set_exception(exc)
         finally:
             connections.close_all()  # this thread's own connection
 
@@ -171,11 +176,11 @@ class GroupWriter:
     def _write(self, batch: list[_Part]) -> None:
         """Write ``batch`` in one transaction and answer its callers; a batch
         that fails as a whole is written again request by request."""
-        if time.monotonic() - self._used_at > IDLE_CHECK_S:
-            connections_retire_broken()
         self.batches += 1
         self.requests += len(batch)
         try:
+            if time.monotonic() - self._used_at > IDLE_CHECK_S:
+                connections_retire_broken()  # as DatabaseThreads does before a call on an idle connection
             if len(batch) == 1:
                 outcomes: list[Any] = [_write_one(batch[0])]
             else:
