@@ -33,7 +33,7 @@ from typing import Any
 from agentlab.agent.loop import CompletionReport, Report, ToolResultReport, ToolStartReport
 from agentlab.agent.reports import LLMRequest
 from agentlab.agent.streaming import TextDelta
-from agentlab.agent.text import json_safe
+from agentlab.agent.text import SafeJson, json_safe
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
@@ -315,14 +315,16 @@ class Recorder:
                 break
             shared += 1
         self.last_messages = messages
-        return LLMRequestData(
+        data = LLMRequestData(
             shared=shared,
             messages=messages[shared:],
             tools=json_safe(request.tools),
             max_tokens=request.max_tokens,
-            temperature=request.temperature,
+            temperature=json_safe(request.temperature),
             response_schema=json_safe(request.response_schema),
         )
+        # made safe here: the event's payload is not walked again (SafeJson)
+        return SafeJson(data)  # type: ignore[return-value]
 
     def _tool_started(self, report: ToolStartReport) -> list[NewEvent]:
         started = ToolStartedData(

@@ -306,12 +306,13 @@ async def events_write(
     coroutine, through ``db``'s group-commit writer; ``then`` runs in the
     same transaction after the turn row has its new fields (a terminal
     event's ``TurnPolicy.on_finish``). Returns once the events are durable.
-    With ``AGENTLAB_WRITER_BATCH=0``: on one of ``db``'s threads, a
-    transaction of its own."""
+    With ``AGENTLAB_WRITER_BATCH=0`` (or a ``db`` that keeps no writer,
+    ``_writer_of``): through ``db.run``, a transaction of its own."""
     request = AppendRequest(turn_id=turn_id, events=events, turn_fields=turn_fields, holder=holder, then=then)
-    if int(settings.AGENTLAB_WRITER_BATCH) < 1:
+    writer = _writer_of(db)
+    if writer is None:
         return await db.run(_write_alone, request)
-    return await turn_writer(db).append(request)
+    return await writer.append(request)
 
 
 async def claim_write(db: DatabaseThreads, *, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
@@ -320,9 +321,20 @@ async def claim_write(db: DatabaseThreads, *, turn_id: int, job_id: str = "") ->
     share a transaction with whatever else is queued. With
     ``AGENTLAB_WRITER_BATCH=0``: on one of ``db``'s threads."""
     request = ClaimRequest(turn_id=turn_id, token=claim_token(job_id))
-    if int(settings.AGENTLAB_WRITER_BATCH) < 1:
+    writer = _writer_of(db)
+    if writer is None:
         return await db.run(_write_alone, request)
-    return await turn_writer(db).append(request)
+    return await writer.append(request)
+
+
+def _writer_of(db: DatabaseThreads) -> GroupWriter | None:
+    """``db``'s writer; ``None`` when the writer is off
+    (``AGENTLAB_WRITER_BATCH=0``) or ``db`` is not a pool that can keep one
+    (a stand-in whose ``run`` calls on the caller's thread, in its
+    transaction: a writer thread would not see that transaction's rows)."""
+    if int(settings.AGENTLAB_WRITER_BATCH) < 1 or not hasattr(db, "companion"):
+        return None
+    return turn_writer(db)
 
 
 def _write_alone(request: AppendRequest | ClaimRequest) -> Any:
