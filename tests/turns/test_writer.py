@@ -8,6 +8,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 from typing import Any
 
@@ -191,6 +192,23 @@ async def test_claim_write_claims_once_through_the_writer(owner, db_threads):
     won = first or second
     assert won is not None and won.job_id.split(":")[0] in ("a", "b")
     assert await db_threads.run(seqs_of, turn.pk) == [1, 2, 3]
+
+
+def test_a_lone_writer_is_not_kept_waiting_for_company(owner):
+    ((turn_id, holder),) = claimed_turns(owner, 1)
+    writer = GroupWriter(max_batch=100, max_wait_s=0.3)
+    try:
+        started = time.monotonic()
+        writer.submit(AppendRequest(turn_id=turn_id, events=[thinking(n=1)], holder=holder)).result(10)
+        first = time.monotonic() - started
+        started = time.monotonic()
+        writer.submit(AppendRequest(turn_id=turn_id, events=[thinking(n=2)], holder=holder)).result(10)
+        second = time.monotonic() - started
+    finally:
+        writer.close()
+    assert first >= 0.3  # the first batch waits for more (a run starting up)
+    assert second < 0.25  # it came alone: the next is written at once
+    assert seqs_of(turn_id) == [1, 2, 3, 4, 5]
 
 
 def test_doorbells_ring_after_the_commit_once_per_turn_per_batch(owner, monkeypatch):

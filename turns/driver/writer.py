@@ -93,8 +93,11 @@ class GroupWriter:
     """One writer thread that group-commits event appends (see the module
     docstring). ``max_batch``: the most requests per transaction (≥ 1);
     ``max_wait_s``: how long the thread waits for more after the first
-    (0: it takes only what is already queued). ``close()`` writes what is
-    queued, stops the thread and closes its connection.
+    (0: it takes only what is already queued) — only while the last batch
+    had more than one request: a lone writer (one chat turn) is not kept
+    waiting for company that is not coming, while under load every batch
+    waits. ``close()`` writes what is queued, stops the thread and closes
+    its connection.
 
     ``batches`` and ``requests`` count the transactions written and the
     requests in them (retries included), for tests and benchmarks."""
@@ -110,6 +113,8 @@ class GroupWriter:
         self._thread: threading.Thread | None = None
         self._closed = False
         self._used_at = time.monotonic()
+        #: whether the last batch had company (wait for more while it had)
+        self._busy = True
         self.batches = 0
         self.requests = 0
 
@@ -160,7 +165,7 @@ class GroupWriter:
         if first is _STOP:
             return None
         batch: list[_Part] = [first]
-        deadline = time.monotonic() + self.max_wait_s
+        deadline = time.monotonic() + (self.max_wait_s if self._busy else 0.0)
         while len(batch) < self.max_batch:
             try:
                 wait = deadline - time.monotonic()
@@ -171,6 +176,7 @@ class GroupWriter:
                 self._queue.put(_STOP)  # after this batch
                 break
             batch.append(nxt)
+        self._busy = len(batch) > 1
         return batch
 
     def _write(self, batch: list[_Part]) -> None:
