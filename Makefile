@@ -70,7 +70,7 @@ test-sqlite: setup
 	env -u DATABASE_URL $(PY) -m pytest -q -rs $(PYTEST_MARK) tests/turns/test_events.py tests/turns/test_driver.py tests/evaluation/run/test_run_eval.py \
 	    tests/turns/test_driver_records.py tests/evaluation/run/test_text_safety.py tests/evaluation/datasets/test_gold_answers.py \
 	    tests/evaluation/annotation/test_annotation_admin.py tests/turns/test_attempts.py tests/turns/test_attempt_migration.py \
-	    tests/common/test_sql.py tests/turns/test_history.py
+	    tests/common/test_sql.py tests/turns/test_history.py tests/turns/test_writer.py tests/evaluation/replay
 
 # Resolve pyproject.toml's ranges afresh into requirements.lock (uv only resolves: nothing is built).
 lock: setup

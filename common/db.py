@@ -21,18 +21,19 @@ never the pool.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, ParamSpec, TypeVar
 
 from django.db import DatabaseError, InterfaceError, OperationalError, connections, router
 from django.db.models import Field, Model
 
-from common.sql import execute, update_by_pk_sql
+from common.sql import execute, rows_update_sql, update_by_pk_sql
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -82,6 +83,18 @@ class DatabaseThreads:
         self._lock = threading.Lock()
         self._connections: list[Any] = []
         self._local = threading.local()
+        self._companions: dict[str, Any] = {}
+
+    def companion(self, key: str, make: Callable[[], R]) -> R:
+        """The pool's one object under ``key``, made by ``make()`` on first
+        use: something that lives as long as the pool (the event log's
+        group-commit writer, ``turns.driver.writer``). ``close()`` calls its
+        ``close()`` first, before the pool's threads stop."""
+        with self._lock:
+            found = self._companions.get(key)
+            if found is None:
+                found = self._companions[key] = make()
+            return found
 
     async def run(self, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs) -> R:
         """``fn(*args, **kwargs)`` on a pool thread, in a copy of the caller's
@@ -112,6 +125,10 @@ class DatabaseThreads:
             local.used_at = time.monotonic()
 
     def close(self) -> None:
+        with self._lock:
+            companions, self._companions = list(self._companions.values()), {}
+        for companion in companions:
+            companion.close()
         self._executor.shutdown(wait=True)
         # Closing is a blocking ORM call: when close() runs inside an event
         # loop, Django refuses it in that thread, so do it in a fresh one.
@@ -196,6 +213,10 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     ``update()``. Returns the number of rows updated (0 or 1)."""
     if not values:
         raise ValueError("update_by_pk needs at least one value")
+    deferred: list[tuple[type[Model], Any, Mapping[str, Any]]] | None = getattr(_deferral, "rows", None)
+    if deferred is not None:
+        deferred.append((model, pk, values))
+        return 1
     connection = connections[router.db_for_write(model)]
     columns, params = column_values(model, values, connection)
     text = update_by_pk_sql(connection, table=model._meta.db_table, pk=pk_column(model), columns=columns)
@@ -203,3 +224,83 @@ def update_by_pk(model: type[Model], pk: Any, values: Mapping[str, Any]) -> int:
     assert pk_field is not None  # pk_column checked it
     _, rowcount = execute(connection, text, [*params, pk_field.get_db_prep_value(pk, connection)])
     return rowcount
+
+
+_deferral = threading.local()
+
+
+@contextlib.contextmanager
+def updates_deferred() -> Iterator[None]:
+    """Within this block (on this thread), ``update_by_pk`` collects its
+    updates instead of running each; at the block's end they are written
+    with ``rows_update``, one statement per (model, set of fields) —
+    the group-commit writer (``turns.driver.writer``) completes a batch's
+    predictions this way. Inside it ``update_by_pk`` returns 1 without
+    knowing; a row that turns out missing raises the model's
+    ``DoesNotExist`` at the block's end (roll the transaction back and do
+    the updates one by one to learn which). Nothing is written when the
+    block raises."""
+    if getattr(_deferral, "rows", None) is not None:
+        raise RuntimeError("updates_deferred blocks do not nest")
+    rows: list[tuple[type[Model], Any, Mapping[str, Any]]] = []
+    _deferral.rows = rows
+    try:
+        yield
+    finally:
+        _deferral.rows = None
+    groups: dict[tuple[type[Model], tuple[str, ...]], dict[Any, Mapping[str, Any]]] = {}
+    for model, pk, values in rows:
+        groups.setdefault((model, tuple(values)), {})[pk] = values
+    for (model, _), by_pk in groups.items():
+        missing = set(by_pk) - rows_update(model, by_pk)
+        if missing:
+            gone = f"{model.__name__} {sorted(missing)[:5]} do not exist"
+            raise model.DoesNotExist(gone)  # type: ignore[attr-defined]
+
+
+def rows_update(model: type[Model], rows: Mapping[Any, Mapping[str, Any]]) -> set[Any]:
+    """Update several rows of ``model`` (primary key → field values, every
+    row the same fields) in one ``UPDATE … FROM (VALUES …)``
+    (``common.sql.rows_update_sql``), the rows in key order. Values are
+    prepared by their fields as ``update_by_pk``'s are. Returns the keys of
+    the rows updated (a missing row is not among them). One row, or a
+    database without ``UPDATE … FROM``, takes ``update_by_pk`` per row."""
+    if not rows:
+        return set()
+    keys = sorted(rows)
+    names = tuple(rows[keys[0]])
+    if not names or any(tuple(rows[k]) != names for k in keys):
+        raise ValueError("rows_update needs the same, non-empty fields for every row")
+    connection = connections[router.db_for_write(model)]
+    if len(keys) == 1 or not _update_from(connection):
+        return {k for k in keys if update_by_pk(model, k, rows[k])}
+    pk_field = model._meta.pk
+    assert pk_field is not None
+    fields = [concrete_field(model, name) for name in names]
+    types = tuple(str(f.db_type(connection)) for f in (pk_field, *fields))
+    params: list[Any] = []
+    for key in keys:
+        params.append(pk_field.get_db_prep_value(key, connection))
+        params.extend(column_values(model, rows[key], connection)[1])
+    text = rows_update_sql(
+        connection,
+        table=model._meta.db_table,
+        pk=pk_column(model),
+        columns=tuple(column_of(model, name) for name in names),
+        types=types,
+        rows=len(keys),
+    )
+    found, _ = execute(connection, text, params)
+    updated = {row[0] for row in found}
+    return {k for k in keys if k in updated}
+
+
+def _update_from(connection: Any) -> bool:
+    """Whether the database runs ``UPDATE … FROM`` (PostgreSQL; SQLite ≥ 3.33)."""
+    if connection.vendor == "postgresql":
+        return True
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        return sqlite3.sqlite_version_info >= (3, 33)
+    return False

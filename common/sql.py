@@ -7,11 +7,13 @@ and the online scorer's advisory lock, ``advisory_lock_sql``):
 the conditional claim of a queued turn that also reserves its first seqs
 (``UPDATE … WHERE status = 'queued' … RETURNING``),
 the seq reservation of one turn and of several (``UPDATE … RETURNING
-last_seq``), the multi-row event ``INSERT … RETURNING``, the watcher's
+last_seq``), the multi-row event ``INSERT … RETURNING``, the group-commit
+writer's row lock of a batch's turns (``SELECT … ORDER BY id FOR NO KEY
+UPDATE``) and its many-row ``UPDATE … FROM (VALUES …)``, the watcher's
 heartbeat ``UPDATE … RETURNING`` and its ``SELECT``, and the prepared
 ``UPDATE`` by primary key on ``run_eval``'s hot path. Their callers
 (``turns.events``, ``turns.driver.lease``, ``common.db.update_by_pk``,
-``config.health``, ``monitoring.score_claim``) choose the values; no other
+``config.health``, ``monitoring.score_claim``, ``turns.driver.writer``) choose the values; no other
 production module writes SQL text or calls ``cursor.execute``.
 
 **Composition.** Each statement is built with psycopg's ``psycopg.sql``
@@ -23,8 +25,11 @@ SQLite backend cannot execute a ``psycopg.sql`` object, so there the same
 composition is rendered without a connection — standard SQL, identifiers in
 double quotes and ``%s`` placeholders, which Django's SQLite backend turns
 into ``?``. The one difference in the statements themselves is the
-watcher's row lock (``FOR NO KEY UPDATE`` on PostgreSQL, none on SQLite,
-whose statement holds the database's write lock).
+watcher's and the writer's row lock (``FOR NO KEY UPDATE`` on PostgreSQL,
+none on SQLite, whose IMMEDIATE transaction holds the database's write
+lock), and the many-row update's casts (PostgreSQL types a ``VALUES`` list
+from its parameters, so each is cast to its column's type there; SQLite
+has no column types to cast to).
 
 A statement's text depends only on its shape (vendor, table, columns,
 number of rows), so each shape is rendered once per process and cached.
@@ -39,6 +44,8 @@ from psycopg import sql
 
 #: Rendered statements: (vendor, statement name, shape) → SQL text.
 _rendered: dict[tuple[Any, ...], str] = {}
+#: A many-row statement's head, row and tail rendered: (vendor, name, shape) → texts.
+_row_parts: dict[tuple[Any, ...], tuple[str, str, str]] = {}
 
 
 def render(connection: Any, statement: sql.Composable) -> str:
@@ -150,17 +157,46 @@ def events_insert_sql(
 ) -> str:
     """``INSERT INTO table (columns) VALUES (%s, …), … RETURNING returning``
     for ``rows`` rows, their values row after row."""
-    query = "INSERT INTO {table} ({columns}) VALUES {values} RETURNING {returning}"
-    return _text(
+    return _rows_text(
         connection,
-        ("events_insert", table, columns, returning, rows),
-        lambda: sql.SQL(query).format(
-            table=sql.Identifier(table),
-            columns=_ids(columns),
-            values=sql.SQL(", ").join([sql.SQL("({})").format(_marks(len(columns)))] * rows),
-            returning=_ids(returning),
+        ("events_insert", table, columns, returning),
+        lambda: (
+            sql.SQL("INSERT INTO {table} ({columns}) VALUES ").format(
+                table=sql.Identifier(table), columns=_ids(columns)
+            ),
+            sql.SQL("({})").format(_marks(len(columns))),
+            sql.SQL(" RETURNING {}").format(_ids(returning)),
         ),
+        rows,
     )
+
+
+def _rows_text(
+    connection: Any,
+    key: tuple[Any, ...],
+    build: Callable[[], tuple[sql.Composable, sql.Composable, sql.Composable]],
+    rows: int,
+) -> str:
+    """A statement of ``rows`` repeated row groups: its head, one row and its
+    tail are composed and rendered once per shape (``build``); the text for
+    a number of rows is those joined (``, `` between rows), cached too.
+    Composing every row of a many-row statement cost the group-commit
+    writer more CPU than its statements saved."""
+    full = (connection.vendor, *key, rows)
+    text = _rendered.get(full)
+    if text is None:
+        shape = (connection.vendor, *key)
+        parts = _row_parts.get(shape)
+        if parts is None:
+            head, row, tail = build()
+            parts = _row_parts[shape] = (
+                render(connection, head),
+                render(connection, row),
+                render(connection, tail),
+            )
+        head_text, row_text, tail_text = parts
+        text = _rendered[full] = head_text + ", ".join([row_text] * rows) + tail_text
+    return text
 
 
 def turn_claim_sql(connection: Any, *, table: str, pk: str, returning: tuple[str, ...]) -> str:
@@ -258,3 +294,60 @@ def advisory_lock_sql(connection: Any, *, unlock: bool = False) -> str:
         ("advisory", unlock),
         lambda: sql.SQL("SELECT {fn}({key})").format(fn=sql.Identifier(name), key=sql.Placeholder()),
     )
+
+
+def turns_lock_sql(connection: Any, *, table: str, pk: str, count: int) -> str:
+    """Lock ``count`` turns in id order and read what the group-commit writer
+    (``turns.events.event_append_batch``) checks and advances: ``SELECT pk,
+    last_seq, job_id, status FROM table WHERE pk IN (%s, …) ORDER BY pk FOR NO
+    KEY UPDATE`` (no lock clause on SQLite, whose transaction holds the write
+    lock). Locking in one order means two batches never deadlock."""
+    postgres = connection.vendor == "postgresql"
+    query = "SELECT {columns} FROM {table} WHERE {pk} IN ({ids}) ORDER BY {pk}" + (
+        " FOR NO KEY UPDATE" if postgres else ""
+    )
+    return _text(
+        connection,
+        ("turns_lock", table, pk, count),
+        lambda: sql.SQL(query).format(
+            columns=_ids((pk, "last_seq", "job_id", "status")),
+            table=sql.Identifier(table),
+            pk=sql.Identifier(pk),
+            ids=_marks(count),
+        ),
+    )
+
+
+def rows_update_sql(
+    connection: Any, *, table: str, pk: str, columns: tuple[str, ...], types: tuple[str, ...], rows: int
+) -> str:
+    """Update ``rows`` rows of ``table``, each with its own values, in one
+    statement: ``UPDATE table SET c1 = v.column2, … FROM (VALUES (%s, %s, …),
+    …) AS v WHERE table.pk = v.column1 RETURNING pk``. Parameters: row after
+    row, its key then its columns' values. On PostgreSQL each parameter is
+    cast to its column's type (``types``: the key's, then the columns', as
+    Django's ``Field.db_type`` gives them); SQLite (≥ 3.33 for ``UPDATE …
+    FROM``) takes them as they are."""
+    if len(types) != len(columns) + 1:
+        raise ValueError("rows_update_sql needs the key's type and one type per column")
+    cast = connection.vendor == "postgresql"
+
+    def build() -> tuple[sql.Composable, sql.Composable, sql.Composable]:
+        marks = [
+            sql.SQL("CAST({} AS {})").format(sql.Placeholder(), sql.SQL(kind)) if cast else sql.Placeholder()
+            for kind in types
+        ]
+        v = sql.Identifier("v")
+        head = sql.SQL("UPDATE {table} SET {assignments} FROM (VALUES ").format(
+            table=sql.Identifier(table),
+            assignments=sql.SQL(", ").join(
+                sql.SQL("{} = {}.{}").format(sql.Identifier(c), v, sql.Identifier(f"column{i}"))
+                for i, c in enumerate(columns, start=2)
+            ),
+        )
+        tail = sql.SQL(") AS {v} WHERE {table}.{pk} = {v}.{first} RETURNING {pk}").format(
+            table=sql.Identifier(table), v=v, pk=sql.Identifier(pk), first=sql.Identifier("column1")
+        )
+        return head, sql.SQL("({})").format(sql.SQL(", ").join(marks)), tail
+
+    return _rows_text(connection, ("rows_update", table, pk, columns, types), build, rows)

@@ -294,6 +294,11 @@ AGENTLAB_SCHEDULE_QUEUE = env.str("AGENTLAB_SCHEDULE_QUEUE", default="").strip()
 #: in-process run_eval uses: min(--concurrency, this). See
 #: docs/production.md#postgresql-connections for max_connections.
 AGENTLAB_DB_THREADS_MAX = env_number("AGENTLAB_DB_THREADS_MAX", 32, minimum=1)
+#: The event log's group-commit writer (turns.driver.writer; docs/architecture.md#the-group-commit-writer):
+#: the most appends written in one transaction (0: no writer, a transaction
+#: per append), and how long (milliseconds) it waits for more after the first.
+AGENTLAB_WRITER_BATCH = env_number("AGENTLAB_WRITER_BATCH", 128, minimum=0)
+AGENTLAB_WRITER_WAIT_MS = env_number("AGENTLAB_WRITER_WAIT_MS", 2.0, minimum=0.0)
 #: Seconds between run_eval's plain progress lines when stderr is not a terminal.
 AGENTLAB_PROGRESS_EVERY_S = env_number("AGENTLAB_PROGRESS_EVERY_S", 10.0, positive=True)
 #: The address people open AgentLab at (``https://agentlab.example.org``): the

@@ -35,14 +35,25 @@ def clean_text(text: str) -> str:
     return _UNSTORABLE.sub("\ufffd", text)
 
 
+class SafeJson(dict[str, Any]):
+    """A dict whose values ``json_safe`` has made safe already: a later
+    ``json_safe`` of a value holding it returns it as it is instead of
+    walking it again — an evaluated example's recorded LLM request was
+    walked twice, once when it was recorded and again with its event's
+    payload. Otherwise a plain dict (JSON, msgpack and the ORM see one)."""
+
+
 def json_safe(value: Any) -> Any:
     """Return ``value`` as plain JSON data that both databases can store.
 
     Strings lose NUL and lone surrogates (see ``clean_text``), dict keys become
     strings, tuples and sets become lists, NaN/±inf become ``None``, objects
     with ``to_dict()`` are converted, and anything else becomes ``str(value)``.
+    A ``SafeJson`` is returned as it is (it was made safe already).
     """
     if value is None or isinstance(value, bool | int):
+        return value
+    if type(value) is SafeJson:
         return value
     if isinstance(value, float):
         return value if math.isfinite(value) else None

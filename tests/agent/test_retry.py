@@ -6,7 +6,7 @@ import pytest
 
 from agentlab.agent.providers.scripted import ScriptedProvider, text
 from agentlab.agent.retry import complete_with_retries
-from agentlab.agent.text import json_body_safe, json_safe
+from agentlab.agent.text import SafeJson, json_body_safe, json_safe
 from agentlab.agent.types import ProviderError
 
 
@@ -99,3 +99,10 @@ def test_json_body_safe_follows_json_safe(value: object, expected: object) -> No
     assert result == expected
     assert result is not value
     assert json_body_safe(value) == json_safe(value)
+
+
+def test_a_value_marked_safe_is_not_walked_again() -> None:
+    inner = SafeJson({"messages": [{"role": "user", "content": "hi"}]})
+    outer = json_safe({"request": inner, "text": "a\x00b"})
+    assert outer["request"] is inner  # kept as it is, not copied
+    assert outer == {"request": {"messages": [{"role": "user", "content": "hi"}]}, "text": "a\ufffdb"}

@@ -4,8 +4,8 @@ One driver serves both; a ``TurnPolicy`` carries the few differences
 (docs/architecture.md#the-driver). ``drive_turn``
 
 1. claims the turn with a conditional update (``queued → running``,
-   ``lease.turn_claim``), so a duplicate job delivery does nothing and writes
-   nothing;
+   ``lease.turn_claim``, through the group-commit writer: ``writer``), so a
+   duplicate job delivery does nothing and writes nothing;
 2. rebuilds the agent's recorded steps from the event log (``replay``), so a
    resumed turn reuses LLM replies and tool results instead of requesting or
    running them again;
@@ -55,9 +55,9 @@ from turns.driver.extensions import (
     plugin_context,
     unavailable_result,
 )
-from turns.driver.finish import DriveResult, finish_after_error, finish_fields, finish_write
+from turns.driver.finish import DriveResult, finish_after_error, finish_append, finish_fields
 from turns.driver.history import turn_history
-from turns.driver.lease import turn_claim, turn_watcher
+from turns.driver.lease import turn_watcher
 from turns.driver.policies import TurnPolicy
 from turns.driver.record import Attempt, Recorder, model_load
 from turns.driver.replay import attempt_steps, calls_started
@@ -68,6 +68,7 @@ from turns.driver.review import (
     review_phase,
     review_record_late,
 )
+from turns.driver.writer import claim_write
 from turns.extension_settings import recorded_extensions
 from turns.meta import TurnMeta, meta_cancel_by, meta_extensions, meta_of, meta_with_setup
 from turns.models import ApprovalStatus, EventType
@@ -131,7 +132,7 @@ async def drive_turn(
     replay turn follows (``agentlab.agent.replay``; ``DriveContext.replay``).
     """
     started = time.monotonic()
-    if (turn := await db.run(turn_claim, turn_id=turn_id, job_id=job_id)) is None:
+    if (turn := await claim_write(db, turn_id=turn_id, job_id=job_id)) is None:
         return None
     trace = turn_trace(turn, kind=policy.name, subject=subject)  # its spans and metrics: ends with it
     ctx = DriveContext(
@@ -398,8 +399,7 @@ class TurnDrive:
             status = await db.run(approval_status_of, turn_id=turn_id, call_id=result.pending_call.id)
             if status == ApprovalStatus.EXPIRED:
                 data["reason"] = "the approval expired"
-        await db.run(
-            finish_write,
+        await finish_append(
             self.ctx,
             event_type=event_type,
             data=data,

@@ -1,6 +1,7 @@
 """Ending a turn (docs/architecture.md#the-turn-lifecycle): map the loop's
 stop reason to a terminal event and write it (``finish_fields``,
-``finish_write``); what a driven turn ended with (``DriveResult``); and the
+``finish_append`` through the group-commit writer, ``finish_write`` on the
+calling thread); what a driven turn ended with (``DriveResult``); and the
 ends the driver writes when a turn cannot finish normally: the database
 failed under it (``finish_after_outage``: interrupted, resumable) or the
 driver itself raised (``finish_after_error``: failed, the error recorded).
@@ -9,6 +10,7 @@ driver itself raised (``finish_after_error``: failed, the error recorded).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +27,7 @@ from common.db import is_connection_error
 from turns import events as event_log
 from turns.driver.context import DriveContext
 from turns.driver.record import Recorder
+from turns.driver.writer import events_write
 from turns.event_types import (
     PhaseData,
     TurnAnsweredData,
@@ -112,8 +115,7 @@ def finish_fields(result: LoopResult) -> tuple[str, dict[str, Any], dict[str, An
     return EventType.TURN_FAILED, dict(failed), fields
 
 
-def finish_write(
-    ctx: DriveContext,
+def finish_values(
     *,
     event_type: str,
     data: dict[str, Any],
@@ -121,10 +123,11 @@ def finish_write(
     timings: dict[str, int],
     meta: dict[str, Any],
     pending: Sequence[NewEvent] = (),
-) -> None:
-    """Write the terminal event (after any ``pending`` step events) and the
-    turn's final fields in one transaction. ``timings`` and ``meta`` are the
-    turn's values as claimed: only the driver that holds the turn writes them."""
+) -> tuple[list[NewEvent], dict[str, Any]]:
+    """The terminal write's events (any ``pending`` step events, ``phase:
+    finish``, the terminal event) and the turn's final fields. ``timings``
+    and ``meta`` are the turn's values as claimed: only the driver that holds
+    the turn writes them."""
     if event_type == EventType.TURN_FAILED:
         meta = dict(meta_with_failure(meta, cause=data.get("cause"), error=data.get("error")))
     elif event_type == EventType.TURN_ANSWERED:
@@ -133,18 +136,40 @@ def finish_write(
         meta = dict(meta)
     # cleaned here, not only in the append: the policy scores these very values
     turn_fields = safe_fields({**fields, "meta": meta, "timings": timings})
+    events = [
+        *pending,
+        NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.FINISH)),
+        NewEvent(event_type, data),
+    ]
+    return events, turn_fields
+
+
+def finish_write(ctx: DriveContext, **values: Any) -> None:
+    """Write the terminal event and the turn's final fields (``finish_values``
+    of ``values``) in one transaction on this thread, the policy's
+    ``on_finish`` in it."""
+    events, turn_fields = finish_values(**values)
     with transaction.atomic():
         event_log.event_append_many(
-            turn_id=ctx.turn_id,
-            events=[
-                *pending,
-                NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.FINISH)),
-                NewEvent(event_type, data),
-            ],
-            turn_fields=turn_fields,
-            holder=ctx.holder,
+            turn_id=ctx.turn_id, events=events, turn_fields=turn_fields, holder=ctx.holder
         )
         ctx.policy.on_finish(turn_id=ctx.turn_id, turn_fields=turn_fields)
+
+
+async def finish_append(ctx: DriveContext, **values: Any) -> None:
+    """``finish_write`` through the drive's group-commit writer
+    (``turns.driver.writer.events_write``): the terminal event, the turn's final
+    fields and the policy's ``on_finish`` commit together, maybe in one
+    transaction with other turns' writes; returns once durable."""
+    events, turn_fields = finish_values(**values)
+    await events_write(
+        ctx.db,
+        turn_id=ctx.turn_id,
+        events=events,
+        turn_fields=turn_fields,
+        holder=ctx.holder,
+        then=functools.partial(ctx.policy.on_finish, turn_id=ctx.turn_id, turn_fields=turn_fields),
+    )
 
 
 def finish_unexpected(

@@ -44,6 +44,7 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -121,6 +122,23 @@ def event_append_claim(
     if count < 1:
         raise ValueError("a claim appends at least one event")
     now = timezone.now()
+    turn = turn_claim_update(turn_id=turn_id, job_id=job_id, count=count, now=now)
+    if turn is None:
+        return None
+    new = list(events(turn))
+    events_check(new)
+    if len(new) != count:
+        raise ValueError(f"the claim reserved {count} seqs but {len(new)} events were given")
+    rows = events_insert_reserved(turn_id=turn_id, after=turn.last_seq - count, events=new, now=now)
+    return turn, rows
+
+
+def turn_claim_update(*, turn_id: int, job_id: str, count: int, now: datetime) -> ClaimedTurn | None:
+    """The claim's one statement (see ``event_append_claim``), in the
+    caller's transaction: the turn as claimed, its ``last_seq`` advanced by
+    ``count``; ``None`` when it is not queued. The caller inserts the
+    ``count`` events (``event_append_claim``; the group-commit writer, with
+    its batch's, ``turns.driver.writer``)."""
     connection = connections[Turn.objects.db]
 
     def prep(name: str, value: Any) -> Any:
@@ -149,7 +167,7 @@ def event_append_claim(
         return None
     values = dict(zip((*_CLAIM_COLUMNS, "fresh"), row, strict=True))
     max_output = values["max_output_tokens"]
-    turn = ClaimedTurn(
+    return ClaimedTurn(
         id=turn_id,
         question=values["question"],
         context=_json_value(values["context"]),
@@ -165,12 +183,6 @@ def event_append_claim(
         conversation_id=values["conversation"],
         created_at=values["created_at"],
     )
-    new = list(events(turn))
-    events_check(new)
-    if len(new) != count:
-        raise ValueError(f"the claim reserved {count} seqs but {len(new)} events were given")
-    rows = events_insert_reserved(turn_id=turn_id, after=turn.last_seq - count, events=new, now=now)
-    return turn, rows
 
 
 def _json_value(raw: Any) -> dict[str, Any]:
@@ -192,18 +204,24 @@ def turn_claim(*, turn_id: int, job_id: str = "") -> ClaimedTurn | None:
     id plus a random suffix); every later write of this driver is conditional
     on it (``event_append_many(holder=…)``).
     """
-    job_id = f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
+    token = claim_token(job_id)
     with transaction.atomic():
-        claimed = event_append_claim(
-            turn_id=turn_id,
-            job_id=job_id,
-            count=2,
-            events=lambda turn: [
-                NewEvent(EventType.TURN_STARTED, TurnStartedData(attempt=turn.attempts, job_id=job_id)),
-                NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
-            ],
-        )
+        claimed = event_append_claim(turn_id=turn_id, job_id=token, count=2, events=claim_events)
     return None if claimed is None else claimed[0]
+
+
+def claim_token(job_id: str) -> str:
+    """The claim token a claim by job ``job_id`` stores in ``Turn.job_id``:
+    the job id (at most 40 characters; ``inline`` for none) and a random suffix."""
+    return f"{job_id[:40] or 'inline'}:{uuid.uuid4().hex[:16]}"
+
+
+def claim_events(turn: ClaimedTurn) -> list[NewEvent]:
+    """A claim's two events: ``turn.started`` (its attempt, its token) and ``phase: act``."""
+    return [
+        NewEvent(EventType.TURN_STARTED, TurnStartedData(attempt=turn.attempts, job_id=turn.job_id)),
+        NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.ACT)),
+    ]
 
 
 logger = logging.getLogger(__name__)

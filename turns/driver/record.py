@@ -39,15 +39,13 @@ from agentlab.agent.reports import (
     ToolStartReport,
 )
 from agentlab.agent.streaming import TextDelta
-from agentlab.agent.text import json_safe
+from agentlab.agent.text import SafeJson, json_safe
 from agentlab.agent.tools import ToolRegistry
 from agentlab.agent.types import ToolCall
 from agentlab.agent.usage import UsageTotals
 from agentlab.telemetry import attempt_begins, tool_report
-
-# called through the module, so that a test can break every write of the driver at once
-from turns import events as event_log
 from turns.driver.context import DriveContext
+from turns.driver.writer import events_write
 from turns.event_types import (
     LLMDeltaData,
     LLMRequestData,
@@ -237,8 +235,8 @@ class Recorder:
 
     async def write_deltas(self, events: Sequence[NewEvent]) -> None:
         """Append ``llm.delta`` events (with anything pending before them)."""
-        await self.ctx.db.run(
-            event_log.event_append_many,
+        await events_write(
+            self.ctx.db,
             turn_id=self.ctx.turn_id,
             events=[*self.pending, *events],
             turn_fields=dict(self.pending_fields),
@@ -269,8 +267,8 @@ class Recorder:
             self.pending.extend(events)
             self.pending_fields.update(fields)
             return
-        await self.ctx.db.run(
-            event_log.event_append_many,
+        await events_write(
+            self.ctx.db,
             turn_id=self.ctx.turn_id,
             events=[*self.pending, *events],
             turn_fields={**self.pending_fields, **fields},
@@ -326,14 +324,16 @@ class Recorder:
                 break
             shared += 1
         self.last_messages = messages
-        return LLMRequestData(
+        data = LLMRequestData(
             shared=shared,
             messages=messages[shared:],
             tools=json_safe(request.tools),
             max_tokens=request.max_tokens,
-            temperature=request.temperature,
+            temperature=json_safe(request.temperature),
             response_schema=json_safe(request.response_schema),
         )
+        # made safe here: the event's payload is not walked again (SafeJson)
+        return SafeJson(data)  # type: ignore[return-value]
 
     def _tool_started(self, report: ToolStartReport) -> list[NewEvent]:
         started = ToolStartedData(
@@ -399,8 +399,8 @@ async def model_load(ctx: DriveContext) -> None:
 
 
 async def _phase(ctx: DriveContext, phase: str) -> None:
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.PHASE, PhaseData(phase=phase))],
         turn_fields={"phase": phase},

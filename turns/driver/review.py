@@ -29,6 +29,7 @@ from turns.attempts import attempt_archive, attempt_of_fields, column_defaults, 
 from turns.driver.context import DriveContext
 from turns.driver.finish import finish_fields
 from turns.driver.record import Attempt
+from turns.driver.writer import events_write
 from turns.event_types import (
     AttemptRetryData,
     CompletionUsageData,
@@ -98,8 +99,8 @@ async def review_phase(
     shown to the reviewer before the question.
     """
     recorder = attempt.recorder
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[*recorder.pending, NewEvent(EventType.PHASE, PhaseData(phase=TurnPhase.REVIEW))],
         turn_fields={**recorder.pending_fields, "phase": TurnPhase.REVIEW},
@@ -131,8 +132,8 @@ async def review_phase(
     if completion is not None:
         recorder.usage.add(completion, role="review")
     data = review_data(attempt=attempt.number, review=review, completion=completion, late=False)
-    await ctx.db.run(
-        event_log.event_append_many,
+    await events_write(
+        ctx.db,
         turn_id=ctx.turn_id,
         events=[NewEvent(EventType.REVIEW, data)],
         turn_fields={"usage": recorder.usage.to_dict()},
