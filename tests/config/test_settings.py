@@ -1,4 +1,4 @@
-"""``config.settings.env_number``: a numeric setting that is not a number is
+"""``config.environment.env_number``: a numeric setting that is not a number is
 ImproperlyConfigured naming the variable and the value (the settings module is
 imported once by Django; this calls the helper, it does not reload settings)."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.settings import env_number
+from config.environment import env_number
 
 
 def test_env_number_reads_the_variable_as_the_default_type(monkeypatch):
