@@ -25,10 +25,9 @@ from django.db import transaction
 
 from common.errors import BadInput, NotFound
 from evaluation.datasets.conversation_spec import ConversationLineError, conversation_fields
-from evaluation.datasets.from_turns import MAX_TASK_TYPE, dataset_for_change
+from evaluation.datasets.from_turns import MAX_TASK_TYPE, TurnsAdded, dataset_for_change
 from evaluation.datasets.spec import ExampleSpec
 from evaluation.datasets.versions import dataset_change, examples_at
-from evaluation.models import Dataset
 from evaluation.scoring.scorer_names import PURE_SCORER_NAMES
 from turns.models import Conversation, Turn, TurnStatus
 
@@ -62,31 +61,6 @@ class ConversationPick:
     golds: Mapping[int, str] = field(default_factory=dict)
 
 
-@dataclass
-class ConversationsAdded:
-    """What ``examples_from_conversations`` did: the dataset, its version
-    after the change, the ``question_id`` of each example added, the
-    conversations already there (``duplicates``), whether the dataset was made."""
-
-    dataset: Dataset
-    version: int
-    added: list[str] = field(default_factory=list)
-    duplicates: list[int] = field(default_factory=list)
-    created: bool = False
-
-    def summary(self) -> str:
-        """``dataset NAME: version 3 — 1 added (conversation-7); already
-        there, not added: conversation 5``."""
-        if self.added:
-            added = ", ".join(self.added)
-            head = f"dataset {self.dataset.name}: version {self.version} — {len(self.added)} added ({added})"
-        else:
-            head = f"dataset {self.dataset.name}: nothing added, still version {self.version}"
-        if self.duplicates:
-            head += "; already there, not added: conversation " + ", ".join(map(str, self.duplicates))
-        return head
-
-
 def examples_from_conversations(
     *,
     dataset_name: str,
@@ -95,7 +69,7 @@ def examples_from_conversations(
     scorer: str = "",
     create: bool = False,
     user: User | None = None,
-) -> ConversationsAdded:
+) -> TurnsAdded:
     """Add each picked conversation to dataset ``dataset_name`` as one
     conversation example, all in one new version (module doc).
 
@@ -115,8 +89,12 @@ def examples_from_conversations(
                 duplicates.append(pick.conversation_id)
                 continue
             specs.append(spec)
-        result = ConversationsAdded(
-            dataset=dataset, version=dataset.version, duplicates=duplicates, created=created
+        result = TurnsAdded(
+            source="conversation",
+            dataset=dataset,
+            version=dataset.version,
+            duplicates=duplicates,
+            created=created,
         )
         if specs:
             source = "conversations " + ", ".join(

@@ -84,17 +84,19 @@ class TurnPick:
 
 @dataclass
 class TurnsAdded:
-    """What :func:`examples_from_turns` did: the dataset, its latest version
-    after the change (unchanged when nothing was added), the ``question_id``
-    of each example added, in order, the turns not added because their
-    question is already there (``duplicates``, turn pks), and whether the
-    dataset was made by this change (``created``)."""
+    """What :func:`examples_from_turns` (or ``examples_from_conversations``)
+    did: the dataset, its latest version after the change (unchanged when
+    nothing was added), the ``question_id`` of each example added, in order,
+    the sources not added because they are already there (``duplicates``,
+    their pks), whether the dataset was made by this change (``created``),
+    and what a source is (``source``: ``turn`` or ``conversation``)."""
 
     dataset: Dataset
     version: int
     added: list[str] = field(default_factory=list)
     duplicates: list[int] = field(default_factory=list)
     created: bool = False
+    source: str = "turn"
 
     def summary(self) -> str:
         """``dataset NAME: version 3 — 2 added (turn-12, turn-15); already there, not added: turn 14``."""
@@ -106,7 +108,7 @@ class TurnsAdded:
         else:
             head = f"dataset {self.dataset.name}: nothing added, still version {self.version}"
         if self.duplicates:
-            head += "; already there, not added: turn " + ", ".join(map(str, self.duplicates))
+            head += f"; already there, not added: {self.source} " + ", ".join(map(str, self.duplicates))
         return head
 
 
