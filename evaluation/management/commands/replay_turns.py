@@ -20,6 +20,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandParser
 
+from agentlab.agent.providers.local import LocalModelUnavailable
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
 from evaluation.models import ReplayItem, ReplayVerdict
@@ -96,7 +97,7 @@ class Command(BaseCommand):
         parser.add_argument("--concurrency", type=int, default=4, help="turns driven at once (default 4)")
 
     def handle(self, *args: Any, **opts: Any) -> None:
-        with exit_codes(AgentLabError, ValueError):
+        with exit_codes(AgentLabError, ValueError, LocalModelUnavailable):
             if not 1 <= opts["concurrency"] <= MAX_CONCURRENCY:
                 raise ValueError(f"--concurrency must be 1 to {MAX_CONCURRENCY}, got {opts['concurrency']}")
             request = self._request(opts)

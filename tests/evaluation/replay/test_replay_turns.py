@@ -265,6 +265,13 @@ def test_a_model_that_cannot_be_used_exits_2_before_anything_is_written(owner, s
     assert no_model.value.returncode == 2 and "AGENTLAB_MODEL must name a model" in str(no_model.value)
     assert Replay.objects.count() == 0 and Turn.objects.count() == turns
 
+    settings.AGENTLAB_LLM_BASE_URL = None  # the embedded model: --model names a GGUF file
+    with pytest.raises(CommandError) as no_file:
+        call_command("replay_turns", "--turns", "--model", "/nonexistent/model.gguf")
+
+    assert no_file.value.returncode == 2 and "GGUF model file not found" in str(no_file.value)
+    assert Replay.objects.count() == 0 and Turn.objects.count() == turns
+
 
 def test_a_filter_that_selects_nothing_exits_0_with_nothing_written(owner, stub, counter, capsys):
     record_chat_turns(owner, base_url=stub.base_url, questions=["What is 6*7?"])
