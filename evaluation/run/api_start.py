@@ -16,6 +16,7 @@ status and its predictions are what ``run_eval`` writes; ``cancel_run`` (and
 
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import io
 import logging
@@ -28,11 +29,14 @@ from django.conf import settings
 from django.db import connections
 from django.utils import timezone
 
+from agentlab.agent.providers.local import LocalModelUnavailable
 from common.errors import NotFound, StateConflict
 from evaluation.datasets.services import dataset_resolve_ref
 from evaluation.datasets.subsets import subset_check
+from evaluation.judge.provider import judge_check
 from evaluation.models import Dataset, Run
 from evaluation.run.request import Endpoint, EvalRequest, eval_request
+from turns.llm import get_provider
 
 logger = logging.getLogger(__name__)
 
@@ -59,11 +63,40 @@ def api_request(options: dict[str, Any]) -> EvalRequest:
     return eval_request(**options, endpoint=endpoint)
 
 
+def models_check(request: EvalRequest) -> None:
+    """The run's model, the judge's and the user simulator's name something
+    usable before the run is handed off (each provider built, then closed; no
+    GGUF file is loaded — one that is there but is no GGUF fails the run,
+    which records it). Raises ``ValueError`` naming the option: without it
+    a run on a model that is not there answered 202 and was never written."""
+    checks = (
+        ("model", lambda: asyncio.run(_built(request))),
+        ("judge_model", lambda: judge_check(judge_model=request.judge_model, run_model=request.model)),
+        (
+            "user_model",
+            lambda: judge_check(judge_model=request.user_simulator.get("model"), run_model=request.model),
+        ),
+    )
+    for option, check in checks:
+        try:
+            check()
+        except (LocalModelUnavailable, ValueError) as exc:
+            raise ValueError(f"{option}: {exc}") from None
+
+
+async def _built(request: EvalRequest) -> None:
+    provider = get_provider(
+        model=request.model, price=request.price, base_url=request.base_url, api_key=request.api_key
+    )
+    await provider.aclose()
+
+
 def run_start_over_api(options: dict[str, Any]) -> str:
     """Check ``options`` and hand the run off; return its run id (the given
     one, else a new ``NAME-YYYYmmdd-HHMMSS-xxxx``).
 
-    Raises ``ValueError`` / ``BadInput`` for a bad option, ``NotFound`` for a
+    Raises ``ValueError`` / ``BadInput`` for a bad option (a model that is
+    not usable included: ``models_check``), ``NotFound`` for a
     dataset that is not registered, ``BadInput`` for a version, split or
     tag it does not have, ``StateConflict`` for a run id taken.
     Nothing is written here: the run's row is written by ``run_eval`` where it
@@ -80,6 +113,7 @@ def run_start_over_api(options: dict[str, Any]) -> str:
     run_id = request.run_id or f"{ref.dataset.name}-{timezone.now():%Y%m%d-%H%M%S}-{secrets.token_hex(2)}"
     if Run.objects.filter(run_id=run_id).exists():
         raise StateConflict(f"run id {shlex.quote(run_id)} is taken: choose another, or none for a new one")
+    models_check(request)
     options = {**options, "run_id": run_id}
     if settings.CELERY_BROKER_URL:
         run_eval_over_api.delay(options)

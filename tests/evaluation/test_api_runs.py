@@ -127,6 +127,24 @@ def test_bad_options_are_refused_with_nothing_written(registered, staff, body, s
     assert not Run.objects.exists() and not api_start.inline_futures
 
 
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"dataset": "arith", "model": "/nonexistent/agent.gguf"}, "model: GGUF model file not found"),
+        ({"dataset": "arith", "judge_model": "/nonexistent/judge.gguf"}, "judge_model: GGUF model file"),
+        ({"dataset": "arith", "user_model": "/nonexistent/user.gguf"}, "user_model: GGUF model file"),
+    ],
+)
+def test_a_model_that_is_not_there_is_422_not_a_run_that_never_starts(
+    registered, staff, settings, body, words
+) -> None:
+    settings.AGENTLAB_LLM_BASE_URL = None  # the embedded model: a model is a GGUF file
+    response = ApiClient(staff).post("/api/runs", body)
+    assert response.status_code == 422, response.content
+    assert words in json.dumps(response.json()["error"])
+    assert not Run.objects.exists() and not api_start.inline_futures
+
+
 def test_a_run_id_taken_is_409(endpoint, registered, staff) -> None:
     with StubLLMServer(agent) as server:
         endpoint(server)
