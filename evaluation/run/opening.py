@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from agentlab.agent.extensions import RunExtensions
 from agentlab.agent.providers.local import LocalGGUFProvider
 from agentlab.agent.types import LLMProvider
-from common.errors import BadInput
+from common.errors import BadInput, StateConflict
 from common.version import code_version
 from evaluation.datasets.conversation_spec import SIMULATED_KEY, TURNS_KEY
 from evaluation.datasets.services import dataset_fallback_task_types, dataset_resolve_ref, fallback_note
@@ -54,7 +55,9 @@ def eval_check(request: EvalRequest) -> CheckedEval:
     resolve the dataset and check its subset (``--split``, ``--tag``: an
     unknown one is ``BadInput``) — before any run is written. Raises ``ValueError``
     for ``celery`` with the local model, and ``BadInput`` /
-    ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps."""
+    ``DatasetFormatError`` / ``LocalModelUnavailable`` from the steps, and
+    ``StateConflict`` for a run id taken on another dataset (``run_dataset_precheck``)."""
+    run_dataset_precheck(request)
     provider = get_provider(
         model=request.model, price=request.price, base_url=request.base_url, api_key=request.api_key
     )
@@ -79,6 +82,24 @@ def eval_check(request: EvalRequest) -> CheckedEval:
     if "simulated" in kinds:
         judge_check(judge_model=request.user_simulator.get("model"), run_model=request.model)
     return CheckedEval(request=request, provider=provider, ref=ref, conversations=kinds)
+
+
+def run_dataset_precheck(request: EvalRequest) -> None:
+    """A run id that exists on another dataset than the one asked for is a
+    ``StateConflict`` before the dataset is resolved — resolving a ``.jsonl``
+    path registers it, and a refused run must write nothing. The name a
+    request asks for: ``NAME`` of ``NAME@VERSION``, a ``.jsonl`` file's stem."""
+    run = (
+        Run.objects.filter(run_id=request.run_id).select_related("dataset").first()
+        if request.run_id
+        else None
+    )
+    if run is None:
+        return
+    path = Path(request.dataset)
+    wanted = path.stem if path.suffix.lower() == ".jsonl" else request.dataset.rsplit("@", 1)[0]
+    if run.dataset.name != wanted:
+        raise StateConflict(f"run {request.run_id!r} exists on dataset {run.dataset.name!r}, not {wanted!r}")
 
 
 def conversation_kinds(ref: DatasetRef) -> frozenset[str]:

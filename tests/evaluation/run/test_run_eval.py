@@ -337,6 +337,21 @@ def test_a_file_named_like_a_registered_dataset_is_refused_not_merged(tmp_path, 
     assert Dataset.objects.get(name="arc").examples.count() == 100
 
 
+def test_a_run_id_taken_on_another_dataset_registers_no_dataset(tmp_path, endpoint):
+    gsm = rows(GSM8K, 1)
+    other = tmp_path / "fresh_file.jsonl"
+    other.write_text(json.dumps(gsm[0]) + "\n", encoding="utf-8")
+    with StubLLMServer(oracle(gsm, right={0})) as server:
+        endpoint(server)
+        call_command("run_eval", str(GSM8K), "--run-id", "taken", "--limit", "1", "--no-review")
+        datasets = Dataset.objects.count()
+        with pytest.raises(CommandError) as excinfo:
+            call_command("run_eval", str(other), "--run-id", "taken", "--no-review")
+    assert excinfo.value.returncode == 2
+    assert "run 'taken' exists on dataset 'gsm8k-test-200', not 'fresh_file'" in str(excinfo.value)
+    assert Dataset.objects.count() == datasets and not Dataset.objects.filter(name="fresh_file").exists()
+
+
 def test_resuming_with_another_model_is_refused(endpoint, settings):
     gsm = rows(GSM8K, 2)
     with StubLLMServer(oracle(gsm, right={0, 1})) as server:
