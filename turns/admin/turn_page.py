@@ -105,11 +105,12 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
     @admin.display(description="history")
     def history_display(self, turn: Turn) -> SafeString | str:
         """What the turn was given of its conversation (its ``history``
-        event): the earlier turns, their tokens within the budget, the ones
+        event; a replay turn has its original's, with no conversation of its
+        own): the earlier turns, their tokens within the budget, the ones
         left out and why; the messages themselves open below."""
-        if turn.conversation_id is None:
-            return "none: the turn belongs to no conversation"
         data = turn_history_data(turn_id=turn.pk)
+        if data is None and turn.conversation_id is None:
+            return "none: the turn belongs to no conversation"
         if data is None:
             return "none recorded: the first turn of its conversation, or it has not started"
         given = ", ".join(f"#{t}" for t in data.get("turns") or []) or "none"

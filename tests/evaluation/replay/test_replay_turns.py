@@ -103,7 +103,9 @@ def test_a_turn_replayed_by_the_same_agent_is_identical_with_no_tool_run(owner, 
     assert replay.status == "success"
 
 
-def test_a_replayed_follow_up_is_given_the_conversation_its_original_was_given(owner, stub, counter):
+def test_a_replayed_follow_up_is_given_the_conversation_its_original_was_given(
+    owner, stub, counter, client, staff
+):
     first, follow_up = record_chat_turns(
         owner, base_url=stub.base_url, questions=["What is 6*7?", "And double it?"], conversation=True
     )
@@ -130,6 +132,10 @@ def test_a_replayed_follow_up_is_given_the_conversation_its_original_was_given(o
             for messages in asked
         )
     )
+    # the replay turn's admin page shows what it was given, as its original's does
+    client.force_login(staff)
+    page = client.get(f"/admin/turns/turn/{item.turn_id}/change/").content.decode()
+    assert f"Mode answers: earlier turns #{first}" in page and "belongs to no conversation" not in page
     # the first turn of the conversation had nothing before it, and its replay is given nothing
     assert _events(next(i for i in items if i.original_id == first).turn_id, EventType.HISTORY) == []
 
