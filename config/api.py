@@ -28,6 +28,7 @@ conflict, 422 invalid request.
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
 
@@ -50,8 +51,20 @@ class TextSafeParser(Parser):
     of pydantic's 422 "unable to parse raw data as a unicode string"."""
 
     def parse_body(self, request: HttpRequest) -> dict[str, Any]:
-        parsed: dict[str, Any] = json_body_safe(super().parse_body(request))
+        """The body as a JSON object; any other JSON value (a string, a number,
+        a list) is a 422 — every body this API takes is an object, and a body
+        that was not one used to pass as "no fields given" (a string created
+        a conversation)."""
+        parsed = json_body_safe(super().parse_body(request))
+        if not isinstance(parsed, dict):
+            raise HttpError(422, f"the body must be a JSON object, got a JSON {_json_kind(parsed)}")
         return parsed
+
+
+def _json_kind(value: Any) -> str:
+    return {str: "string", bool: "boolean", int: "number", float: "number", list: "array"}.get(
+        type(value), "null" if value is None else type(value).__name__
+    )
 
 
 api = NinjaAPI(
@@ -84,6 +97,14 @@ def _agentlab_error(request: HttpRequest, exc: AgentLabError) -> HttpResponse:
 
 @api.exception_handler(HttpError)
 def _http_error(request: HttpRequest, exc: HttpError) -> HttpResponse:
+    # django-ninja turns any failure of the body parser into 400 "Cannot parse
+    # request body"; the parser's own error (a body that is not an object)
+    # and JSON's (where the text stops being JSON) say more
+    cause = exc.__cause__
+    if isinstance(cause, HttpError):
+        exc = cause
+    elif isinstance(cause, json.JSONDecodeError):
+        return error_response(request, 400, f"the body is not JSON: {cause}")
     return error_response(request, exc.status_code, str(exc) or ERROR_CODES.get(exc.status_code, "error"))
 
 

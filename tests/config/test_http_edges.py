@@ -188,3 +188,25 @@ def test_starting_or_cancelling_a_run_with_a_bad_body_is_a_4xx_not_500(server: d
     not_staff = client.post("/api/runs", json={"dataset": "gsm8k"})
     assert (not_staff.status_code, _error(not_staff)["code"]) == (403, "forbidden")
     assert "Traceback" not in server["log"].read_text()
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ('"hello world"', "string"),
+        ("42", "number"),
+        ("[1, 2]", "array"),
+        ("true", "boolean"),
+        ("null", "null"),
+    ],
+)
+def test_a_json_body_that_is_not_an_object_is_422_and_creates_nothing(
+    server: dict[str, Any], body: str, kind: str
+) -> None:
+    client: httpx.Client = server["client"]
+    before = client.get("/api/conversations").json()["count"]
+    for path in ("/api/conversations", f"/api/conversations/{server['conversation']}/turns"):
+        response = client.post(path, content=body, headers={"content-type": "application/json"})
+        assert response.status_code == 422, (path, response.text[:300])
+        assert _error(response)["message"] == f"the body must be a JSON object, got a JSON {kind}"
+    assert client.get("/api/conversations").json()["count"] == before

@@ -358,7 +358,13 @@ def test_odd_bodies_and_names_are_refused_in_the_error_shape(staff, chat, arithm
     )
     assert (raw.status_code, raw.json()) == (
         400,
-        {"error": {"code": "bad_input", "message": "Cannot parse request body", "details": None}},
+        {
+            "error": {
+                "code": "bad_input",
+                "message": "the body is not JSON: Expecting value: line 1 column 15 (char 14)",
+                "details": None,
+            }
+        },
     )
     demo = assert_error(api.post(url("demo"), {"examples": [one], "create": True}), 400, "bad_input")
     reserved = "dataset name 'demo' is reserved for the project's demo dataset; choose another name"
