@@ -19,7 +19,7 @@ from agentlab.agent.text import clean_text
 from common.api import ERRORS, MAX_ID, AuthedRequest, ErrorOut, Pagination
 from turns import selectors, services
 from turns.attempts import usage_total
-from turns.models import Approval, Conversation, FeedbackRating, Turn, TurnFeedback
+from turns.models import MAX_QUESTION_CHARS, Approval, Conversation, FeedbackRating, Turn, TurnFeedback
 
 
 def _non_blank(value: str) -> str:
@@ -84,7 +84,9 @@ class ConversationDetailOut(ConversationOut):
 
 
 class TurnIn(Schema):
-    question: Annotated[str, AfterValidator(_non_blank)] = Field(..., min_length=1, max_length=20000)
+    question: Annotated[str, AfterValidator(_non_blank)] = Field(
+        ..., min_length=1, max_length=MAX_QUESTION_CHARS
+    )
 
 
 class TurnStartedOut(Schema):

@@ -77,6 +77,10 @@ class TurnKind(models.TextChoices):
     REPLAY = "replay"
 
 
+#: The longest question a chat turn takes, in characters (the API's limit and
+#: the chat page's): a longer one is refused before anything is written.
+MAX_QUESTION_CHARS = 20_000
+
 TERMINAL_STATUSES = frozenset({TurnStatus.SUCCEEDED, TurnStatus.FAILED, TurnStatus.CANCELLED})
 ACTIVE_STATUSES = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.WAITING})
 RESUMABLE_STATUSES = frozenset({TurnStatus.INTERRUPTED, TurnStatus.FAILED})

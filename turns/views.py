@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 from agentlab.agent.text import clean_text
 from common.errors import NotFound
 from turns import selectors, services
-from turns.models import HistoryMode
+from turns.models import MAX_QUESTION_CHARS, HistoryMode
 
 
 @login_required
@@ -33,6 +33,10 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
         history = request.POST.get("history", "")
         if history not in ("", *HistoryMode.values):
             error = "Choose what each turn is given of the conversation from the list."
+        elif len(question) > MAX_QUESTION_CHARS:
+            error = (
+                f"A question is at most {MAX_QUESTION_CHARS:,} characters; this one has {len(question):,}."
+            )
         elif question:
             conversation = services.conversation_create(
                 owner=request.user,  # type: ignore[arg-type]
@@ -49,6 +53,7 @@ def conversation_list(request: HttpRequest) -> HttpResponse:
         "error": error,
         "history_default": settings.AGENTLAB_CHAT_HISTORY,
         "history_modes": HistoryMode.choices,
+        "max_question": MAX_QUESTION_CHARS,
     }
     return render(request, "chat/conversation_list.html", context)
 
@@ -69,6 +74,7 @@ def conversation_detail(request: HttpRequest, conversation_id: int) -> HttpRespo
             "conversation": conversation,
             "heading": conversation_heading(conversation, turns),
             "turns": turns,
+            "max_question": MAX_QUESTION_CHARS,
             "page_data": {
                 "conversationId": conversation.pk,
                 "turns": [selectors.turn_summary(t) for t in turns],

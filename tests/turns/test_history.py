@@ -424,3 +424,12 @@ async def test_the_embedded_model_gets_the_history_through_its_chat_template(own
         f"<|im_start|>user\nWhat is 6*7?<|im_end|>\n<|im_start|>assistant\n{first.answer}<|im_end|>\n"
         "<|im_start|>user\nDouble it.<|im_end|>\n<|im_start|>assistant\n"
     ) in prompt
+
+
+def test_the_list_page_refuses_a_question_longer_than_the_api_takes(client, owner):
+    client.force_login(owner)
+    assert b'maxlength="20000"' in client.get("/").content
+    refused = client.post("/", {"question": "x" * 20_001})
+    assert refused.status_code == 200
+    assert b"A question is at most 20,000 characters; this one has 20,001" in refused.content
+    assert not Conversation.objects.exists()  # nothing written
