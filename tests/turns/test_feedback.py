@@ -93,7 +93,7 @@ def test_an_evaluation_turn_takes_no_feedback(staff):
     turn = turn_create(owner=staff, question="What is 1+1?", kind=TurnKind.EVALUATION)
     Turn.objects.filter(pk=turn.pk).update(status="succeeded", outcome="answered", answer="2")
     error = assert_error(_rate(ApiClient(staff), turn, {"rating": "up"}), 409, "state_conflict")
-    assert "evaluation turn" in error["message"]
+    assert error["message"].endswith("is of kind evaluation: feedback is for chat turns")
 
 
 def test_an_api_key_cannot_rate(owner):

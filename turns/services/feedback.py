@@ -32,7 +32,7 @@ def feedback_give(*, turn_id: int, user: User, rating: str, comment: str = "") -
     with transaction.atomic():
         turn = Turn.objects.select_for_update().get(pk=turn_id)
         if turn.kind != TurnKind.CHAT:
-            raise StateConflict(f"turn {turn_id} is an evaluation turn: feedback is for chat turns")
+            raise StateConflict(f"turn {turn_id} is of kind {turn.kind}: feedback is for chat turns")
         if turn.status != TurnStatus.SUCCEEDED or turn.outcome != TurnOutcome.ANSWERED:
             raise StateConflict(
                 f"turn {turn_id} has not answered (status {turn.status}"
