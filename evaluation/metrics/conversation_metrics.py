@@ -10,9 +10,10 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.table import Table
 
 from evaluation.metrics.intervals import accuracy_text, wilson_interval
 
@@ -74,6 +75,8 @@ def conversation_table(block: Mapping[str, Any]) -> Table | None:
     """The "Conversations" table of ``metrics["conversations"]``; ``None`` without one."""
     if not block:
         return None
+    from rich.table import Table  # the console's: never loaded by the admin or the API at start-up
+
     table = Table(title="Conversations")
     table.add_column("figure")
     table.add_column("value", justify="right")
