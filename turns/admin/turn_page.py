@@ -108,9 +108,9 @@ class TurnPageAdmin(StaffReadOnlyAdmin):
         event; a replay turn has its original's, with no conversation of its
         own): the earlier turns, their tokens within the budget, the ones
         left out and why; the messages themselves open below."""
-        data = turn_history_data(turn_id=turn.pk)
-        if data is None and turn.conversation_id is None:
+        if turn.conversation_id is None and turn.replay_of_id is None:
             return "none: the turn belongs to no conversation"
+        data = turn_history_data(turn_id=turn.pk)
         if data is None:
             return "none recorded: the first turn of its conversation, or it has not started"
         given = ", ".join(f"#{t}" for t in data.get("turns") or []) or "none"
