@@ -5,31 +5,11 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
-from datetime import UTC, date, datetime, time
-
-from django.utils.dateparse import parse_date, parse_datetime
+from datetime import datetime
 
 from monitoring.models import OnlineEvaluator
 from monitoring.sampling import finished_chat_turns, turns_matching
 from monitoring.scoring import online_score_turn
-
-
-def parse_moment(text: str, *, option: str) -> datetime:
-    """An ISO date (``2026-12-01``: its midnight) or date-time; naive means
-    UTC. ``ValueError`` naming ``option`` and the text when it is neither."""
-    moment = parse_datetime(text)
-    if moment is None:
-        day: date | None = None
-        try:
-            day = parse_date(text)
-        except ValueError:
-            day = None
-        if day is None:
-            raise ValueError(
-                f"{option} must be an ISO date or date-time (2026-12-01, 2026-12-01T09:00), got {text!r}"
-            )
-        moment = datetime.combine(day, time(0))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def evaluator_named(name_or_id: str) -> OnlineEvaluator:

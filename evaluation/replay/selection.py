@@ -6,14 +6,14 @@ tool used), either optionally a seeded sample (``common.sampling``)."""
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from datetime import UTC, date, datetime, time
+from datetime import datetime
 from typing import Any
 
 from django.contrib.auth.models import Group
 from django.db.models import Exists, OuterRef, QuerySet
-from django.utils.dateparse import parse_date, parse_datetime
 
 from common.errors import BadInput
+from common.moments import parse_moment
 from common.sampling import seeded_sample
 from evaluation.models import Prediction, Run
 from turns.models import EventType, Turn, TurnEvent, TurnKind, TurnOutcome, TurnStatus
@@ -51,23 +51,13 @@ class TurnFilters:
         }
 
 
-def parse_moment(text: str | None, *, option: str) -> datetime | None:
-    """An ISO date (its midnight) or date-time; naive means UTC; ``None``
-    stays ``None``. ``BadInput`` naming ``option`` and the text otherwise."""
-    if text is None:
-        return None
+def _moment(text: str | None, *, option: str) -> datetime | None:
+    """``common.moments.parse_moment`` of ``text`` (``None`` stays ``None``),
+    its error a ``BadInput`` (exit 2)."""
     try:
-        moment = parse_datetime(text)
-        day: date | None = None if moment is not None else parse_date(text)
-    except ValueError:
-        moment, day = None, None
-    if day is not None:
-        moment = datetime.combine(day, time(0))
-    if moment is None:
-        raise BadInput(
-            f"{option} must be an ISO date or date-time (2026-12-01, 2026-12-01T09:00), got {text!r}"
-        )
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+        return None if text is None else parse_moment(text, option=option)
+    except ValueError as exc:
+        raise BadInput(str(exc)) from None
 
 
 def turn_filters(
@@ -78,7 +68,7 @@ def turn_filters(
     non-blank tool name. Raises ``BadInput`` naming the option."""
     if group is not None and not Group.objects.filter(name=group).exists():
         raise BadInput(f"--group {group!r}: no such group")
-    start, end = parse_moment(since, option="--since"), parse_moment(until, option="--until")
+    start, end = _moment(since, option="--since"), _moment(until, option="--until")
     if start is not None and end is not None and start >= end:
         raise BadInput(f"--since {since} is not before --until {until}")
     if outcome is not None and outcome not in TurnOutcome.values:

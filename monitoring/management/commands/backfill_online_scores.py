@@ -18,7 +18,8 @@ from django.utils import timezone
 
 from common.commands import BATCH_COMMAND_CHECKS, database_check, database_errors, exit_codes
 from common.errors import AgentLabError
-from monitoring.backfill import backfill, evaluator_named, parse_moment
+from common.moments import parse_moment
+from monitoring.backfill import backfill, evaluator_named
 
 
 class Command(BaseCommand):
